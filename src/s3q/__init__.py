@@ -1,0 +1,44 @@
+"""s3q: a durable message queue whose whole state lives in object storage."""
+
+from .api import AsyncQueue, Queue, open, open_async
+from .config import QueueConfig
+from .errors import (
+    InvalidArgument,
+    InvalidConfig,
+    InvalidPriority,
+    MessageNotFound,
+    MessageTooLarge,
+    QueueClosed,
+    QueueFull,
+    QueueLocked,
+    ReceiptExpired,
+    S3QError,
+    StoreError,
+    WriterFenced,
+)
+from .message import Message, MessageStatus, QueueStats
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AsyncQueue",
+    "InvalidArgument",
+    "InvalidConfig",
+    "InvalidPriority",
+    "Message",
+    "MessageNotFound",
+    "MessageStatus",
+    "MessageTooLarge",
+    "Queue",
+    "QueueClosed",
+    "QueueConfig",
+    "QueueFull",
+    "QueueLocked",
+    "QueueStats",
+    "ReceiptExpired",
+    "S3QError",
+    "StoreError",
+    "WriterFenced",
+    "open",
+    "open_async",
+]

@@ -1,0 +1,309 @@
+"""The embedded queue: ``s3q.open`` (blocking) and ``s3q.open_async`` (coroutines)."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import threading
+import weakref
+from collections.abc import Coroutine, Iterable
+from types import TracebackType
+from typing import Any, TypeVar
+
+from . import validate
+from .config import QueueConfig, split_options
+from .engine import MAX_DEQUEUE, Engine
+from .errors import InvalidArgument
+from .message import Message, MessageStatus, QueueStats
+from .store import open_store
+
+T = TypeVar("T")
+Target = Message | str  # a delivered message or its receipt
+
+
+async def open_async(url: str, **options: Any) -> AsyncQueue:
+    """Open the queue at ``url`` as its writer, in the running event loop.
+
+    ``url``: ``memory://NAME``, ``file:///path`` or a path, ``s3://bucket/prefix``, ``gs://…``,
+    ``az://…``. ``options``: the fields of :class:`~s3q.config.QueueConfig` and the store options
+    ``endpoint_url``, ``region``, ``access_key_id``, ``secret_access_key``, ``session_token``,
+    ``allow_http``.
+    """
+    config, store_options = split_options(options)
+    store = open_store(url, store_options)
+    return AsyncQueue(await Engine.open(store, config))
+
+
+class AsyncQueue:
+    """A queue opened by :func:`open_async`. Every method is a coroutine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    @property
+    def url(self) -> str:
+        return self._engine.store.url
+
+    @property
+    def config(self) -> QueueConfig:
+        return self._engine.config
+
+    async def enqueue(
+        self,
+        payload: bytes,
+        priority: int = 0,
+        delay: float = 0.0,
+        dedup_id: str | None = None,
+        group: str | None = None,
+        attributes: dict[str, str] | None = None,
+    ) -> str:
+        """Add a message; its id once it is durable (the first id on a dedup hit)."""
+        item = validate.item(
+            payload,
+            priority,
+            delay,
+            dedup_id,
+            group,
+            attributes,
+            max_size=self.config.max_message_size,
+        )
+        return (await self._engine.enqueue([item]))[0]
+
+    async def enqueue_batch(self, items: Iterable[bytes | dict[str, Any]]) -> list[str]:
+        """Add many messages in one commit: payloads, or dicts of ``enqueue``'s keywords."""
+        if isinstance(items, bytes | str | dict):
+            raise InvalidArgument("enqueue_batch takes a list of payloads or dicts")
+        checked = [validate.item_of(it, self.config.max_message_size) for it in items]
+        return await self._engine.enqueue(checked) if checked else []
+
+    async def dequeue(
+        self, max_messages: int = 1, visibility_timeout: float | None = None, wait: float = 0.0
+    ) -> list[Message]:
+        """Lease up to ``max_messages``, waiting up to ``wait`` seconds for the first."""
+        validate.count("max_messages", max_messages, 1, MAX_DEQUEUE)
+        if visibility_timeout is not None:
+            visibility_timeout = validate.positive_seconds("visibility_timeout", visibility_timeout)
+        return await self._engine.dequeue(
+            max_messages, visibility_timeout, validate.seconds("wait", wait)
+        )
+
+    async def complete(self, target: Target) -> None:
+        """Acknowledge a delivered message: it is done."""
+        await self._engine.complete([validate.receipt_of(target)])
+
+    async def complete_batch(self, targets: Iterable[Target]) -> None:
+        """Acknowledge many delivered messages in one commit (all or none)."""
+        receipts = [validate.receipt_of(t) for t in targets]
+        if receipts:
+            await self._engine.complete(receipts)
+
+    async def fail(self, target: Target, error: str | None = None) -> None:
+        """Give a delivered message back: retried after a backoff, or dead if out of attempts."""
+        await self._engine.fail(validate.receipt_of(target), validate.error_text(error))
+
+    async def extend(self, target: Target, seconds: float) -> None:
+        """Make a lease end ``seconds`` from now (0: the message is visible again at once)."""
+        await self._engine.extend(validate.receipt_of(target), validate.seconds("seconds", seconds))
+
+    async def status(self, id: str) -> MessageStatus:
+        """Where message ``id`` stands; MessageNotFound if unknown or past retention."""
+        if not isinstance(id, str):
+            raise InvalidArgument(f"id must be a string, got {type(id).__name__}")
+        return await self._engine.status(id)
+
+    async def stats(self) -> QueueStats:
+        """Counts by status and the writer's commit figures."""
+        return await self._engine.stats()
+
+    async def dead_letters(self, limit: int = 100) -> list[Message]:
+        """Up to ``limit`` dead messages, oldest first, with their last error."""
+        return await self._engine.dead_letters(validate.count("limit", limit, 1, MAX_DEQUEUE))
+
+    async def redrive(self, ids: Iterable[str] | None = None) -> int:
+        """Move dead messages (all, or those named) back to pending; how many moved."""
+        if ids is not None:
+            if isinstance(ids, str):
+                raise InvalidArgument("redrive takes a list of ids, not a single string")
+            ids = list(ids)
+            if not all(isinstance(i, str) for i in ids):
+                raise InvalidArgument("redrive ids must be strings")
+        return await self._engine.redrive(ids)
+
+    async def cleanup(self) -> int:
+        """Forget completed messages past ``completed_retention``; how many were forgotten."""
+        return await self._engine.cleanup()
+
+    async def purge(self) -> int:
+        """Remove every message not completed; how many were removed."""
+        return await self._engine.purge()
+
+    async def close(self) -> None:
+        """Finish pending commits and release the queue."""
+        await self._engine.close()
+
+    async def __aenter__(self) -> AsyncQueue:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"<s3q.AsyncQueue {self.url}>"
+
+
+class _LoopThread:
+    """An event loop on a thread of its own, to run a queue behind a blocking API."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="s3q-queue", daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+
+_open_queues: weakref.WeakSet[Queue] = weakref.WeakSet()
+
+
+def open(url: str, **options: Any) -> Queue:
+    """Open the queue at ``url`` as its writer. See :func:`open_async` for the arguments."""
+    runner = _LoopThread()
+    try:
+        aq = runner.run(open_async(url, **options))
+    except BaseException:
+        runner.stop()
+        raise
+    queue = Queue(aq, runner)
+    _open_queues.add(queue)
+    return queue
+
+
+class Queue:
+    """A queue opened by :func:`open`; the same methods as :class:`AsyncQueue`, blocking."""
+
+    def __init__(self, aq: AsyncQueue, runner: _LoopThread) -> None:
+        self._aq = aq
+        self._runner: _LoopThread | None = runner
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._runner is None:
+            coro.close()
+            from .errors import QueueClosed
+
+            raise QueueClosed(f"queue {self.url} is closed")
+        return self._runner.run(coro)
+
+    @property
+    def url(self) -> str:
+        return self._aq.url
+
+    @property
+    def config(self) -> QueueConfig:
+        return self._aq.config
+
+    def enqueue(
+        self,
+        payload: bytes,
+        priority: int = 0,
+        delay: float = 0.0,
+        dedup_id: str | None = None,
+        group: str | None = None,
+        attributes: dict[str, str] | None = None,
+    ) -> str:
+        """Add a message; its id once it is durable (the first id on a dedup hit)."""
+        return self._run(self._aq.enqueue(payload, priority, delay, dedup_id, group, attributes))
+
+    def enqueue_batch(self, items: Iterable[bytes | dict[str, Any]]) -> list[str]:
+        """Add many messages in one commit: payloads, or dicts of ``enqueue``'s keywords."""
+        return self._run(self._aq.enqueue_batch(items))
+
+    def dequeue(
+        self, max_messages: int = 1, visibility_timeout: float | None = None, wait: float = 0.0
+    ) -> list[Message]:
+        """Lease up to ``max_messages``, waiting up to ``wait`` seconds for the first."""
+        return self._run(self._aq.dequeue(max_messages, visibility_timeout, wait))
+
+    def complete(self, target: Target) -> None:
+        """Acknowledge a delivered message: it is done."""
+        self._run(self._aq.complete(target))
+
+    def complete_batch(self, targets: Iterable[Target]) -> None:
+        """Acknowledge many delivered messages in one commit (all or none)."""
+        self._run(self._aq.complete_batch(targets))
+
+    def fail(self, target: Target, error: str | None = None) -> None:
+        """Give a delivered message back: retried after a backoff, or dead if out of attempts."""
+        self._run(self._aq.fail(target, error))
+
+    def extend(self, target: Target, seconds: float) -> None:
+        """Make a lease end ``seconds`` from now (0: the message is visible again at once)."""
+        self._run(self._aq.extend(target, seconds))
+
+    def status(self, id: str) -> MessageStatus:
+        """Where message ``id`` stands; MessageNotFound if unknown or past retention."""
+        return self._run(self._aq.status(id))
+
+    def stats(self) -> QueueStats:
+        """Counts by status and the writer's commit figures."""
+        return self._run(self._aq.stats())
+
+    def dead_letters(self, limit: int = 100) -> list[Message]:
+        """Up to ``limit`` dead messages, oldest first, with their last error."""
+        return self._run(self._aq.dead_letters(limit))
+
+    def redrive(self, ids: Iterable[str] | None = None) -> int:
+        """Move dead messages (all, or those named) back to pending; how many moved."""
+        return self._run(self._aq.redrive(ids))
+
+    def cleanup(self) -> int:
+        """Forget completed messages past ``completed_retention``; how many were forgotten."""
+        return self._run(self._aq.cleanup())
+
+    def purge(self) -> int:
+        """Remove every message not completed; how many were removed."""
+        return self._run(self._aq.purge())
+
+    def close(self) -> None:
+        """Finish pending commits and release the queue. Closing twice is fine."""
+        runner, self._runner = self._runner, None
+        if runner is None:
+            return
+        try:
+            runner.run(self._aq.close())
+        finally:
+            runner.stop()
+            _open_queues.discard(self)
+
+    def __enter__(self) -> Queue:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<s3q.Queue {self.url}>"
+
+
+@atexit.register
+def _close_open_queues() -> None:
+    """Release the lease of queues a program forgot to close, so the next open need not wait."""
+    for queue in list(_open_queues):
+        with contextlib.suppress(Exception):
+            queue.close()

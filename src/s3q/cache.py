@@ -1,0 +1,34 @@
+"""A byte-bounded cache of payloads, oldest evicted first."""
+
+from __future__ import annotations
+
+
+class PayloadCache:
+    """Payloads by message id, holding at most ``max_bytes`` of them."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.size = 0
+        self._items: dict[str, bytes] = {}  # insertion-ordered: oldest first
+
+    def put(self, mid: str, payload: bytes) -> None:
+        if len(payload) > self.max_bytes:
+            return
+        self._items[mid] = payload
+        self.size += len(payload)
+        while self.size > self.max_bytes:
+            oldest = next(iter(self._items))
+            self.size -= len(self._items.pop(oldest))
+
+    def pop(self, mid: str) -> bytes | None:
+        payload = self._items.pop(mid, None)
+        if payload is not None:
+            self.size -= len(payload)
+        return payload
+
+    def get(self, mid: str) -> bytes | None:
+        return self._items.get(mid)
+
+    def clear(self) -> None:
+        self._items.clear()
+        self.size = 0

@@ -1,0 +1,88 @@
+"""Options of ``s3q.open``: the queue's settings and the store's connection settings."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from .errors import InvalidConfig
+
+MiB = 1024 * 1024
+
+STORE_OPTIONS = frozenset(
+    {"endpoint_url", "region", "access_key_id", "secret_access_key", "session_token", "allow_http"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConfig:
+    """The behaviour of one open queue. Every field is a keyword option of ``s3q.open``."""
+
+    max_attempts: int = 3
+    retry_delay: float = 1.0
+    retry_delay_max: float = 300.0
+    visibility_timeout: float = 30.0
+    max_message_size: int = 64 * MiB
+    max_queue_depth: int | None = None
+    dedup_window: float = 300.0
+    completed_retention: float = 3600.0
+    lease_ttl: float = 10.0
+    payload_cache_bytes: int = 64 * MiB
+    clock: Callable[[], float] = time.time
+
+    def __post_init__(self) -> None:
+        _positive_int("max_attempts", self.max_attempts)
+        _positive_int("max_message_size", self.max_message_size)
+        if self.max_queue_depth is not None:
+            _positive_int("max_queue_depth", self.max_queue_depth)
+        _non_negative_int("payload_cache_bytes", self.payload_cache_bytes)
+        for name in ("retry_delay", "retry_delay_max", "dedup_window", "completed_retention"):
+            _seconds(name, getattr(self, name), allow_zero=True)
+        for name in ("visibility_timeout", "lease_ttl"):
+            _seconds(name, getattr(self, name), allow_zero=False)
+        if self.retry_delay_max < self.retry_delay:
+            raise InvalidConfig(
+                f"retry_delay_max ({self.retry_delay_max}) must be >= retry_delay "
+                f"({self.retry_delay})"
+            )
+        if not callable(self.clock):
+            raise InvalidConfig("clock must be a callable returning unix seconds")
+
+
+_QUEUE_OPTIONS = frozenset(f.name for f in fields(QueueConfig))
+
+
+def split_options(options: Mapping[str, Any]) -> tuple[QueueConfig, dict[str, Any]]:
+    """Split ``open``'s keywords into the queue config and the store options."""
+    unknown = set(options) - _QUEUE_OPTIONS - STORE_OPTIONS
+    if unknown:
+        known = ", ".join(sorted(_QUEUE_OPTIONS | STORE_OPTIONS))
+        raise InvalidConfig(f"unknown option(s) {', '.join(sorted(unknown))}; known: {known}")
+    queue = {k: v for k, v in options.items() if k in _QUEUE_OPTIONS}
+    store = {k: v for k, v in options.items() if k in STORE_OPTIONS}
+    return QueueConfig(**queue), store
+
+
+def _positive_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidConfig(f"{name} must be a positive integer, got {value!r}")
+
+
+def _non_negative_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidConfig(f"{name} must be an integer >= 0, got {value!r}")
+
+
+def _seconds(name: str, value: object, *, allow_zero: bool) -> None:
+    ok = (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and (value >= 0 if allow_zero else value > 0)
+    )
+    if not ok:
+        bound = ">= 0" if allow_zero else "> 0"
+        raise InvalidConfig(f"{name} must be a finite number of seconds {bound}, got {value!r}")

@@ -1,0 +1,529 @@
+"""The writer of one queue: group commit, fencing, recovery.
+
+Every state change is an operation. The writer checks it, folds it into the in-memory index at
+once (so concurrent callers see each other's effects), and adds it to the batch being filled.
+One batch at a time is written as the next log object with create-if-absent; callers are answered
+when the object holding their operation is durable. Operations that arrive while a write is in
+flight ride the next one: under load, one PUT carries thousands of operations.
+
+A writer that finds its next sequence number already taken has been fenced by a newer writer:
+it fails that batch and every later call with :class:`WriterFenced`. Its index is then ahead of
+the log, which is why it never writes again; reopening rebuilds the truth from the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import random
+import secrets
+import time
+from collections.abc import Iterable
+
+from . import log, validate
+from .cache import PayloadCache
+from .config import QueueConfig
+from .errors import (
+    MessageNotFound,
+    QueueClosed,
+    QueueFull,
+    ReceiptExpired,
+    S3QError,
+    StoreError,
+    WriterFenced,
+)
+from .lease import WriterLease, describe_holder, writer_lease
+from .message import Message, MessageStatus, QueueStats
+from .ops import AnyOp, Bury, Complete, Enqueue, Extend, Fail, Lease, Open, Purge, Redrive
+from .state import DONE, QueueState, Rec
+from .store import AlreadyExists, Store
+
+logger = logging.getLogger("s3q")
+
+MAX_DEQUEUE = 10_000
+REPLAY_WINDOW = 16  # log objects fetched concurrently during recovery
+
+
+class _Batch:
+    """Operations bound for one log object."""
+
+    __slots__ = ("done", "held", "ops", "payloads", "seq", "size")
+
+    def __init__(self, seq: int) -> None:
+        self.seq = seq
+        self.ops: list[AnyOp] = []
+        self.payloads: list[bytes] = []
+        self.held: dict[str, bytes] = {}  # payloads by message id, until durable
+        self.size = 0
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.done.add_done_callback(_retrieve)
+
+
+def _retrieve(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()  # mark a failure as seen: every waiter gets it re-raised
+
+
+class Engine:
+    """The single writer of one queue. Create with :meth:`open`."""
+
+    def __init__(self, store: Store, config: QueueConfig) -> None:
+        self.store = store
+        self.config = config
+        self.clock = config.clock
+        self.state = QueueState()
+        self.token = secrets.token_hex(8)
+        self.holder = describe_holder()
+        self.commits = 0
+        self.ops_committed = 0
+        self._lease: WriterLease = writer_lease(
+            store, self.holder, self.token, config.lease_ttl, self.clock
+        )
+        self._cache = PayloadCache(config.payload_cache_bytes)
+        self._durable = 0  # sequence number of the last durable log object
+        self._filling: _Batch  # set in _recover, once the running loop exists
+        self._unflushed: dict[int, _Batch] = {}
+        self._committer: asyncio.Task[None] | None = None
+        self._renewer: asyncio.Task[None] | None = None
+        self._failure: S3QError | None = None
+        self._closed = False
+        self._changed: asyncio.Future[None] | None = None
+        self._id_nonce = secrets.token_hex(4)
+        self._ids = itertools.count()
+        self._receipts = itertools.count()
+
+    # -- life cycle --------------------------------------------------------------------------
+
+    @classmethod
+    async def open(cls, store: Store, config: QueueConfig) -> Engine:
+        """Take the writer lease, rebuild the index from the log, and fence older writers."""
+        engine = cls(store, config)
+        await engine._lease.acquire()
+        try:
+            await engine._recover()
+        except BaseException:
+            await engine._lease.release()
+            raise
+        if engine._lease.renew_every is not None:
+            engine._renewer = asyncio.create_task(engine._renew_loop(engine._lease.renew_every))
+        return engine
+
+    async def close(self) -> None:
+        """Finish the commits under way, then give up the lease."""
+        if self._closed:
+            return
+        self._closed = True
+        pending = self._latest_batch()
+        if pending is not None and self._failure is None:
+            with contextlib.suppress(S3QError):
+                await asyncio.shield(pending.done)
+        if self._renewer is not None:
+            self._renewer.cancel()
+        if self._failure is None:
+            try:
+                await self._lease.release()
+            except S3QError as exc:
+                logger.warning("could not release the writer lease of %s: %s", self.store.url, exc)
+        else:
+            await _quietly(self._lease.release())
+        self._cache.clear()
+        await self.store.close()
+
+    async def _recover(self) -> None:
+        keys = await self.store.list(log.PREFIX)
+        seqs = sorted(s for s in map(log.seq_of, keys) if s is not None)
+        if seqs and seqs != list(range(seqs[0], seqs[0] + len(seqs))):
+            missing = sorted(set(range(seqs[0], seqs[-1] + 1)) - set(seqs))[:5]
+            raise StoreError(f"log of {self.store.url} is missing object(s) {missing}")
+        if seqs and seqs[0] != 1:
+            raise StoreError(f"log of {self.store.url} starts at {seqs[0]}, not 1")
+        for start in range(0, len(seqs), REPLAY_WINDOW):
+            window = seqs[start : start + REPLAY_WINDOW]
+            blobs = await asyncio.gather(*(self.store.get(log.key(s)) for s in window))
+            for seq, data in zip(window, blobs, strict=True):
+                self._replay(seq, data)
+        # Fence: the first record of this writer, at the first free sequence number.
+        while True:
+            seq = self._durable + 1
+            now = self.clock()
+            header = log.Header(seq, self.token, now, [Open(self.holder, now)])
+            try:
+                await self.store.put_new(log.key(seq), log.encode(header, []))
+            except AlreadyExists:  # an older writer is still committing: take its work in
+                self._replay(seq, await self.store.get(log.key(seq)))
+                continue
+            self._durable = seq
+            break
+        self._filling = _Batch(self._durable + 1)
+
+    def _replay(self, seq: int, data: bytes) -> None:
+        header = log.decode(data, log.key(seq))
+        for op in header.ops:
+            self.state.apply(op, seq)
+        self._durable = seq
+
+    async def _renew_loop(self, every: float) -> None:
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await self._lease.renew()
+            except WriterFenced as exc:
+                self._fail_writer(exc)
+                return
+            except S3QError as exc:
+                logger.warning("writer lease renewal for %s failed: %s", self.store.url, exc)
+
+    # -- group commit ------------------------------------------------------------------------
+
+    def _check(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+        if self._closed:
+            raise QueueClosed(f"queue {self.store.url} is closed")
+
+    def _add(self, op: AnyOp) -> _Batch:
+        """Fold ``op`` into the index and the batch being filled; the batch it rides."""
+        batch = self._filling
+        self.state.apply(op, batch.seq)
+        batch.ops.append(op)
+        if self._committer is None:
+            self._committer = asyncio.create_task(self._commit_loop())
+        return batch
+
+    def _latest_batch(self) -> _Batch | None:
+        """The last batch with operations in it, if any is not durable yet."""
+        if self._filling.ops:
+            return self._filling
+        return self._unflushed.get(self._filling.seq - 1)
+
+    async def _durable_after(self, batch: _Batch | None) -> None:
+        if batch is not None:
+            await asyncio.shield(batch.done)
+
+    async def _commit_loop(self) -> None:
+        try:
+            while self._filling.ops and self._failure is None:
+                batch = self._filling
+                self._unflushed[batch.seq] = batch
+                self._filling = _Batch(batch.seq + 1)
+                try:
+                    await self._write(batch)
+                except S3QError as exc:
+                    self._fail_writer(exc)
+                    return
+                del self._unflushed[batch.seq]
+                self._durable = batch.seq
+                self.commits += 1
+                self.ops_committed += len(batch.ops)
+                batch.done.set_result(None)
+        finally:
+            self._committer = None
+
+    async def _write(self, batch: _Batch) -> None:
+        header = log.Header(batch.seq, self.token, self.clock(), batch.ops)
+        try:
+            await self.store.put_new(log.key(batch.seq), log.encode(header, batch.payloads))
+        except AlreadyExists:
+            # Ours if a retried PUT landed twice; a rival writer's otherwise.
+            existing = log.decode(await self.store.get(log.key(batch.seq)), log.key(batch.seq))
+            if existing.writer != self.token:
+                raise WriterFenced(
+                    f"queue {self.store.url} was taken over by another writer (log object "
+                    f"{batch.seq} exists); this queue object can no longer change it, reopen it"
+                ) from None
+
+    def _fail_writer(self, exc: S3QError) -> None:
+        if self._failure is None:
+            self._failure = exc
+            logger.error("writer of %s stopped: %s", self.store.url, exc)
+        for batch in [*self._unflushed.values(), self._filling]:
+            if not batch.done.done():
+                batch.done.set_exception(self._failure)
+        self._unflushed.clear()
+        self._notify()
+
+    # -- waking consumers ----------------------------------------------------------------------
+
+    def _notify(self) -> None:
+        if self._changed is not None and not self._changed.done():
+            self._changed.set_result(None)
+        self._changed = None
+
+    async def _wait_change(self, timeout: float) -> None:
+        if self._changed is None:
+            self._changed = asyncio.get_running_loop().create_future()
+        await asyncio.wait([self._changed], timeout=timeout)
+
+    # -- operations ----------------------------------------------------------------------------
+
+    def _new_id(self) -> str:
+        return (
+            f"{int(time.time() * 1000):012x}{self._id_nonce}{next(self._ids) & 0xFFFFFFFFFFFF:012x}"
+        )
+
+    async def enqueue(self, items: list[validate.Item]) -> list[str]:
+        self._check()
+        state, config = self.state, self.config
+        now = self.clock()
+        fresh = sum(
+            1
+            for it in items
+            if it.dedup_id is None or not state.dedup_hit(it.dedup_id, now, config.dedup_window)
+        )
+        if config.max_queue_depth is not None and state.live + fresh > config.max_queue_depth:
+            raise QueueFull(
+                f"queue {self.store.url} holds {state.live} messages; max_queue_depth is "
+                f"{config.max_queue_depth}, so {fresh} more do not fit"
+            )
+        ids: list[str] = []
+        batch: _Batch | None = None
+        for it in items:
+            if it.dedup_id is not None:
+                hit = state.dedup_hit(it.dedup_id, now, config.dedup_window)
+                if hit is not None:
+                    ids.append(hit)
+                    continue
+            mid = self._new_id()
+            op = Enqueue(
+                mid,
+                it.priority,
+                now,
+                now + it.delay,
+                self._filling.size,
+                len(it.payload),
+                it.dedup_id,
+                it.group,
+                it.attributes,
+            )
+            batch = self._add(op)
+            batch.payloads.append(it.payload)
+            batch.held[mid] = it.payload
+            batch.size += len(it.payload)
+            self._cache.put(mid, it.payload)
+            ids.append(mid)
+        if batch is not None:
+            self._notify()
+        else:  # all duplicates: answer once the originals are durable
+            batch = self._latest_batch()
+        await self._durable_after(batch)
+        return ids
+
+    async def dequeue(
+        self, max_messages: int, visibility_timeout: float | None, wait: float
+    ) -> list[Message]:
+        self._check()
+        timeout = (
+            self.config.visibility_timeout if visibility_timeout is None else visibility_timeout
+        )
+        deadline = time.monotonic() + wait
+        while True:
+            self._check()
+            now = self.clock()
+            chosen, buried = self._select(now, max_messages)
+            if chosen:
+                leases = [
+                    (rec.id, f"{rec.id}~{self.token[:6]}{next(self._receipts):x}", now + timeout)
+                    for rec in chosen
+                ]
+                batch = self._add(Lease(leases))
+                payloads, _ = await asyncio.gather(
+                    self._payloads(chosen), self._durable_after(batch)
+                )
+                return [
+                    self._message(rec, payload)
+                    for rec, payload in zip(chosen, payloads, strict=True)
+                ]
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                await self._durable_after(buried)
+                return []
+            upcoming = self.state.next_change()
+            if upcoming is not None:
+                remaining = min(remaining, max(upcoming - now, 0.001))
+            await self._wait_change(remaining)
+
+    def _select(self, now: float, limit: int) -> tuple[list[Rec], _Batch | None]:
+        """Deliverable messages, after burying those whose last lease ran out of attempts."""
+        chosen, bury = self.state.select(now, limit, self.config.max_attempts)
+        batch = None
+        if bury:
+            error = f"lease expired after {self.config.max_attempts} attempt(s)"
+            batch = self._add(Bury([rec.id for rec in bury], error, now))
+        return chosen, batch
+
+    async def _sweep(self) -> None:
+        """Bury expired leases with no attempts left, so reads report them as dead."""
+        _, batch = self._select(self.clock(), 0)
+        await self._durable_after(batch)
+
+    async def complete(self, receipts: list[str]) -> None:
+        self._check()
+        recs = self._holders(receipts)
+        batch = self._add(Complete(list(dict.fromkeys(rec.id for rec in recs)), self.clock()))
+        for rec in recs:
+            self._cache.pop(rec.id)
+        self._notify()  # a group's next message may be deliverable now
+        await self._durable_after(batch)
+
+    async def fail(self, receipt: str, error: str | None) -> None:
+        self._check()
+        (rec,) = self._holders([receipt])
+        now = self.clock()
+        retry_at = None
+        if rec.attempts < self.config.max_attempts:
+            retry_at = now + self._backoff(rec.attempts)
+        batch = self._add(Fail(rec.id, error, retry_at, now))
+        self._notify()
+        await self._durable_after(batch)
+
+    async def extend(self, receipt: str, seconds: float) -> None:
+        self._check()
+        (rec,) = self._holders([receipt])
+        now = self.clock()
+        if rec.lease_until <= now:
+            raise ReceiptExpired(f"the lease of message {rec.id} has already expired")
+        batch = self._add(Extend(rec.id, now + seconds))
+        if seconds == 0:
+            self._notify()
+        await self._durable_after(batch)
+
+    def _holders(self, receipts: Iterable[str]) -> list[Rec]:
+        recs = []
+        for receipt in receipts:
+            rec = self.state.receipt_holder(receipt)
+            if rec is None:
+                raise ReceiptExpired(
+                    f"receipt {receipt!r} is unknown or stale: the message was completed, "
+                    "dead-lettered, or delivered again after its lease expired"
+                )
+            recs.append(rec)
+        return recs
+
+    def _backoff(self, attempts: int) -> float:
+        """Exponential in the attempts made, capped, with equal jitter."""
+        base = self.config.retry_delay * 2 ** min(attempts - 1, 62)
+        delay = min(self.config.retry_delay_max, base)
+        return delay / 2 + random.uniform(0, delay / 2)
+
+    async def status(self, mid: str) -> MessageStatus:
+        self._check()
+        await self._sweep()
+        now = self.clock()
+        rec = self.state.messages.get(mid)
+        if rec is None or (
+            rec.state == DONE and rec.finished_at + self.config.completed_retention <= now
+        ):
+            raise MessageNotFound(f"no message {mid!r} in queue {self.store.url}")
+        return self.state.status(rec, now)
+
+    async def stats(self) -> QueueStats:
+        self._check()
+        await self._sweep()
+        now = self.clock()
+        self.state.prune(now, self.config.completed_retention, self.config.dedup_window)
+        counts = self.state.counts(now)
+        return QueueStats(
+            pending=counts[MessageStatus.PENDING],
+            delayed=counts[MessageStatus.DELAYED],
+            processing=counts[MessageStatus.PROCESSING],
+            retry=counts[MessageStatus.RETRY],
+            completed=counts[MessageStatus.COMPLETED],
+            dead=counts[MessageStatus.DEAD],
+            total_enqueued=self.state.total_enqueued,
+            commits=self.commits,
+            mean_ops_per_commit=self.ops_committed / self.commits if self.commits else 0.0,
+            store_requests=self.store.requests,
+        )
+
+    async def dead_letters(self, limit: int) -> list[Message]:
+        self._check()
+        await self._sweep()
+        recs = list(itertools.islice(self.state.iter_dead(), limit))
+        payloads = await self._payloads(recs, keep=True)
+        return [self._message(rec, p) for rec, p in zip(recs, payloads, strict=True)]
+
+    async def redrive(self, ids: list[str] | None) -> int:
+        self._check()
+        await self._sweep()
+        if ids is None:
+            chosen = list(self.state.dead)
+        else:
+            chosen = list(dict.fromkeys(ids))
+            for mid in chosen:
+                if mid not in self.state.dead:
+                    raise MessageNotFound(
+                        f"message {mid!r} is not a dead letter of {self.store.url}"
+                    )
+        if not chosen:
+            return 0
+        batch = self._add(Redrive(chosen, self.clock()))
+        self._notify()
+        await self._durable_after(batch)
+        return len(chosen)
+
+    async def cleanup(self) -> int:
+        self._check()
+        config = self.config
+        return self.state.prune(self.clock(), config.completed_retention, config.dedup_window)
+
+    async def purge(self) -> int:
+        self._check()
+        count = self.state.live + len(self.state.dead)
+        batch = self._add(Purge(self.clock()))
+        self._cache.clear()
+        await self._durable_after(batch)
+        return count
+
+    # -- payloads --------------------------------------------------------------------------------
+
+    async def _payloads(self, recs: list[Rec], keep: bool = False) -> list[bytes]:
+        """The payloads of ``recs``: from the cache, the batches in flight, or the store."""
+        found: dict[str, bytes] = {}
+        wanted: dict[int, list[Rec]] = {}
+        for rec in recs:
+            payload = self._cache.get(rec.id) if keep else self._cache.pop(rec.id)
+            if payload is None:
+                payload = self._unflushed_payload(rec)
+            if payload is None:
+                wanted.setdefault(rec.ref[0], []).append(rec)
+            else:
+                found[rec.id] = payload
+        if wanted:
+            parts = await asyncio.gather(*(self._read_payloads(s, rs) for s, rs in wanted.items()))
+            for part in parts:
+                found.update(part)
+        return [found[rec.id] for rec in recs]
+
+    def _unflushed_payload(self, rec: Rec) -> bytes | None:
+        seq = rec.ref[0]
+        batch = self._unflushed.get(seq) or (self._filling if self._filling.seq == seq else None)
+        return None if batch is None else batch.held.get(rec.id)
+
+    async def _read_payloads(self, seq: int, recs: list[Rec]) -> dict[str, bytes]:
+        start = min(rec.ref[1] for rec in recs)
+        end = max(rec.ref[1] + rec.ref[2] for rec in recs)
+        data = await self.store.get_range(log.key(seq), start, end)
+        return {rec.id: data[rec.ref[1] - start : rec.ref[1] - start + rec.ref[2]] for rec in recs}
+
+    def _message(self, rec: Rec, payload: bytes) -> Message:
+        return Message(
+            id=rec.id,
+            payload=payload,
+            priority=rec.priority,
+            attempts=rec.attempts,
+            enqueued_at=rec.enqueued_at,
+            receipt=rec.receipt,
+            group=rec.group,
+            dedup_id=rec.dedup_id,
+            attributes=dict(rec.attributes or {}),
+            last_error=rec.last_error,
+        )
+
+
+async def _quietly(awaitable: object) -> None:
+    try:
+        await awaitable  # type: ignore[misc]
+    except Exception:
+        pass

@@ -1,0 +1,59 @@
+"""The exceptions s3q raises. Every one subclasses :class:`S3QError`."""
+
+from __future__ import annotations
+
+
+class S3QError(Exception):
+    """Base class of every s3q error."""
+
+
+class InvalidArgument(S3QError, ValueError):
+    """An argument has the wrong type or value; nothing was changed."""
+
+
+class InvalidConfig(InvalidArgument):
+    """An option of ``open`` is unknown or out of range."""
+
+
+class InvalidPriority(InvalidArgument):
+    """A priority outside 0..255."""
+
+
+class MessageTooLarge(InvalidArgument):
+    """A payload larger than the queue's ``max_message_size``."""
+
+
+class MessageNotFound(S3QError, KeyError):
+    """No message with that id (never enqueued, purged, or pruned after its retention)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class QueueFull(S3QError):
+    """The queue holds ``max_queue_depth`` messages already."""
+
+
+class ReceiptExpired(S3QError):
+    """The receipt is unknown, or its lease was superseded by a later delivery."""
+
+
+class QueueLocked(S3QError):
+    """Another live writer holds the queue."""
+
+    def __init__(self, message: str, holder: str, expires_at: float | None) -> None:
+        super().__init__(message)
+        self.holder = holder
+        self.expires_at = expires_at
+
+
+class WriterFenced(S3QError):
+    """A newer writer took the queue over; this one can no longer change it."""
+
+
+class StoreError(S3QError):
+    """The object store is unreachable, refused access, or failed."""
+
+
+class QueueClosed(S3QError):
+    """The queue object was closed."""

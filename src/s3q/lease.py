@@ -1,0 +1,153 @@
+"""The writer lease: who may write a queue, until when.
+
+On a local directory it is an OS file lock held for the writer's lifetime. Elsewhere it is a small
+object replaced by compare-and-swap and renewed in the background; a writer that finds it taken
+by someone else has lost the queue. The lease keeps writers from stepping on each other; the log's
+create-if-absent writes are what makes a stale writer harmless (see ``engine``).
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import os
+import socket
+from collections.abc import Callable
+
+import msgspec
+
+from .errors import QueueLocked, WriterFenced
+from .store import Conflict, LocalStore, Store
+
+KEY = "writer.lease"
+LOCK_KEY = "writer.lock"
+
+
+class LeaseRecord(msgspec.Struct):
+    """The content of the lease object."""
+
+    holder: str  # who, for people: host, pid, address
+    token: str  # which writer, for machines
+    expires_at: float
+
+
+def describe_holder(address: str | None = None) -> str:
+    text = f"pid {os.getpid()} on {socket.gethostname()}"
+    return f"{text} at {address}" if address else text
+
+
+class WriterLease(abc.ABC):
+    """Held by exactly one writer of a queue at a time."""
+
+    renew_every: float | None = None  # seconds between renewals, None if it needs none
+
+    @abc.abstractmethod
+    async def acquire(self) -> None:
+        """Take the lease or raise QueueLocked naming the live holder."""
+
+    async def renew(self) -> None:  # noqa: B027 - only CAS leases need renewal
+        """Prolong the lease; raise WriterFenced if it was lost."""
+
+    @abc.abstractmethod
+    async def release(self) -> None:
+        """Give the lease up so the next writer need not wait for it to lapse."""
+
+
+def writer_lease(
+    store: Store, holder: str, token: str, ttl: float, clock: Callable[[], float]
+) -> WriterLease:
+    if isinstance(store, LocalStore):
+        return FileLockLease(store, holder, token)
+    return CasLease(store, holder, token, ttl, clock)
+
+
+class FileLockLease(WriterLease):
+    """An exclusive ``flock`` on ``writer.lock``; the holder is described in ``writer.lease``."""
+
+    def __init__(self, store: LocalStore, holder: str, token: str) -> None:
+        self.store, self.holder, self.token = store, holder, token
+        self._fd: int | None = None
+
+    async def acquire(self) -> None:
+        fd = self.store.lock(LOCK_KEY)
+        if fd is None:
+            other = await self.store.get_versioned(KEY)
+            who = "another process"
+            if other is not None:
+                with contextlib.suppress(msgspec.DecodeError):
+                    who = msgspec.json.decode(other[0], type=LeaseRecord).holder
+            raise QueueLocked(
+                f"queue {self.store.url} is open in {who}; its lock lasts until that process "
+                "closes the queue or exits",
+                holder=who,
+                expires_at=None,
+            )
+        self._fd = fd
+        record = LeaseRecord(self.holder, self.token, float("inf"))
+        await self.store.put(KEY, msgspec.json.encode(record))
+
+    async def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None
+
+
+class CasLease(WriterLease):
+    """A lease object replaced with If-Match, renewed every ``ttl / 3`` seconds."""
+
+    def __init__(
+        self, store: Store, holder: str, token: str, ttl: float, clock: Callable[[], float]
+    ) -> None:
+        self.store, self.holder, self.token, self.ttl, self.clock = store, holder, token, ttl, clock
+        self.renew_every = ttl / 3
+        self._version: str | None = None
+
+    async def acquire(self) -> None:
+        for _ in range(3):
+            current = await self.store.get_versioned(KEY)
+            version = None
+            if current is not None:
+                data, version = current
+                try:
+                    other = msgspec.json.decode(data, type=LeaseRecord)
+                except msgspec.DecodeError:
+                    other = None
+                now = self.clock()
+                if other is not None and other.token != self.token and other.expires_at > now:
+                    raise QueueLocked(
+                        f"queue {self.store.url} is held by {other.holder} for another "
+                        f"{other.expires_at - now:.1f} s (until its lease lapses or it closes)",
+                        holder=other.holder,
+                        expires_at=other.expires_at,
+                    )
+            try:
+                self._version = await self.store.put_versioned(KEY, self._record(), version)
+                return
+            except Conflict:
+                continue  # somebody wrote it meanwhile: look again
+        raise QueueLocked(
+            f"queue {self.store.url}: the writer lease keeps changing hands; try again",
+            holder="unknown",
+            expires_at=None,
+        )
+
+    async def renew(self) -> None:
+        try:
+            self._version = await self.store.put_versioned(KEY, self._record(), self._version)
+        except Conflict:
+            raise WriterFenced(
+                f"queue {self.store.url}: the writer lease was taken over by another writer"
+            ) from None
+
+    async def release(self) -> None:
+        if self._version is None:
+            return
+        record = LeaseRecord(self.holder, self.token, 0.0)
+        try:
+            await self.store.put_versioned(KEY, msgspec.json.encode(record), self._version)
+        except Conflict:
+            pass  # already someone else's
+        self._version = None
+
+    def _record(self) -> bytes:
+        return msgspec.json.encode(LeaseRecord(self.holder, self.token, self.clock() + self.ttl))

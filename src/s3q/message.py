@@ -1,0 +1,49 @@
+"""What the public API hands back: messages, their statuses, and queue statistics."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class MessageStatus(enum.Enum):
+    """Where a message stands."""
+
+    PENDING = "pending"  # visible, waiting for a consumer
+    DELAYED = "delayed"  # enqueued with a delay that has not passed yet
+    PROCESSING = "processing"  # leased to a consumer
+    RETRY = "retry"  # failed, waiting out its backoff
+    COMPLETED = "completed"  # acknowledged
+    DEAD = "dead"  # out of attempts: a dead letter
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A message as delivered by ``dequeue`` or listed by ``dead_letters``."""
+
+    id: str
+    payload: bytes
+    priority: int = 0
+    attempts: int = 0
+    enqueued_at: float = 0.0
+    receipt: str | None = None
+    group: str | None = None
+    dedup_id: str | None = None
+    attributes: dict[str, str] = field(default_factory=dict)
+    last_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """Counts by status, plus what the writer has done since it opened the queue."""
+
+    pending: int
+    delayed: int
+    processing: int
+    retry: int
+    completed: int
+    dead: int
+    total_enqueued: int
+    commits: int
+    mean_ops_per_commit: float
+    store_requests: int

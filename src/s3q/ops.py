@@ -1,0 +1,87 @@
+"""The operations a writer appends to a queue's log.
+
+Each records the outcome of a decision (ids, receipts, times, retry or dead), never the inputs to
+one, so replaying a log always rebuilds the same state whatever the clock or the config says now.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class Op(msgspec.Struct, array_like=True, tag=True, frozen=True):
+    """Base of every log operation."""
+
+
+class Open(Op, tag="o"):
+    """A writer took the queue over (its first record: the fence for older writers)."""
+
+    holder: str
+    at: float
+
+
+class Enqueue(Op, tag="e"):
+    """A new message; its payload lies ``size`` bytes at ``offset`` of the same log object."""
+
+    id: str
+    priority: int
+    enqueued_at: float
+    visible_at: float
+    offset: int
+    size: int
+    dedup_id: str | None = None
+    group: str | None = None
+    attributes: dict[str, str] | None = None
+
+
+class Lease(Op, tag="l"):
+    """Messages handed to a consumer: ``(id, receipt, lease_until)`` each; counts an attempt."""
+
+    leases: list[tuple[str, str, float]]
+
+
+class Extend(Op, tag="x"):
+    """A lease now ends at ``until`` (at or before now: visible again)."""
+
+    id: str
+    until: float
+
+
+class Complete(Op, tag="c"):
+    """Messages acknowledged at ``at``."""
+
+    ids: list[str]
+    at: float
+
+
+class Fail(Op, tag="f"):
+    """A failed delivery: retried at ``retry_at``, or dead if ``retry_at`` is None."""
+
+    id: str
+    error: str | None
+    retry_at: float | None
+    at: float
+
+
+class Bury(Op, tag="b"):
+    """Messages whose last lease expired with no attempts left: now dead."""
+
+    ids: list[str]
+    error: str
+    at: float
+
+
+class Redrive(Op, tag="r"):
+    """Dead messages back to pending, attempts reset."""
+
+    ids: list[str]
+    at: float
+
+
+class Purge(Op, tag="p"):
+    """Every message not completed is removed."""
+
+    at: float
+
+
+AnyOp = Open | Enqueue | Lease | Extend | Complete | Fail | Bury | Redrive | Purge

@@ -1,0 +1,290 @@
+"""The queue's index: a pure, deterministic function of its log.
+
+``QueueState.apply`` folds one operation into the index; nothing here does I/O or reads a clock.
+Reads that depend on time take ``now`` as an argument. Payloads are not kept: a message knows
+where its payload lies (log sequence number, offset, size).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Iterator
+
+from .message import MessageStatus
+from .ops import AnyOp, Bury, Complete, Enqueue, Extend, Fail, Lease, Open, Purge, Redrive
+
+QUEUED, LEASED, DONE, DEAD = 0, 1, 2, 3
+
+PayloadRef = tuple[int, int, int]  # (log sequence number, offset, size)
+
+
+class Rec:
+    """One message in the index."""
+
+    __slots__ = (
+        "attempts",
+        "attributes",
+        "backoff",
+        "dedup_id",
+        "enqueued_at",
+        "finished_at",
+        "group",
+        "id",
+        "last_error",
+        "lease_until",
+        "n",
+        "priority",
+        "receipt",
+        "ref",
+        "state",
+        "version",
+        "visible_at",
+    )
+
+    def __init__(self, op: Enqueue, n: int, ref: PayloadRef) -> None:
+        self.id = op.id
+        self.n = n  # order of arrival: FIFO within a priority
+        self.priority = op.priority
+        self.enqueued_at = op.enqueued_at
+        self.visible_at = op.visible_at
+        self.attempts = 0
+        self.state = QUEUED
+        self.receipt: str | None = None
+        self.lease_until = 0.0
+        self.group = op.group
+        self.dedup_id = op.dedup_id
+        self.attributes = op.attributes
+        self.last_error: str | None = None
+        self.ref = ref
+        self.finished_at = 0.0
+        self.version = 0  # bumped on every change: heap entries of older versions are stale
+        self.backoff = False  # visible_at was set by a failure, not by a delay
+
+
+class QueueState:
+    """Messages by id, with the structures that make dequeue, expiry and groups cheap."""
+
+    def __init__(self) -> None:
+        self.messages: dict[str, Rec] = {}
+        self.total_enqueued = 0
+        self.live = 0  # queued or leased
+        self.dead: dict[str, None] = {}  # ordered set, oldest first
+        self._n = 0
+        self._ready: list[tuple[int, int, int, str]] = []  # (-priority, n, version, id)
+        self._timers: list[tuple[float, int, int, str]] = []  # (time, n, version, id)
+        self._groups: dict[str, deque[str]] = {}
+        self._dedup: dict[str, tuple[str, float]] = {}  # dedup_id -> (id, enqueued_at)
+        self._dedup_order: deque[tuple[float, str]] = deque()
+        self._finished: deque[tuple[float, str]] = deque()  # completed, oldest first
+
+    # -- folding the log -------------------------------------------------------------------------
+
+    def apply(self, op: AnyOp, seq: int) -> None:
+        """Fold ``op``, read from (or bound for) log object ``seq``, into the index."""
+        if isinstance(op, Enqueue):
+            self._enqueue(op, seq)
+        elif isinstance(op, Lease):
+            for mid, receipt, until in op.leases:
+                rec = self.messages[mid]
+                rec.state, rec.receipt, rec.lease_until = LEASED, receipt, until
+                rec.attempts += 1
+                self._schedule(rec)
+        elif isinstance(op, Complete):
+            for mid in op.ids:
+                self._finish(self.messages[mid], DONE, op.at)
+        elif isinstance(op, Extend):
+            rec = self.messages[op.id]
+            rec.lease_until = op.until
+            self._schedule(rec)
+        elif isinstance(op, Fail):
+            rec = self.messages[op.id]
+            rec.last_error = op.error
+            if op.retry_at is None:
+                self._finish(rec, DEAD, op.at)
+            else:
+                rec.state, rec.visible_at, rec.backoff, rec.receipt = (
+                    QUEUED,
+                    op.retry_at,
+                    True,
+                    None,
+                )
+                self._schedule(rec)
+        elif isinstance(op, Bury):
+            for mid in op.ids:
+                rec = self.messages[mid]
+                rec.last_error = op.error
+                self._finish(rec, DEAD, op.at)
+        elif isinstance(op, Redrive):
+            for mid in op.ids:
+                self._redrive(self.messages[mid], op.at)
+        elif isinstance(op, Purge):
+            self._purge()
+        elif not isinstance(op, Open):  # pragma: no cover - the union is closed
+            raise TypeError(f"unknown operation {op!r}")
+
+    def _enqueue(self, op: Enqueue, seq: int) -> None:
+        self._n += 1
+        rec = Rec(op, self._n, (seq, op.offset, op.size))
+        self.messages[op.id] = rec
+        self.total_enqueued += 1
+        self.live += 1
+        if op.dedup_id is not None:
+            self._dedup[op.dedup_id] = (op.id, op.enqueued_at)
+            self._dedup_order.append((op.enqueued_at, op.dedup_id))
+        if op.group is not None:
+            members = self._groups.setdefault(op.group, deque())
+            members.append(op.id)
+            if len(members) > 1:
+                return  # waits for the messages before it in its group
+        if op.visible_at <= op.enqueued_at:
+            heapq.heappush(self._ready, (-rec.priority, rec.n, 0, rec.id))
+        else:
+            heapq.heappush(self._timers, (rec.visible_at, rec.n, 0, rec.id))
+
+    def _schedule(self, rec: Rec) -> None:
+        """Index ``rec`` anew after a change: a timer for when it next becomes deliverable."""
+        rec.version += 1
+        if rec.group is not None and self._groups[rec.group][0] != rec.id:
+            return
+        when = rec.lease_until if rec.state == LEASED else rec.visible_at
+        heapq.heappush(self._timers, (when, rec.n, rec.version, rec.id))
+
+    def _finish(self, rec: Rec, state: int, at: float) -> None:
+        rec.state, rec.finished_at, rec.receipt = state, at, None
+        rec.version += 1
+        self.live -= 1
+        if state == DONE:
+            rec.attributes = None
+            self._finished.append((at, rec.id))
+        else:
+            self.dead[rec.id] = None
+        if rec.group is not None:
+            self._leave_group(rec)
+
+    def _leave_group(self, rec: Rec) -> None:
+        assert rec.group is not None
+        members = self._groups[rec.group]
+        was_head = members[0] == rec.id
+        members.remove(rec.id)
+        if not members:
+            del self._groups[rec.group]
+        elif was_head:
+            self._schedule(self.messages[members[0]])
+
+    def _redrive(self, rec: Rec, at: float) -> None:
+        del self.dead[rec.id]
+        self._n += 1
+        rec.n, rec.state, rec.attempts, rec.visible_at, rec.backoff = self._n, QUEUED, 0, at, False
+        self.live += 1
+        if rec.group is not None:
+            self._groups.setdefault(rec.group, deque()).append(rec.id)
+        self._schedule(rec)
+
+    def _purge(self) -> None:
+        for mid in [m for m, r in self.messages.items() if r.state != DONE]:
+            del self.messages[mid]
+        self.live = 0
+        self.dead.clear()
+        self._groups.clear()
+        self._ready.clear()
+        self._timers.clear()
+
+    # -- choosing what to deliver ------------------------------------------------------------------
+
+    def select(self, now: float, limit: int, max_attempts: int) -> tuple[list[Rec], list[Rec]]:
+        """Up to ``limit`` deliverable messages, best first, and the expired ones to bury.
+
+        The caller must apply a Lease for the first list and a Bury for the second at once:
+        both have left the ready structures.
+        """
+        bury: list[Rec] = []
+        timers, ready, messages = self._timers, self._ready, self.messages
+        while timers and timers[0][0] <= now:
+            _, n, version, mid = heapq.heappop(timers)
+            rec = messages.get(mid)
+            if rec is None or rec.version != version:
+                continue
+            if rec.state == LEASED and rec.attempts >= max_attempts:
+                bury.append(rec)
+            else:
+                heapq.heappush(ready, (-rec.priority, n, version, mid))
+        chosen: list[Rec] = []
+        while ready and len(chosen) < limit:
+            _, _, version, mid = heapq.heappop(ready)
+            rec = messages.get(mid)
+            if rec is not None and rec.version == version:
+                chosen.append(rec)
+        return chosen, bury
+
+    def next_change(self) -> float | None:
+        """The earliest time a timer fires (a delay ends, a lease expires), if any."""
+        timers = self._timers
+        while timers:
+            _, _, version, mid = timers[0]
+            rec = self.messages.get(mid)
+            if rec is not None and rec.version == version:
+                return timers[0][0]
+            heapq.heappop(timers)
+        return None
+
+    def has_ready(self) -> bool:
+        return bool(self._ready)
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def receipt_holder(self, receipt: str) -> Rec | None:
+        """The leased message ``receipt`` belongs to, if that lease is still its latest."""
+        rec = self.messages.get(receipt.partition("~")[0])
+        if rec is None or rec.state != LEASED or rec.receipt != receipt:
+            return None
+        return rec
+
+    def dedup_hit(self, dedup_id: str, now: float, window: float) -> str | None:
+        hit = self._dedup.get(dedup_id)
+        return hit[0] if hit is not None and hit[1] + window > now else None
+
+    def status(self, rec: Rec, now: float) -> MessageStatus:
+        if rec.state == DONE:
+            return MessageStatus.COMPLETED
+        if rec.state == DEAD:
+            return MessageStatus.DEAD
+        if rec.state == LEASED:
+            return MessageStatus.PROCESSING if rec.lease_until > now else MessageStatus.PENDING
+        if rec.visible_at > now:
+            return MessageStatus.RETRY if rec.backoff else MessageStatus.DELAYED
+        return MessageStatus.PENDING
+
+    def counts(self, now: float) -> dict[MessageStatus, int]:
+        """Messages by status at ``now``."""
+        counts = dict.fromkeys(MessageStatus, 0)
+        for rec in self.messages.values():
+            counts[self.status(rec, now)] += 1
+        return counts
+
+    def iter_dead(self) -> Iterator[Rec]:
+        return (self.messages[mid] for mid in self.dead)
+
+    def completed_count(self) -> int:
+        return len(self._finished)
+
+    # -- forgetting what is no longer needed -----------------------------------------------------
+
+    def prune(self, now: float, retention: float, dedup_window: float) -> int:
+        """Forget completed messages past ``retention`` and dedup ids past the window."""
+        pruned = 0
+        finished, messages = self._finished, self.messages
+        while finished and finished[0][0] + retention <= now:
+            _, mid = finished.popleft()
+            rec = messages.get(mid)
+            if rec is not None and rec.state == DONE:
+                del messages[mid]
+                pruned += 1
+        order, dedup = self._dedup_order, self._dedup
+        while order and order[0][0] + dedup_window <= now:
+            at, did = order.popleft()
+            hit = dedup.get(did)
+            if hit is not None and hit[1] == at:
+                del dedup[did]
+                pruned += 1
+        return pruned

@@ -1,0 +1,105 @@
+"""Object stores behind one small interface, chosen by URL.
+
+``memory://NAME``  ephemeral, shared by name within the process
+``file:///path``   a local directory (also a plain path): the embedded default
+``s3://bucket/prefix``  S3 or any S3-compatible store; ``gs://`` and ``az://`` likewise
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from obstore.store import MemoryStore, S3Store, from_url
+
+from ..errors import InvalidConfig
+from .base import AlreadyExists, Conflict, NotFound, Store
+from .local import LocalStore
+from .objectstore import CLIENT, RETRY, ObjectStore
+
+__all__ = ["AlreadyExists", "Conflict", "LocalStore", "NotFound", "Store", "open_store"]
+
+_memory: dict[str, Any] = {}
+_memory_lock = threading.Lock()
+
+
+def open_store(url: str, options: dict[str, Any] | None = None) -> Store:
+    """The store a queue URL names, configured with the store options of ``s3q.open``."""
+    options = dict(options or {})
+    if not isinstance(url, str) or not url:
+        raise InvalidConfig(f"queue URL must be a non-empty string, got {url!r}")
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme in ("", "file") or (len(scheme) == 1 and url[1:3] == ":\\"):
+        _no_options("a local directory", options)
+        path = unquote(parts.path) if scheme == "file" else url
+        if scheme == "file" and parts.netloc not in ("", "localhost"):
+            raise InvalidConfig(f"file URLs take an absolute path (file:///dir), got {url!r}")
+        return LocalStore(path)
+    if scheme == "memory":
+        _no_options("memory://", options)
+        name = (parts.netloc + parts.path).strip("/")
+        with _memory_lock:
+            inner = _memory.setdefault(name, MemoryStore()) if name else MemoryStore()
+        return ObjectStore(inner, f"memory://{name}")
+    if scheme in ("s3", "s3a"):
+        return _s3(parts.netloc, parts.path.strip("/"), options)
+    if scheme in ("gs", "az", "abfs", "abfss", "azure"):
+        client = dict(CLIENT)
+        if "allow_http" in options:
+            client["allow_http"] = bool(options.pop("allow_http"))
+        if options:
+            raise InvalidConfig(
+                f"{scheme}:// takes its credentials from the environment; "
+                f"unsupported option(s): {', '.join(sorted(options))}"
+            )
+        try:
+            inner = from_url(url, client_options=client, retry_config=RETRY)  # type: ignore[arg-type]
+        except Exception as exc:
+            raise InvalidConfig(f"cannot use {url!r}: {exc}") from exc
+        return ObjectStore(inner, url)
+    raise InvalidConfig(
+        f"unsupported store URL {url!r}: use memory://NAME, file:///path, a path, "
+        "s3://bucket/prefix, gs://bucket/prefix or az://container/prefix"
+    )
+
+
+def _s3(bucket: str, prefix: str, options: dict[str, Any]) -> Store:
+    if not bucket:
+        raise InvalidConfig("s3 URLs name a bucket: s3://bucket/prefix")
+    config: dict[str, Any] = {}
+    for ours, theirs in (
+        ("endpoint_url", "endpoint"),
+        ("region", "region"),
+        ("access_key_id", "access_key_id"),
+        ("secret_access_key", "secret_access_key"),
+        ("session_token", "token"),
+    ):
+        value = options.get(ours)
+        if value is not None:
+            if not isinstance(value, str) or not value:
+                raise InvalidConfig(f"{ours} must be a non-empty string, got {value!r}")
+            config[theirs] = value
+    client = dict(CLIENT)
+    allow_http = options.get("allow_http")
+    if allow_http is not None:
+        if not isinstance(allow_http, bool):
+            raise InvalidConfig(f"allow_http must be True or False, got {allow_http!r}")
+        client["allow_http"] = allow_http
+    try:
+        inner = S3Store(
+            bucket,
+            prefix=prefix or None,
+            client_options=client,  # type: ignore[arg-type]
+            retry_config=RETRY,  # type: ignore[arg-type]
+            **config,
+        )
+    except Exception as exc:
+        raise InvalidConfig(f"cannot configure s3://{bucket}/{prefix}: {exc}") from exc
+    return ObjectStore(inner, f"s3://{bucket}/{prefix}".rstrip("/"))
+
+
+def _no_options(what: str, options: dict[str, Any]) -> None:
+    if options:
+        raise InvalidConfig(f"{what} takes no store options, got {', '.join(sorted(options))}")

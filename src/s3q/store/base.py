@@ -1,0 +1,76 @@
+"""The one small interface every object store adapter implements."""
+
+from __future__ import annotations
+
+import abc
+
+from ..errors import S3QError
+
+
+class AlreadyExists(S3QError):
+    """A create-if-absent write found the key taken."""
+
+
+class NotFound(S3QError):
+    """The key does not exist."""
+
+
+class Conflict(S3QError):
+    """A compare-and-swap write found another version than expected."""
+
+
+class Store(abc.ABC):
+    """Immutable objects by key, plus create-if-absent and compare-and-swap.
+
+    Keys are relative to the store's root (the queue's prefix) and use ``/`` as separator.
+    Every method raises :class:`~s3q.errors.StoreError` when the store fails or refuses access.
+    ``requests`` counts the requests sent to the store.
+    """
+
+    requests: int = 0
+
+    @property
+    @abc.abstractmethod
+    def url(self) -> str:
+        """Where the store lives, for messages (no credentials)."""
+
+    @abc.abstractmethod
+    async def put_new(self, key: str, data: bytes) -> None:
+        """Write ``data`` at ``key`` only if nothing is there; durable when it returns.
+
+        Raises :class:`AlreadyExists` when the key is taken.
+        """
+
+    @abc.abstractmethod
+    async def put(self, key: str, data: bytes) -> None:
+        """Write ``data`` at ``key``, replacing what is there; durable when it returns."""
+
+    @abc.abstractmethod
+    async def get(self, key: str) -> bytes:
+        """The whole object at ``key``; :class:`NotFound` if absent."""
+
+    @abc.abstractmethod
+    async def get_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes ``start`` (inclusive) to ``end`` (exclusive) of the object at ``key``."""
+
+    @abc.abstractmethod
+    async def list(self, prefix: str, after: str | None = None) -> list[str]:
+        """Sorted keys that start with ``prefix`` and sort after ``after`` if given."""
+
+    @abc.abstractmethod
+    async def delete(self, key: str) -> None:
+        """Remove ``key``; absent keys are fine."""
+
+    @abc.abstractmethod
+    async def get_versioned(self, key: str) -> tuple[bytes, str] | None:
+        """The object at ``key`` and an opaque version token, or None if absent."""
+
+    @abc.abstractmethod
+    async def put_versioned(self, key: str, data: bytes, version: str | None) -> str:
+        """Write ``key`` if its version is still ``version`` (None: if absent); new version.
+
+        Raises :class:`Conflict` when another write got there first.
+        """
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what the adapter holds."""

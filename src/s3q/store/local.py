@@ -1,0 +1,204 @@
+"""A directory on the local file system: the embedded default store.
+
+Every write is acknowledged only after the file and its directory are fsynced, so an
+acknowledged write survives a process kill and an OS crash. Create-if-absent is an atomic
+``link`` of a fully written temporary file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import hashlib
+import os
+import uuid
+from pathlib import Path
+
+from ..errors import StoreError
+from .base import AlreadyExists, Conflict, NotFound, Store
+
+_TMP = ".tmp-"
+
+
+class LocalStore(Store):
+    """Objects as files under ``root``."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root).absolute()
+        self.requests = 0
+        self._made_dirs: set[Path] = set()
+
+    @property
+    def url(self) -> str:
+        return self.root.as_uri()
+
+    def path(self, key: str) -> Path:
+        parts = key.split("/")
+        if not key or any(p in ("", ".", "..") for p in parts):
+            raise ValueError(f"invalid key {key!r}")
+        return self.root.joinpath(*parts)
+
+    # -- writes ------------------------------------------------------------------------------
+
+    async def put_new(self, key: str, data: bytes) -> None:
+        self.requests += 1
+        await asyncio.to_thread(self._put_new, key, data)
+
+    async def put(self, key: str, data: bytes) -> None:
+        self.requests += 1
+        await asyncio.to_thread(self._replace, key, data)
+
+    def _put_new(self, key: str, data: bytes) -> None:
+        path = self.path(key)
+        with _os_errors(self.root):
+            tmp = self._write_tmp(path, data)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise AlreadyExists(key) from None
+            finally:
+                os.unlink(tmp)
+            _fsync_dir(path.parent)
+
+    def _replace(self, key: str, data: bytes) -> None:
+        path = self.path(key)
+        with _os_errors(self.root):
+            tmp = self._write_tmp(path, data)
+            os.replace(tmp, path)
+            _fsync_dir(path.parent)
+
+    def _write_tmp(self, path: Path, data: bytes) -> Path:
+        self._ensure_dir(path.parent)
+        tmp = path.parent / f"{_TMP}{uuid.uuid4().hex}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return tmp
+
+    def _ensure_dir(self, directory: Path) -> None:
+        if directory in self._made_dirs:
+            return
+        missing = []
+        d = directory
+        while not d.exists():
+            missing.append(d)
+            d = d.parent
+        for d in reversed(missing):
+            with contextlib.suppress(FileExistsError):
+                d.mkdir()
+            _fsync_dir(d.parent)
+        self._made_dirs.add(directory)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def get(self, key: str) -> bytes:
+        self.requests += 1
+        return await asyncio.to_thread(self._read, key, 0, None)
+
+    async def get_range(self, key: str, start: int, end: int) -> bytes:
+        self.requests += 1
+        return await asyncio.to_thread(self._read, key, start, end)
+
+    def _read(self, key: str, start: int, end: int | None) -> bytes:
+        path = self.path(key)
+        with _os_errors(self.root):
+            try:
+                with open(path, "rb") as f:
+                    if start:
+                        f.seek(start)
+                    return f.read() if end is None else f.read(end - start)
+            except FileNotFoundError:
+                raise NotFound(key) from None
+
+    async def list(self, prefix: str, after: str | None = None) -> list[str]:
+        self.requests += 1
+        return await asyncio.to_thread(self._list, prefix, after)
+
+    def _list(self, prefix: str, after: str | None) -> list[str]:
+        keys = []
+        with _os_errors(self.root):
+            if not self.root.exists():
+                return []
+            for dirpath, _dirs, files in os.walk(self.root):
+                rel = os.path.relpath(dirpath, self.root)
+                base = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+                if not (base.startswith(prefix) or prefix.startswith(base)):
+                    _dirs.clear()
+                    continue
+                for name in files:
+                    key = base + name
+                    if name.startswith(_TMP) or not key.startswith(prefix):
+                        continue
+                    if after is None or key > after:
+                        keys.append(key)
+        keys.sort()
+        return keys
+
+    async def delete(self, key: str) -> None:
+        self.requests += 1
+        path = self.path(key)
+        with _os_errors(self.root), contextlib.suppress(FileNotFoundError):
+            await asyncio.to_thread(os.unlink, path)
+
+    # -- versioned (used only for small metadata; the writer lease here is an OS lock) --------
+
+    async def get_versioned(self, key: str) -> tuple[bytes, str] | None:
+        try:
+            data = await self.get(key)
+        except NotFound:
+            return None
+        return data, _version(data)
+
+    async def put_versioned(self, key: str, data: bytes, version: str | None) -> str:
+        current = await self.get_versioned(key)
+        if (current[1] if current else None) != version:
+            raise Conflict(key)
+        await self.put(key, data)
+        return _version(data)
+
+    # -- the writer's OS lock ------------------------------------------------------------------
+
+    def lock(self, key: str) -> int | None:
+        """Take an exclusive OS lock on ``key``'s file; its descriptor, or None if held."""
+        path = self.path(key)
+        with _os_errors(self.root):
+            self._ensure_dir(path.parent)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                return None
+            return fd
+
+
+def _version(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _os_errors(root: Path):  # type: ignore[no-untyped-def]
+    try:
+        yield
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError | FileExistsError | BlockingIOError):
+            raise
+        what = {errno.EACCES: "access denied", errno.ENOSPC: "disk full"}.get(
+            exc.errno or 0, "I/O error"
+        )
+        raise StoreError(f"{what} on local store {root}: {exc}") from exc

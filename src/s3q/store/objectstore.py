@@ -1,0 +1,125 @@
+"""S3 and every S3-compatible store, GCS, Azure and memory, through obstore."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import obstore
+from obstore.exceptions import (
+    AlreadyExistsError,
+    NotFoundError,
+    PermissionDeniedError,
+    PreconditionError,
+    UnauthenticatedError,
+)
+
+from ..errors import StoreError
+from .base import AlreadyExists, Conflict, NotFound, Store
+
+#: Bounded retries: a store that stays down surfaces as StoreError within seconds, not minutes.
+RETRY = {"max_retries": 4, "retry_timeout": timedelta(seconds=20)}
+CLIENT = {"connect_timeout": "5s", "timeout": "60s"}
+
+
+class ObjectStore(Store):
+    """Adapter over an ``obstore`` store object."""
+
+    def __init__(self, inner: Any, url: str) -> None:
+        self.inner = inner
+        self._url = url
+        self.requests = 0
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    async def put_new(self, key: str, data: bytes) -> None:
+        self.requests += 1
+        async with self._errors(key):
+            try:
+                await obstore.put_async(self.inner, key, data, mode="create")
+            except AlreadyExistsError:
+                raise AlreadyExists(key) from None
+            except PreconditionError:  # some servers answer 412 rather than 409
+                raise AlreadyExists(key) from None
+
+    async def put(self, key: str, data: bytes) -> None:
+        self.requests += 1
+        async with self._errors(key):
+            await obstore.put_async(self.inner, key, data)
+
+    async def get(self, key: str) -> bytes:
+        self.requests += 1
+        async with self._errors(key):
+            result = await obstore.get_async(self.inner, key)
+            return bytes(await result.bytes_async())
+
+    async def get_range(self, key: str, start: int, end: int) -> bytes:
+        self.requests += 1
+        if end <= start:
+            return b""
+        async with self._errors(key):
+            return bytes(await obstore.get_range_async(self.inner, key, start=start, end=end))
+
+    async def list(self, prefix: str, after: str | None = None) -> list[str]:
+        keys: list[str] = []
+        async with self._errors(prefix):
+            stream = obstore.list(self.inner, prefix=prefix or None, offset=after)
+            async for chunk in stream:
+                self.requests += 1
+                keys.extend(meta["path"] for meta in chunk)
+        keys.sort()
+        return keys
+
+    async def delete(self, key: str) -> None:
+        self.requests += 1
+        async with self._errors(key):
+            with contextlib.suppress(NotFound):
+                await obstore.delete_async(self.inner, key)
+
+    async def get_versioned(self, key: str) -> tuple[bytes, str] | None:
+        self.requests += 1
+        try:
+            async with self._errors(key):
+                result = await obstore.get_async(self.inner, key)
+                data = bytes(await result.bytes_async())
+        except NotFound:
+            return None
+        etag = result.meta["e_tag"]
+        if etag is None:
+            raise StoreError(f"{self._url} returned no ETag for {key}: cannot compare-and-swap")
+        return data, etag
+
+    async def put_versioned(self, key: str, data: bytes, version: str | None) -> str:
+        self.requests += 1
+        mode: Any = "create" if version is None else {"e_tag": version}
+        async with self._errors(key):
+            try:
+                result = await obstore.put_async(self.inner, key, data, mode=mode)
+            except (AlreadyExistsError, PreconditionError):
+                raise Conflict(key) from None
+        etag = result["e_tag"]
+        if etag is None:
+            raise StoreError(f"{self._url} returned no ETag for {key}: cannot compare-and-swap")
+        return str(etag)
+
+    @contextlib.asynccontextmanager
+    async def _errors(self, key: str) -> AsyncIterator[None]:
+        try:
+            yield
+        except (AlreadyExists, Conflict, NotFound, StoreError):
+            raise
+        except (NotFoundError, FileNotFoundError):
+            raise NotFound(key) from None
+        except (PermissionDeniedError, UnauthenticatedError) as exc:
+            raise StoreError(f"access denied by {self._url} for {key}: {_first_line(exc)}") from exc
+        except Exception as exc:
+            raise StoreError(f"store {self._url} failed on {key}: {_first_line(exc)}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,141 @@
+"""Checks of what callers pass in: each failure is a precise, typed error raised before any change."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import InvalidArgument, InvalidPriority, MessageTooLarge
+from .message import Message
+
+MAX_NAME = 128  # dedup ids and group names
+MAX_ERROR = 8192  # characters of a failure's error text kept
+
+
+class Item:
+    """One message to enqueue, checked."""
+
+    __slots__ = ("attributes", "dedup_id", "delay", "group", "payload", "priority")
+
+    def __init__(
+        self,
+        payload: bytes,
+        priority: int,
+        delay: float,
+        dedup_id: str | None,
+        group: str | None,
+        attributes: dict[str, str] | None,
+    ) -> None:
+        self.payload = payload
+        self.priority = priority
+        self.delay = delay
+        self.dedup_id = dedup_id
+        self.group = group
+        self.attributes = attributes
+
+
+def item(
+    payload: object,
+    priority: object = 0,
+    delay: object = 0.0,
+    dedup_id: object = None,
+    group: object = None,
+    attributes: object = None,
+    *,
+    max_size: int,
+) -> Item:
+    if isinstance(payload, bytes):
+        data = payload
+    elif isinstance(payload, bytearray | memoryview):
+        data = bytes(payload)
+    else:
+        hint = " (encode it first, e.g. text.encode())" if isinstance(payload, str) else ""
+        raise InvalidArgument(f"payload must be bytes, got {type(payload).__name__}{hint}")
+    if len(data) > max_size:
+        raise MessageTooLarge(
+            f"payload of {len(data)} bytes exceeds max_message_size ({max_size} bytes)"
+        )
+    if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 255:
+        raise InvalidPriority(f"priority must be an integer from 0 to 255, got {priority!r}")
+    return Item(
+        data,
+        priority,
+        seconds("delay", delay),
+        name("dedup_id", dedup_id),
+        name("group", group),
+        attributes_of(attributes),
+    )
+
+
+def item_of(entry: object, max_size: int) -> Item:
+    """An element of ``enqueue_batch``: a payload, or a mapping of ``enqueue``'s keywords."""
+    if isinstance(entry, Mapping):
+        unknown = set(entry) - {"payload", "priority", "delay", "dedup_id", "group", "attributes"}
+        if unknown:
+            raise InvalidArgument(f"unknown key(s) in batch item: {', '.join(sorted(unknown))}")
+        if "payload" not in entry:
+            raise InvalidArgument("batch item has no 'payload'")
+        return item(**entry, max_size=max_size)
+    return item(entry, max_size=max_size)
+
+
+def seconds(what: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidArgument(f"{what} must be a finite number of seconds, got {value!r}")
+    if value < 0:
+        raise InvalidArgument(f"{what} must be >= 0, got {value!r}")
+    return float(value)
+
+
+def name(what: str, value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > MAX_NAME:
+        raise InvalidArgument(
+            f"{what} must be a non-empty string of at most {MAX_NAME} characters, got {value!r}"
+        )
+    return value
+
+
+def attributes_of(value: object) -> dict[str, str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise InvalidArgument(f"attributes must be a dict of str to str, got {value!r}")
+    for k, v in value.items():
+        if not isinstance(k, str) or not k or not isinstance(v, str):
+            raise InvalidArgument(f"attributes must map non-empty str to str, got {k!r}: {v!r}")
+    return dict(value) if value else None
+
+
+def error_text(error: object) -> str | None:
+    if error is None:
+        return None
+    if not isinstance(error, str):
+        raise InvalidArgument(f"error must be a string or None, got {type(error).__name__}")
+    return error[:MAX_ERROR]
+
+
+def receipt_of(target: object) -> str:
+    """The receipt of a delivered message, given the message or the receipt itself."""
+    if isinstance(target, Message):
+        if target.receipt is None:
+            raise InvalidArgument(f"message {target.id} was not delivered by dequeue: no receipt")
+        return target.receipt
+    if isinstance(target, str) and target:
+        return target
+    raise InvalidArgument(f"expected a Message or a receipt string, got {target!r}")
+
+
+def count(what: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidArgument(f"{what} must be an integer from {low} to {high}, got {value!r}")
+    return value
+
+
+def positive_seconds(what: str, value: Any) -> float:
+    result = seconds(what, value)
+    if result == 0:
+        raise InvalidArgument(f"{what} must be > 0, got {value!r}")
+    return result
