@@ -43,11 +43,6 @@ class QueueConfig:
             _seconds(name, getattr(self, name), allow_zero=True)
         for name in ("visibility_timeout", "lease_ttl"):
             _seconds(name, getattr(self, name), allow_zero=False)
-        if self.retry_delay_max < self.retry_delay:
-            raise InvalidConfig(
-                f"retry_delay_max ({self.retry_delay_max}) must be >= retry_delay "
-                f"({self.retry_delay})"
-            )
         if not callable(self.clock):
             raise InvalidConfig("clock must be a callable returning unix seconds")
 

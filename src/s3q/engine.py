@@ -213,6 +213,11 @@ class Engine:
                 except S3QError as exc:
                     self._fail_writer(exc)
                     return
+                except (
+                    Exception
+                ) as exc:  # a bug or an unexpected failure: never leave callers hanging
+                    self._fail_writer(StoreError(f"commit to {self.store.url} failed: {exc!r}"))
+                    raise
                 del self._unflushed[batch.seq]
                 self._durable = batch.seq
                 self.commits += 1

@@ -38,7 +38,7 @@ class ObjectStore(Store):
 
     async def put_new(self, key: str, data: bytes) -> None:
         self.requests += 1
-        async with self._errors(key):
+        async with self._errors(key, read=False):
             try:
                 await obstore.put_async(self.inner, key, data, mode="create")
             except AlreadyExistsError:
@@ -48,7 +48,7 @@ class ObjectStore(Store):
 
     async def put(self, key: str, data: bytes) -> None:
         self.requests += 1
-        async with self._errors(key):
+        async with self._errors(key, read=False):
             await obstore.put_async(self.inner, key, data)
 
     async def get(self, key: str) -> bytes:
@@ -96,7 +96,7 @@ class ObjectStore(Store):
     async def put_versioned(self, key: str, data: bytes, version: str | None) -> str:
         self.requests += 1
         mode: Any = "create" if version is None else {"e_tag": version}
-        async with self._errors(key):
+        async with self._errors(key, read=False):
             try:
                 result = await obstore.put_async(self.inner, key, data, mode=mode)
             except (AlreadyExistsError, PreconditionError):
@@ -107,13 +107,18 @@ class ObjectStore(Store):
         return str(etag)
 
     @contextlib.asynccontextmanager
-    async def _errors(self, key: str) -> AsyncIterator[None]:
+    async def _errors(self, key: str, read: bool = True) -> AsyncIterator[None]:
         try:
             yield
         except (AlreadyExists, Conflict, NotFound, StoreError):
             raise
-        except (NotFoundError, FileNotFoundError):
-            raise NotFound(key) from None
+        except (NotFoundError, FileNotFoundError) as exc:
+            if read:
+                raise NotFound(key) from None
+            raise StoreError(
+                f"{self._url} answered 'not found' to a write of {key}: does the bucket exist? "
+                f"({_first_line(exc)})"
+            ) from exc
         except (PermissionDeniedError, UnauthenticatedError) as exc:
             raise StoreError(f"access denied by {self._url} for {key}: {_first_line(exc)}") from exc
         except Exception as exc:

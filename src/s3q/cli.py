@@ -1,0 +1,139 @@
+"""The ``s3q`` command line."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+import s3q
+
+from .errors import S3QError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+console = Console()
+
+DEFAULT_STORE = "s3q-data"
+
+
+def default_store() -> str:
+    """The embedded default store: ``$S3Q_STORE``, else ``./s3q-data``."""
+    return os.environ.get("S3Q_STORE") or str(Path(DEFAULT_STORE).absolute())
+
+
+def queue_url(store: str, name: str) -> str:
+    return f"{store.rstrip('/')}/{name}"
+
+
+def friendly_errors(command: F) -> F:
+    """Turn s3q errors into a one-line message and exit code 1: no traceback for a user."""
+
+    @wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except S3QError as exc:
+            raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+
+    return run  # type: ignore[return-value]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(s3q.__version__, prog_name="s3q")
+def main() -> None:
+    """s3q: a durable message queue whose whole state lives in object storage."""
+
+
+@main.command()
+@click.option("--store", default=None, help="Store root URL or path [default: ./s3q-data].")
+@click.option("--messages", default=20_000, show_default=True, help="Messages to enqueue.")
+@friendly_errors
+def demo(store: str | None, messages: int) -> None:
+    """Enqueue, process and report on a demo queue in the embedded default store."""
+    if messages < 1:
+        raise click.BadParameter("must be >= 1", param_hint="--messages")
+    url = queue_url(store or default_store(), "demo")
+    console.print(f"[bold]s3q demo[/] on [cyan]{url}[/]")
+    rng = random.Random(7)
+    with s3q.open(url, max_attempts=2, retry_delay=0.05, retry_delay_max=0.1) as q:
+        q.purge()
+        started = time.perf_counter()
+        for start in range(0, messages, 1000):
+            q.enqueue_batch(
+                [
+                    {"payload": f"job {i}".encode(), "priority": rng.choice((0, 0, 0, 5, 9))}
+                    for i in range(start, min(start + 1000, messages))
+                ]
+            )
+        enqueued = time.perf_counter() - started
+        console.print(
+            f"enqueued {messages:,} messages in {enqueued:.2f} s ({messages / enqueued:,.0f} msg/s)"
+        )
+        started, done, failed = time.perf_counter(), 0, 0
+        while True:
+            batch = q.dequeue(max_messages=500, wait=0.2)
+            if not batch:
+                break
+            ok = []
+            for msg in batch:
+                if msg.payload.endswith(b"13"):  # every hundredth job fails, twice: dead letter
+                    q.fail(msg, "job 13 always fails")
+                    failed += 1
+                else:
+                    ok.append(msg)
+            q.complete_batch(ok)
+            done += len(ok)
+        took = time.perf_counter() - started
+        console.print(
+            f"processed {done:,} messages in {took:.2f} s ({done / took:,.0f} msg/s); "
+            f"{failed} failed deliveries"
+        )
+        print_stats(q.stats())
+        dead = q.dead_letters(limit=3)
+        if dead:
+            console.print(
+                "dead letters (first 3): "
+                + ", ".join(f"{m.payload.decode()!r} ({m.last_error})" for m in dead)
+            )
+
+
+def print_stats(stats: s3q.QueueStats) -> None:
+    table = Table(title="queue stats", show_header=True)
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for name in (
+        "pending",
+        "delayed",
+        "processing",
+        "retry",
+        "completed",
+        "dead",
+        "total_enqueued",
+        "commits",
+        "store_requests",
+    ):
+        table.add_row(name, f"{getattr(stats, name):,}")
+    table.add_row("mean_ops_per_commit", f"{stats.mean_ops_per_commit:,.1f}")
+    console.print(table)
+
+
+@main.command()
+@click.argument("url")
+@friendly_errors
+def stats(url: str) -> None:
+    """Show a queue's figures (opens it as its writer)."""
+    with s3q.open(url) as q:
+        print_stats(q.stats())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
