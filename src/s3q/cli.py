@@ -21,6 +21,8 @@ from .errors import S3QError
 F = TypeVar("F", bound=Callable[..., Any])
 
 console = Console()
+if not console.is_terminal:
+    console = Console(width=160)  # piped output: do not squeeze tables to 80 columns
 
 DEFAULT_STORE = "s3q-data"
 
@@ -133,6 +135,106 @@ def stats(url: str) -> None:
     """Show a queue's figures (opens it as its writer)."""
     with s3q.open(url) as q:
         print_stats(q.stats())
+
+
+@main.command()
+@click.option("--store", default=None, help="Queue URL [default: a temporary file:// directory].")
+@click.option("--messages", default=1_000_000, show_default=True, help="Messages per phase.")
+@click.option("--size", default=1024, show_default=True, help="Payload bytes.")
+@click.option("--batch", default=1000, show_default=True, help="Messages per call (1: single).")
+@click.option("--producers", default=4, show_default=True, help="Concurrent producer tasks.")
+@click.option("--consumers", default=4, show_default=True, help="Concurrent consumer tasks.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object, nothing else.")
+@friendly_errors
+def bench(
+    store: str | None,
+    messages: int,
+    size: int,
+    batch: int,
+    producers: int,
+    consumers: int,
+    as_json: bool,
+) -> None:
+    """Measure throughput, latency and requests per message: enqueue, dequeue+complete, mixed."""
+    import asyncio
+    import json
+    import sys
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from .bench import BenchConfig, as_dicts, run
+
+    for name, value, low in (
+        ("--messages", messages, 1),
+        ("--size", size, 0),
+        ("--batch", batch, 1),
+        ("--producers", producers, 1),
+        ("--consumers", consumers, 1),
+    ):
+        if value < low:
+            raise click.BadParameter(f"must be >= {low}", param_hint=name)
+    config = BenchConfig(store, messages, size, batch, producers, consumers)
+    command = "s3q " + " ".join(sys.argv[1:])
+    err = Console(stderr=True)
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=as_json or not err.is_terminal,
+    ) as bar:
+        tasks: dict[str, Any] = {}
+
+        def progress(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = bar.add_task(phase, total=total)
+            bar.update(tasks[phase], completed=done)
+
+        results = asyncio.run(run(config, progress))
+    if as_json:
+        click.echo(
+            json.dumps({"command": command, "config": vars(config), "phases": as_dicts(results)})
+        )
+        return
+    table = Table(
+        title=f"s3q bench: {messages:,} x {size} B, batch {batch}, "
+        f"{producers} producers, {consumers} consumers"
+    )
+    for col in (
+        "phase",
+        "msg/s",
+        "MiB/s",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "max ms",
+        "PUT/msg",
+        "GET/msg",
+        "B written/msg",
+        "commits",
+        "peak RSS MiB",
+    ):
+        table.add_column(col, justify="left" if col == "phase" else "right")
+    for r in results:
+        lat = r.latency_ms
+        table.add_row(
+            r.phase,
+            f"{r.msg_per_s:,.0f}",
+            f"{r.mib_per_s:,.1f}",
+            f"{lat['p50']:.2f}",
+            f"{lat['p95']:.2f}",
+            f"{lat['p99']:.2f}",
+            f"{lat['max']:.2f}",
+            f"{r.puts_per_msg:.4f}",
+            f"{r.gets_per_msg:.4f}",
+            f"{r.bytes_written_per_msg:,.0f}",
+            f"{r.commits:,}",
+            f"{r.peak_rss_mib:,.0f}",
+        )
+    console.print(table)
+    console.print(f"command: {command}")
 
 
 if __name__ == "__main__":  # pragma: no cover

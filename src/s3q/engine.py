@@ -20,7 +20,7 @@ import logging
 import random
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 
 from . import log, validate
 from .cache import PayloadCache
@@ -132,7 +132,7 @@ class Engine:
         await self.store.close()
 
     async def _recover(self) -> None:
-        keys = await self.store.list(log.PREFIX)
+        keys = await self.store.keys(log.PREFIX)
         seqs = sorted(s for s in map(log.seq_of, keys) if s is not None)
         if seqs and seqs != list(range(seqs[0], seqs[0] + len(seqs))):
             missing = sorted(set(range(seqs[0], seqs[-1] + 1)) - set(seqs))[:5]
@@ -408,7 +408,7 @@ class Engine:
 
     def _backoff(self, attempts: int) -> float:
         """Exponential in the attempts made, capped, with equal jitter."""
-        base = self.config.retry_delay * 2 ** min(attempts - 1, 62)
+        base = self.config.retry_delay * float(2 ** min(attempts - 1, 62))
         delay = min(self.config.retry_delay_max, base)
         return delay / 2 + random.uniform(0, delay / 2)
 
@@ -427,8 +427,7 @@ class Engine:
         self._check()
         await self._sweep()
         now = self.clock()
-        self.state.prune(now, self.config.completed_retention, self.config.dedup_window)
-        counts = self.state.counts(now)
+        counts = self.state.counts(now, self.config.completed_retention)
         return QueueStats(
             pending=counts[MessageStatus.PENDING],
             delayed=counts[MessageStatus.DELAYED],
@@ -440,6 +439,9 @@ class Engine:
             commits=self.commits,
             mean_ops_per_commit=self.ops_committed / self.commits if self.commits else 0.0,
             store_requests=self.store.requests,
+            store_puts=self.store.puts,
+            store_gets=self.store.gets,
+            store_bytes_written=self.store.bytes_written,
         )
 
     async def dead_letters(self, limit: int) -> list[Message]:
@@ -527,8 +529,6 @@ class Engine:
         )
 
 
-async def _quietly(awaitable: object) -> None:
-    try:
-        await awaitable  # type: ignore[misc]
-    except Exception:
-        pass
+async def _quietly(awaitable: Awaitable[object]) -> None:
+    with contextlib.suppress(Exception):  # best effort on a writer that already failed
+        await awaitable

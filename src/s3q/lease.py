@@ -143,10 +143,8 @@ class CasLease(WriterLease):
         if self._version is None:
             return
         record = LeaseRecord(self.holder, self.token, 0.0)
-        try:
+        with contextlib.suppress(Conflict):  # already someone else's
             await self.store.put_versioned(KEY, msgspec.json.encode(record), self._version)
-        except Conflict:
-            pass  # already someone else's
         self._version = None
 
     def _record(self) -> bytes:

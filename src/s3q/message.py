@@ -47,3 +47,6 @@ class QueueStats:
     commits: int
     mean_ops_per_commit: float
     store_requests: int
+    store_puts: int = 0
+    store_gets: int = 0
+    store_bytes_written: int = 0

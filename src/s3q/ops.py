@@ -13,14 +13,14 @@ class Op(msgspec.Struct, array_like=True, tag=True, frozen=True):
     """Base of every log operation."""
 
 
-class Open(Op, tag="o"):
+class Open(Op, tag="o", frozen=True):
     """A writer took the queue over (its first record: the fence for older writers)."""
 
     holder: str
     at: float
 
 
-class Enqueue(Op, tag="e"):
+class Enqueue(Op, tag="e", frozen=True):
     """A new message; its payload lies ``size`` bytes at ``offset`` of the same log object."""
 
     id: str
@@ -34,27 +34,27 @@ class Enqueue(Op, tag="e"):
     attributes: dict[str, str] | None = None
 
 
-class Lease(Op, tag="l"):
+class Lease(Op, tag="l", frozen=True):
     """Messages handed to a consumer: ``(id, receipt, lease_until)`` each; counts an attempt."""
 
     leases: list[tuple[str, str, float]]
 
 
-class Extend(Op, tag="x"):
+class Extend(Op, tag="x", frozen=True):
     """A lease now ends at ``until`` (at or before now: visible again)."""
 
     id: str
     until: float
 
 
-class Complete(Op, tag="c"):
+class Complete(Op, tag="c", frozen=True):
     """Messages acknowledged at ``at``."""
 
     ids: list[str]
     at: float
 
 
-class Fail(Op, tag="f"):
+class Fail(Op, tag="f", frozen=True):
     """A failed delivery: retried at ``retry_at``, or dead if ``retry_at`` is None."""
 
     id: str
@@ -63,7 +63,7 @@ class Fail(Op, tag="f"):
     at: float
 
 
-class Bury(Op, tag="b"):
+class Bury(Op, tag="b", frozen=True):
     """Messages whose last lease expired with no attempts left: now dead."""
 
     ids: list[str]
@@ -71,14 +71,14 @@ class Bury(Op, tag="b"):
     at: float
 
 
-class Redrive(Op, tag="r"):
+class Redrive(Op, tag="r", frozen=True):
     """Dead messages back to pending, attempts reset."""
 
     ids: list[str]
     at: float
 
 
-class Purge(Op, tag="p"):
+class Purge(Op, tag="p", frozen=True):
     """Every message not completed is removed."""
 
     at: float

@@ -255,18 +255,16 @@ class QueueState:
             return MessageStatus.RETRY if rec.backoff else MessageStatus.DELAYED
         return MessageStatus.PENDING
 
-    def counts(self, now: float) -> dict[MessageStatus, int]:
-        """Messages by status at ``now``."""
+    def counts(self, now: float, retention: float) -> dict[MessageStatus, int]:
+        """Messages by status at ``now``; completed ones only within ``retention``."""
         counts = dict.fromkeys(MessageStatus, 0)
         for rec in self.messages.values():
-            counts[self.status(rec, now)] += 1
+            if rec.state != DONE or rec.finished_at + retention > now:
+                counts[self.status(rec, now)] += 1
         return counts
 
     def iter_dead(self) -> Iterator[Rec]:
         return (self.messages[mid] for mid in self.dead)
-
-    def completed_count(self) -> int:
-        return len(self._finished)
 
     # -- forgetting what is no longer needed -----------------------------------------------------
 

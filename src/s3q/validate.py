@@ -1,4 +1,4 @@
-"""Checks of what callers pass in: each failure is a precise, typed error raised before any change."""
+"""Checks of what callers pass in: each failure is a precise typed error, before any change."""
 
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ def open_store(url: str, options: dict[str, Any] | None = None) -> Store:
     if scheme in ("s3", "s3a"):
         return _s3(parts.netloc, parts.path.strip("/"), options)
     if scheme in ("gs", "az", "abfs", "abfss", "azure"):
-        client = dict(CLIENT)
+        client: dict[str, Any] = dict(CLIENT)
         if "allow_http" in options:
             client["allow_http"] = bool(options.pop("allow_http"))
         if options:
@@ -55,7 +55,7 @@ def open_store(url: str, options: dict[str, Any] | None = None) -> Store:
                 f"unsupported option(s): {', '.join(sorted(options))}"
             )
         try:
-            inner = from_url(url, client_options=client, retry_config=RETRY)  # type: ignore[arg-type]
+            inner = from_url(url, client_options=client, retry_config=RETRY)  # type: ignore[call-overload]
         except Exception as exc:
             raise InvalidConfig(f"cannot use {url!r}: {exc}") from exc
         return ObjectStore(inner, url)
@@ -81,7 +81,7 @@ def _s3(bucket: str, prefix: str, options: dict[str, Any]) -> Store:
             if not isinstance(value, str) or not value:
                 raise InvalidConfig(f"{ours} must be a non-empty string, got {value!r}")
             config[theirs] = value
-    client = dict(CLIENT)
+    client: dict[str, Any] = dict(CLIENT)
     allow_http = options.get("allow_http")
     if allow_http is not None:
         if not isinstance(allow_http, bool):

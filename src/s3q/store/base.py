@@ -24,10 +24,17 @@ class Store(abc.ABC):
 
     Keys are relative to the store's root (the queue's prefix) and use ``/`` as separator.
     Every method raises :class:`~s3q.errors.StoreError` when the store fails or refuses access.
-    ``requests`` counts the requests sent to the store.
+    The counters tell how many requests of each kind were sent, and how many bytes written.
     """
 
-    requests: int = 0
+    def __init__(self) -> None:
+        self.puts = self.gets = self.lists = self.deletes = 0
+        self.bytes_written = 0
+
+    @property
+    def requests(self) -> int:
+        """Requests sent to the store so far."""
+        return self.puts + self.gets + self.lists + self.deletes
 
     @property
     @abc.abstractmethod
@@ -54,7 +61,7 @@ class Store(abc.ABC):
         """Bytes ``start`` (inclusive) to ``end`` (exclusive) of the object at ``key``."""
 
     @abc.abstractmethod
-    async def list(self, prefix: str, after: str | None = None) -> list[str]:
+    async def keys(self, prefix: str, after: str | None = None) -> list[str]:
         """Sorted keys that start with ``prefix`` and sort after ``after`` if given."""
 
     @abc.abstractmethod
@@ -71,6 +78,10 @@ class Store(abc.ABC):
 
         Raises :class:`Conflict` when another write got there first.
         """
+
+    def _wrote(self, data: bytes) -> None:
+        self.puts += 1
+        self.bytes_written += len(data)
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release what the adapter holds."""

@@ -26,8 +26,8 @@ class LocalStore(Store):
     """Objects as files under ``root``."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
+        super().__init__()
         self.root = Path(root).absolute()
-        self.requests = 0
         self._made_dirs: set[Path] = set()
 
     @property
@@ -43,11 +43,11 @@ class LocalStore(Store):
     # -- writes ------------------------------------------------------------------------------
 
     async def put_new(self, key: str, data: bytes) -> None:
-        self.requests += 1
+        self._wrote(data)
         await asyncio.to_thread(self._put_new, key, data)
 
     async def put(self, key: str, data: bytes) -> None:
-        self.requests += 1
+        self._wrote(data)
         await asyncio.to_thread(self._replace, key, data)
 
     def _put_new(self, key: str, data: bytes) -> None:
@@ -99,11 +99,11 @@ class LocalStore(Store):
     # -- reads -------------------------------------------------------------------------------
 
     async def get(self, key: str) -> bytes:
-        self.requests += 1
+        self.gets += 1
         return await asyncio.to_thread(self._read, key, 0, None)
 
     async def get_range(self, key: str, start: int, end: int) -> bytes:
-        self.requests += 1
+        self.gets += 1
         return await asyncio.to_thread(self._read, key, start, end)
 
     def _read(self, key: str, start: int, end: int | None) -> bytes:
@@ -117,11 +117,11 @@ class LocalStore(Store):
             except FileNotFoundError:
                 raise NotFound(key) from None
 
-    async def list(self, prefix: str, after: str | None = None) -> list[str]:
-        self.requests += 1
-        return await asyncio.to_thread(self._list, prefix, after)
+    async def keys(self, prefix: str, after: str | None = None) -> list[str]:
+        self.lists += 1
+        return await asyncio.to_thread(self._keys, prefix, after)
 
-    def _list(self, prefix: str, after: str | None) -> list[str]:
+    def _keys(self, prefix: str, after: str | None) -> list[str]:
         keys = []
         with _os_errors(self.root):
             if not self.root.exists():
@@ -142,7 +142,7 @@ class LocalStore(Store):
         return keys
 
     async def delete(self, key: str) -> None:
-        self.requests += 1
+        self.deletes += 1
         path = self.path(key)
         with _os_errors(self.root), contextlib.suppress(FileNotFoundError):
             await asyncio.to_thread(os.unlink, path)

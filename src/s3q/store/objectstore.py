@@ -28,16 +28,16 @@ class ObjectStore(Store):
     """Adapter over an ``obstore`` store object."""
 
     def __init__(self, inner: Any, url: str) -> None:
+        super().__init__()
         self.inner = inner
         self._url = url
-        self.requests = 0
 
     @property
     def url(self) -> str:
         return self._url
 
     async def put_new(self, key: str, data: bytes) -> None:
-        self.requests += 1
+        self._wrote(data)
         async with self._errors(key, read=False):
             try:
                 await obstore.put_async(self.inner, key, data, mode="create")
@@ -47,41 +47,41 @@ class ObjectStore(Store):
                 raise AlreadyExists(key) from None
 
     async def put(self, key: str, data: bytes) -> None:
-        self.requests += 1
+        self._wrote(data)
         async with self._errors(key, read=False):
             await obstore.put_async(self.inner, key, data)
 
     async def get(self, key: str) -> bytes:
-        self.requests += 1
+        self.gets += 1
         async with self._errors(key):
             result = await obstore.get_async(self.inner, key)
             return bytes(await result.bytes_async())
 
     async def get_range(self, key: str, start: int, end: int) -> bytes:
-        self.requests += 1
+        self.gets += 1
         if end <= start:
             return b""
         async with self._errors(key):
             return bytes(await obstore.get_range_async(self.inner, key, start=start, end=end))
 
-    async def list(self, prefix: str, after: str | None = None) -> list[str]:
+    async def keys(self, prefix: str, after: str | None = None) -> list[str]:
         keys: list[str] = []
         async with self._errors(prefix):
             stream = obstore.list(self.inner, prefix=prefix or None, offset=after)
             async for chunk in stream:
-                self.requests += 1
+                self.lists += 1
                 keys.extend(meta["path"] for meta in chunk)
         keys.sort()
         return keys
 
     async def delete(self, key: str) -> None:
-        self.requests += 1
+        self.deletes += 1
         async with self._errors(key):
             with contextlib.suppress(NotFound):
                 await obstore.delete_async(self.inner, key)
 
     async def get_versioned(self, key: str) -> tuple[bytes, str] | None:
-        self.requests += 1
+        self.gets += 1
         try:
             async with self._errors(key):
                 result = await obstore.get_async(self.inner, key)
@@ -94,7 +94,7 @@ class ObjectStore(Store):
         return data, etag
 
     async def put_versioned(self, key: str, data: bytes, version: str | None) -> str:
-        self.requests += 1
+        self._wrote(data)
         mode: Any = "create" if version is None else {"e_tag": version}
         async with self._errors(key, read=False):
             try:
