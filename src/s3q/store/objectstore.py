@@ -119,10 +119,24 @@ class ObjectStore(Store):
                 f"{self._url} answered 'not found' to a write of {key}: does the bucket exist? "
                 f"({_first_line(exc)})"
             ) from exc
-        except (PermissionDeniedError, UnauthenticatedError) as exc:
-            raise StoreError(f"access denied by {self._url} for {key}: {_first_line(exc)}") from exc
         except Exception as exc:
+            if isinstance(exc, PermissionDeniedError | UnauthenticatedError) or any(
+                sign in str(exc) for sign in _DENIED
+            ):
+                raise StoreError(
+                    f"access denied by {self._url} for {key}: check the credentials "
+                    f"({_first_line(exc)})"
+                ) from exc
             raise StoreError(f"store {self._url} failed on {key}: {_first_line(exc)}") from exc
+
+
+_DENIED = (
+    "403 Forbidden",
+    "401 Unauthorized",
+    "AccessDenied",
+    "SignatureDoesNotMatch",
+    "InvalidAccessKeyId",
+)
 
 
 def _first_line(exc: BaseException) -> str:
