@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 
 class PayloadCache:
     """Payloads by message id, holding at most ``max_bytes`` of them."""
@@ -9,7 +11,7 @@ class PayloadCache:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.size = 0
-        self._items: dict[str, bytes] = {}  # insertion-ordered: oldest first
+        self._items: OrderedDict[str, bytes] = OrderedDict()  # oldest first; O(1) eviction
 
     def put(self, mid: str, payload: bytes) -> None:
         if len(payload) > self.max_bytes:
@@ -17,8 +19,7 @@ class PayloadCache:
         self._items[mid] = payload
         self.size += len(payload)
         while self.size > self.max_bytes:
-            oldest = next(iter(self._items))
-            self.size -= len(self._items.pop(oldest))
+            self.size -= len(self._items.popitem(last=False)[1])
 
     def pop(self, mid: str) -> bytes | None:
         payload = self._items.pop(mid, None)

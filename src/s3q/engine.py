@@ -273,10 +273,9 @@ class Engine:
 
     # -- operations ----------------------------------------------------------------------------
 
-    def _new_id(self) -> str:
-        return (
-            f"{int(time.time() * 1000):012x}{self._id_nonce}{next(self._ids) & 0xFFFFFFFFFFFF:012x}"
-        )
+    def _id_prefix(self) -> str:
+        """Ids sort by creation time: milliseconds, this writer's nonce, then a counter."""
+        return f"{int(time.time() * 1000):012x}{self._id_nonce}"
 
     async def enqueue(self, items: list[validate.Item]) -> list[str]:
         self._check()
@@ -294,29 +293,33 @@ class Engine:
             )
         ids: list[str] = []
         batch: _Batch | None = None
+        id_prefix = self._id_prefix()
+        ids_counter, cache_put, window = self._ids, self._cache.put, config.dedup_window
         for it in items:
             if it.dedup_id is not None:
-                hit = state.dedup_hit(it.dedup_id, now, config.dedup_window)
+                hit = state.dedup_hit(it.dedup_id, now, window)
                 if hit is not None:
                     ids.append(hit)
                     continue
-            mid = self._new_id()
+            mid = f"{id_prefix}{next(ids_counter) & 0xFFFFFFFFFFFF:012x}"
+            payload = it.payload
+            batch = self._filling
             op = Enqueue(
                 mid,
                 it.priority,
                 now,
                 now + it.delay,
-                self._filling.size,
-                len(it.payload),
+                batch.size,
+                len(payload),
                 it.dedup_id,
                 it.group,
                 it.attributes,
             )
             batch = self._add(op)
-            batch.payloads.append(it.payload)
-            batch.held[mid] = it.payload
-            batch.size += len(it.payload)
-            self._cache.put(mid, it.payload)
+            batch.payloads.append(payload)
+            batch.held[mid] = payload
+            batch.size += len(payload)
+            cache_put(mid, payload)
             ids.append(mid)
         if batch is not None:
             self._notify()

@@ -70,6 +70,8 @@ def item(
 
 def item_of(entry: object, max_size: int) -> Item:
     """An element of ``enqueue_batch``: a payload, or a mapping of ``enqueue``'s keywords."""
+    if type(entry) is bytes and len(entry) <= max_size:  # the common case, checked cheaply
+        return Item(entry, 0, 0.0, None, None, None)
     if isinstance(entry, Mapping):
         unknown = set(entry) - {"payload", "priority", "delay", "dedup_id", "group", "attributes"}
         if unknown:
