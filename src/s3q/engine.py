@@ -308,7 +308,7 @@ class Engine:
                 mid,
                 it.priority,
                 now,
-                now + it.delay,
+                now + it.delay if it.delay else now,
                 batch.size,
                 len(payload),
                 it.dedup_id,
@@ -507,7 +507,7 @@ class Engine:
             if payload is None:
                 payload = self._unflushed_payload(rec)
             if payload is None:
-                wanted.setdefault(rec.ref[0], []).append(rec)
+                wanted.setdefault(rec.seg, []).append(rec)
             else:
                 found[rec.id] = payload
         if wanted:
@@ -517,15 +517,15 @@ class Engine:
         return [found[rec.id] for rec in recs]
 
     def _unflushed_payload(self, rec: Rec) -> bytes | None:
-        seq = rec.ref[0]
+        seq = rec.seg
         batch = self._unflushed.get(seq) or (self._filling if self._filling.seq == seq else None)
         return None if batch is None else batch.held.get(rec.id)
 
     async def _read_payloads(self, seq: int, recs: list[Rec]) -> dict[str, bytes]:
-        start = min(rec.ref[1] for rec in recs)
-        end = max(rec.ref[1] + rec.ref[2] for rec in recs)
+        start = min(rec.offset for rec in recs)
+        end = max(rec.offset + rec.size for rec in recs)
         data = await self.store.get_range(log.key(seq), start, end)
-        return {rec.id: data[rec.ref[1] - start : rec.ref[1] - start + rec.ref[2]] for rec in recs}
+        return {rec.id: data[rec.offset - start : rec.offset - start + rec.size] for rec in recs}
 
     def _message(self, rec: Rec, payload: bytes) -> Message:
         return Message(

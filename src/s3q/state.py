@@ -11,55 +11,36 @@ import heapq
 from collections import deque
 from collections.abc import Iterator
 
+import msgspec
+
 from .message import MessageStatus
 from .ops import AnyOp, Bury, Complete, Enqueue, Extend, Fail, Lease, Open, Purge, Redrive
 
 QUEUED, LEASED, DONE, DEAD = 0, 1, 2, 3
 
-PayloadRef = tuple[int, int, int]  # (log sequence number, offset, size)
 
+class Rec(msgspec.Struct, gc=False):
+    """One message in the index (not tracked by the cyclic GC: it holds no cycles)."""
 
-class Rec:
-    """One message in the index."""
-
-    __slots__ = (
-        "attempts",
-        "attributes",
-        "backoff",
-        "dedup_id",
-        "enqueued_at",
-        "finished_at",
-        "group",
-        "id",
-        "last_error",
-        "lease_until",
-        "n",
-        "priority",
-        "receipt",
-        "ref",
-        "state",
-        "version",
-        "visible_at",
-    )
-
-    def __init__(self, op: Enqueue, n: int, ref: PayloadRef) -> None:
-        self.id = op.id
-        self.n = n  # order of arrival: FIFO within a priority
-        self.priority = op.priority
-        self.enqueued_at = op.enqueued_at
-        self.visible_at = op.visible_at
-        self.attempts = 0
-        self.state = QUEUED
-        self.receipt: str | None = None
-        self.lease_until = 0.0
-        self.group = op.group
-        self.dedup_id = op.dedup_id
-        self.attributes = op.attributes
-        self.last_error: str | None = None
-        self.ref = ref
-        self.finished_at = 0.0
-        self.version = 0  # bumped on every change: heap entries of older versions are stale
-        self.backoff = False  # visible_at was set by a failure, not by a delay
+    id: str
+    n: int  # order of arrival: FIFO within a priority
+    priority: int
+    enqueued_at: float
+    visible_at: float
+    seg: int  # where the payload lies: log sequence number, offset, size
+    offset: int
+    size: int
+    group: str | None = None
+    dedup_id: str | None = None
+    attributes: dict[str, str] | None = None
+    attempts: int = 0
+    state: int = QUEUED
+    receipt: str | None = None
+    lease_until: float = 0.0
+    last_error: str | None = None
+    finished_at: float = 0.0
+    version: int = 0  # bumped on every change: heap entries of older versions are stale
+    backoff: bool = False  # visible_at was set by a failure, not by a delay
 
 
 class QueueState:
@@ -125,7 +106,19 @@ class QueueState:
 
     def _enqueue(self, op: Enqueue, seq: int) -> None:
         self._n += 1
-        rec = Rec(op, self._n, (seq, op.offset, op.size))
+        rec = Rec(
+            op.id,
+            self._n,
+            op.priority,
+            op.enqueued_at,
+            op.visible_at,
+            seq,
+            op.offset,
+            op.size,
+            op.group,
+            op.dedup_id,
+            op.attributes,
+        )
         self.messages[op.id] = rec
         self.total_enqueued += 1
         self.live += 1
