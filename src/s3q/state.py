@@ -52,6 +52,10 @@ class QueueState:
         self.live = 0  # queued or leased
         self.dead: dict[str, None] = {}  # ordered set, oldest first
         self._n = 0
+        # Deliverable messages. Fresh ones (visible at enqueue, never changed since: version 0)
+        # wait in one FIFO per priority, 8 bytes each; the others in a heap.
+        self._fresh: dict[int, deque[Rec]] = {}
+        self._fresh_priorities: list[int] = []  # heap of -priority of the FIFOs in _fresh
         self._ready: list[tuple[int, int, int, str]] = []  # (-priority, n, version, id)
         self._timers: list[tuple[float, int, int, str]] = []  # (time, n, version, id)
         self._groups: dict[str, deque[str]] = {}
@@ -131,7 +135,11 @@ class QueueState:
             if len(members) > 1:
                 return  # waits for the messages before it in its group
         if op.visible_at <= op.enqueued_at:
-            heapq.heappush(self._ready, (-rec.priority, rec.n, 0, rec.id))
+            fifo = self._fresh.get(rec.priority)
+            if fifo is None:
+                fifo = self._fresh[rec.priority] = deque()
+                heapq.heappush(self._fresh_priorities, -rec.priority)
+            fifo.append(rec)
         else:
             heapq.heappush(self._timers, (rec.visible_at, rec.n, 0, rec.id))
 
@@ -181,6 +189,8 @@ class QueueState:
         self.dead.clear()
         self._groups.clear()
         self._ready.clear()
+        self._fresh.clear()
+        self._fresh_priorities.clear()
         self._timers.clear()
 
     # -- choosing what to deliver ------------------------------------------------------------------
@@ -203,12 +213,36 @@ class QueueState:
             else:
                 heapq.heappush(ready, (-rec.priority, n, version, mid))
         chosen: list[Rec] = []
-        while ready and len(chosen) < limit:
-            _, _, version, mid = heapq.heappop(ready)
-            rec = messages.get(mid)
-            if rec is not None and rec.version == version:
-                chosen.append(rec)
+        while len(chosen) < limit:
+            fresh = self._best_fresh()
+            while ready:
+                _, _, version, mid = ready[0]
+                rec = messages.get(mid)
+                if rec is not None and rec.version == version:
+                    break
+                heapq.heappop(ready)
+            if fresh is None and not ready:
+                break
+            if fresh is not None and (
+                not ready or (-fresh.priority, fresh.n) < (ready[0][0], ready[0][1])
+            ):
+                self._fresh[fresh.priority].popleft()
+                chosen.append(fresh)
+            else:
+                chosen.append(messages[heapq.heappop(ready)[3]])
         return chosen, bury
+
+    def _best_fresh(self) -> Rec | None:
+        """The first fresh message of the highest priority, dropping stale entries."""
+        priorities, fresh = self._fresh_priorities, self._fresh
+        while priorities:
+            fifo = fresh[-priorities[0]]
+            while fifo and fifo[0].version != 0:
+                fifo.popleft()
+            if fifo:
+                return fifo[0]
+            del fresh[-heapq.heappop(priorities)]
+        return None
 
     def next_change(self) -> float | None:
         """The earliest time a timer fires (a delay ends, a lease expires), if any."""
@@ -220,9 +254,6 @@ class QueueState:
                 return timers[0][0]
             heapq.heappop(timers)
         return None
-
-    def has_ready(self) -> bool:
-        return bool(self._ready)
 
     # -- reads -----------------------------------------------------------------------------------
 
