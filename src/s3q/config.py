@@ -31,6 +31,10 @@ class QueueConfig:
     completed_retention: float = 3600.0
     lease_ttl: float = 10.0
     payload_cache_bytes: int = 64 * MiB
+    large_payload: int = 256 * 1024
+    checkpoint_ops: int = 100_000
+    checkpoint_interval: float = 60.0
+    gc_grace: float = 300.0
     clock: Callable[[], float] = time.time
 
     def __post_init__(self) -> None:
@@ -39,9 +43,17 @@ class QueueConfig:
         if self.max_queue_depth is not None:
             _positive_int("max_queue_depth", self.max_queue_depth)
         _non_negative_int("payload_cache_bytes", self.payload_cache_bytes)
-        for name in ("retry_delay", "retry_delay_max", "dedup_window", "completed_retention"):
+        _positive_int("large_payload", self.large_payload)
+        _positive_int("checkpoint_ops", self.checkpoint_ops)
+        for name in (
+            "retry_delay",
+            "retry_delay_max",
+            "dedup_window",
+            "completed_retention",
+            "gc_grace",
+        ):
             _seconds(name, getattr(self, name), allow_zero=True)
-        for name in ("visibility_timeout", "lease_ttl"):
+        for name in ("visibility_timeout", "lease_ttl", "checkpoint_interval"):
             _seconds(name, getattr(self, name), allow_zero=False)
         if not callable(self.clock):
             raise InvalidConfig("clock must be a callable returning unix seconds")

@@ -20,9 +20,12 @@ import logging
 import random
 import secrets
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Coroutine, Iterable
+from typing import Any
 
-from . import log, validate
+import msgspec
+
+from . import checkpoint, collector, log, validate
 from .cache import PayloadCache
 from .config import QueueConfig
 from .errors import (
@@ -36,9 +39,21 @@ from .errors import (
 )
 from .lease import WriterLease, describe_holder, writer_lease
 from .message import Message, MessageStatus, QueueStats
-from .ops import AnyOp, Bury, Complete, Enqueue, Extend, Fail, Lease, Open, Purge, Redrive
+from .ops import (
+    AnyOp,
+    Bury,
+    Complete,
+    Enqueue,
+    Extend,
+    Fail,
+    Lease,
+    Open,
+    Purge,
+    Redrive,
+    Relocate,
+)
 from .state import DONE, QueueState, Rec
-from .store import AlreadyExists, Store
+from .store import AlreadyExists, NotFound, Store
 
 logger = logging.getLogger("s3q")
 
@@ -100,6 +115,11 @@ class Engine:
         self._failure: S3QError | None = None
         self._closed = False
         self._changed: asyncio.Future[None] | None = None
+        self.checkpoints: dict[int, float] = {}  # checkpoint seq -> when written, as known
+        self._ops_since_checkpoint = 0
+        self._last_checkpoint_at = config.clock()
+        self._collecting: asyncio.Task[collector.Report] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
         self._id_nonce = secrets.token_hex(4)
         self._ids = itertools.count()
         self._receipts = itertools.count()
@@ -125,10 +145,18 @@ class Engine:
         if self._closed:
             return
         self._closed = True
-        pending = self._latest_batch()
-        if pending is not None and self._failure is None:
+        while self._failure is None and (pending := self._latest_batch()) is not None:
             with contextlib.suppress(S3QError):
                 await pending.done
+        for task in [*self._tasks, self._collecting]:
+            if task is not None and not task.done():
+                with contextlib.suppress(Exception):
+                    await task
+        if self._failure is None and self._ops_since_checkpoint:
+            try:  # a clean shutdown leaves a checkpoint behind: the next open is fast
+                await self._checkpoint_now()
+            except S3QError as exc:
+                logger.warning("no checkpoint at close of %s: %s", self.store.url, exc)
         if self._renewer is not None:
             self._renewer.cancel()
         if self._failure is None:
@@ -142,13 +170,16 @@ class Engine:
         await self.store.close()
 
     async def _recover(self) -> None:
-        keys = await self.store.keys(log.PREFIX)
-        seqs = sorted(s for s in map(log.seq_of, keys) if s is not None)
-        if seqs and seqs != list(range(seqs[0], seqs[0] + len(seqs))):
-            missing = sorted(set(range(seqs[0], seqs[-1] + 1)) - set(seqs))[:5]
-            raise StoreError(f"log of {self.store.url} is missing object(s) {missing}")
-        if seqs and seqs[0] != 1:
-            raise StoreError(f"log of {self.store.url} starts at {seqs[0]}, not 1")
+        base = await self._load_checkpoint()
+        keys = await self.store.keys(log.PREFIX, after=log.key(base) if base else None)
+        seqs = sorted(s for s in map(log.seq_of, keys) if s is not None and s > base)
+        expected = list(range(base + 1, base + 1 + len(seqs)))
+        if seqs != expected:
+            missing = sorted(set(range(base + 1, (seqs or [base])[-1] + 1)) - set(seqs))[:5]
+            raise StoreError(
+                f"log of {self.store.url} is missing object(s) {missing} after "
+                f"{'checkpoint ' + str(base) if base else 'its start'}"
+            )
         for start in range(0, len(seqs), REPLAY_WINDOW):
             window = seqs[start : start + REPLAY_WINDOW]
             blobs = await asyncio.gather(*(self.store.get(log.key(s)) for s in window))
@@ -167,6 +198,25 @@ class Engine:
             self._durable = seq
             break
         self._filling = _Batch(self._durable + 1)
+
+    async def _load_checkpoint(self) -> int:
+        """Start from the newest readable checkpoint; the log sequence number it covers."""
+        keys = await self.store.keys(checkpoint.PREFIX)
+        for seq in sorted((s for s in map(checkpoint.seq_of, keys) if s is not None), reverse=True):
+            try:
+                ck = checkpoint.decode(
+                    await self.store.get(checkpoint.key(seq)), checkpoint.key(seq)
+                )
+            except (StoreError, msgspec.DecodeError, NotFound) as exc:
+                logger.warning(
+                    "skipping unreadable checkpoint %s of %s: %s", seq, self.store.url, exc
+                )
+                continue
+            self.state = QueueState.restore(ck.snapshot)
+            self._durable = seq
+            self.checkpoints[seq] = ck.at
+            return seq
+        return 0
 
     def _replay(self, seq: int, data: bytes) -> None:
         header = log.decode(data, log.key(seq))
@@ -202,6 +252,25 @@ class Engine:
             self._committer = asyncio.create_task(self._commit_loop())
         return batch
 
+    def _add_carrying(self, op: AnyOp, payloads: Iterable[tuple[str, bytes]]) -> _Batch:
+        """Like ``_add``, for an op whose payloads ride the same log object, in this order."""
+        batch = self._add(op)
+        for mid, payload in payloads:
+            batch.payloads.append(payload)
+            batch.held[mid] = payload
+            batch.size += len(payload)
+        return batch
+
+    def relocate(self, moves: list[tuple[str, bytes]]) -> None:
+        """Copy live payloads forward into the batch being filled (for garbage collection)."""
+        if self._closed or self._failure is not None:
+            return
+        offset, placed = self._filling.size, []
+        for mid, payload in moves:
+            placed.append((mid, offset))
+            offset += len(payload)
+        self._add_carrying(Relocate(placed), moves)
+
     def _latest_batch(self) -> _Batch | None:
         """The last batch with operations in it, if any is not durable yet."""
         if self._filling.ops:
@@ -218,6 +287,8 @@ class Engine:
                 batch = self._filling
                 self._unflushed[batch.seq] = batch
                 self._filling = _Batch(batch.seq + 1)
+                self._ops_since_checkpoint += len(batch.ops)
+                snapshot = self._snapshot_if_due(batch.seq)
                 try:
                     await self._write(batch)
                 except S3QError as exc:
@@ -233,8 +304,74 @@ class Engine:
                 self.commits += 1
                 self.ops_committed += len(batch.ops)
                 batch.done.set_result(None)
+                if snapshot is not None:
+                    self._background(self._write_checkpoint(batch.seq, snapshot))
         finally:
             self._committer = None
+
+    # -- checkpoints and garbage collection -------------------------------------------------------
+
+    def _snapshot_if_due(self, seq: int, force: bool = False) -> bytes | None:
+        """The encoded checkpoint of the index as of log object ``seq``, if one is due.
+
+        Taken as ``seq`` leaves for the store, when the index holds exactly the log up to it.
+        Encoding costs time in the size of the index, so checkpoints come at most once per
+        ``max(checkpoint_ops, messages / 4)`` operations: amortised O(1) per operation.
+        """
+        config, now = self.config, self.clock()
+        ops = self._ops_since_checkpoint
+        due = ops >= max(config.checkpoint_ops, len(self.state.messages) // 4) or (
+            ops and now - self._last_checkpoint_at >= config.checkpoint_interval
+        )
+        if not (due or force):
+            return None
+        self.state.prune(now, config.completed_retention, config.dedup_window)
+        self._ops_since_checkpoint, self._last_checkpoint_at = 0, now
+        return checkpoint.encode(checkpoint.Checkpoint(seq, self.token, now, self.state.snapshot()))
+
+    async def _checkpoint_now(self) -> None:
+        """Checkpoint the durable log; the caller made sure nothing is in flight."""
+        seq = self._durable
+        data = self._snapshot_if_due(seq, force=True)
+        assert data is not None
+        with contextlib.suppress(AlreadyExists):
+            await self.store.put_new(checkpoint.key(seq), data)
+        self.checkpoints[seq] = self.clock()
+
+    async def _write_checkpoint(self, seq: int, data: bytes) -> None:
+        with contextlib.suppress(AlreadyExists):
+            await self.store.put_new(checkpoint.key(seq), data)
+        self.checkpoints[seq] = self.clock()
+        await self._collect_soon()
+
+    async def _collect_soon(self) -> None:
+        """One garbage collection pass at a time, never in the way of commits."""
+        if self._collecting is None or self._collecting.done():
+            self._collecting = asyncio.create_task(self._collect())
+            await asyncio.wait([self._collecting])
+
+    async def _collect(self) -> collector.Report:
+        return await collector.collect(self)
+
+    def _background(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._background_done)
+
+    def _background_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.warning("background work on %s failed: %s", self.store.url, task.exception())
+
+    async def compact(self) -> collector.Report:
+        """Checkpoint now, then collect garbage: for a tidy-minded caller or a long idle spell."""
+        self._check()
+        while (pending := self._latest_batch()) is not None:
+            await pending.done
+        await self._checkpoint_now()
+        while self._tasks:
+            await asyncio.wait(set(self._tasks))
+        return await self._collect()
 
     async def _write(self, batch: _Batch) -> None:
         header = log.Header(batch.seq, self.token, self.clock(), batch.ops)
@@ -315,10 +452,7 @@ class Engine:
                 it.group,
                 it.attributes,
             )
-            batch = self._add(op)
-            batch.payloads.append(payload)
-            batch.held[mid] = payload
-            batch.size += len(payload)
+            batch = self._add_carrying(op, ((mid, payload),))
             cache_put(mid, payload)
             ids.append(mid)
         if batch is not None:
@@ -511,7 +645,7 @@ class Engine:
             else:
                 found[rec.id] = payload
         if wanted:
-            parts = await asyncio.gather(*(self._read_payloads(s, rs) for s, rs in wanted.items()))
+            parts = await asyncio.gather(*(self.read_payloads(s, rs) for s, rs in wanted.items()))
             for part in parts:
                 found.update(part)
         return [found[rec.id] for rec in recs]
@@ -521,7 +655,8 @@ class Engine:
         batch = self._unflushed.get(seq) or (self._filling if self._filling.seq == seq else None)
         return None if batch is None else batch.held.get(rec.id)
 
-    async def _read_payloads(self, seq: int, recs: list[Rec]) -> dict[str, bytes]:
+    async def read_payloads(self, seq: int, recs: list[Rec]) -> dict[str, bytes]:
+        """The payloads of ``recs``, all in log object ``seq``, in one ranged read."""
         start = min(rec.offset for rec in recs)
         end = max(rec.offset + rec.size for rec in recs)
         data = await self.store.get_range(log.key(seq), start, end)

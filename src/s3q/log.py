@@ -5,6 +5,7 @@ Layout of one object, payloads first so an enqueue's ``offset`` is its absolute 
     payloads | header (msgpack) | crc32(header) u32 | len(header) u32 | b"S3Q1"
 
 Objects are named ``log/<seq>`` with ``seq`` zero-padded to 20 digits, so keys sort by sequence.
+Checkpoints use the same sealed framing with no payloads.
 """
 
 from __future__ import annotations
@@ -35,30 +36,39 @@ _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Header)
 
 
-def key(seq: int) -> str:
-    return f"{PREFIX}{seq:020d}"
+def key(seq: int, prefix: str = PREFIX) -> str:
+    return f"{prefix}{seq:020d}"
 
 
-def seq_of(key: str) -> int | None:
-    """The sequence number a key names, or None if it is not a log object."""
-    name = key[len(PREFIX) :] if key.startswith(PREFIX) else ""
+def seq_of(key: str, prefix: str = PREFIX) -> int | None:
+    """The sequence number a key names, or None if it is not such an object."""
+    name = key[len(prefix) :] if key.startswith(prefix) else ""
     return int(name) if len(name) == 20 and name.isdigit() else None
 
 
-def encode(header: Header, payloads: list[bytes]) -> bytes:
-    head = _encoder.encode(header)
+def seal(head: bytes, payloads: list[bytes] | tuple[()] = ()) -> bytes:
+    """Payloads, then ``head``, then the trailer that lets a reader find and check ``head``."""
     return b"".join((*payloads, head, _TRAILER.pack(zlib.crc32(head), len(head), MAGIC)))
+
+
+def unseal(data: bytes, where: str) -> memoryview:
+    """The checked ``head`` of a sealed object."""
+    if len(data) < _TRAILER.size:
+        raise StoreError(f"corrupt object {where}: only {len(data)} bytes")
+    crc, size, magic = _TRAILER.unpack_from(data, len(data) - _TRAILER.size)
+    start = len(data) - _TRAILER.size - size
+    if magic != MAGIC or start < 0:
+        raise StoreError(f"corrupt object {where}: bad trailer")
+    head = memoryview(data)[start : start + size]
+    if zlib.crc32(head) != crc:
+        raise StoreError(f"corrupt object {where}: checksum mismatch")
+    return head
+
+
+def encode(header: Header, payloads: list[bytes]) -> bytes:
+    return seal(_encoder.encode(header), payloads)
 
 
 def decode(data: bytes, where: str) -> Header:
     """The header of a log object (payloads stay where they are)."""
-    if len(data) < _TRAILER.size:
-        raise StoreError(f"corrupt log object {where}: only {len(data)} bytes")
-    crc, size, magic = _TRAILER.unpack_from(data, len(data) - _TRAILER.size)
-    start = len(data) - _TRAILER.size - size
-    if magic != MAGIC or start < 0:
-        raise StoreError(f"corrupt log object {where}: bad trailer")
-    head = memoryview(data)[start : start + size]
-    if zlib.crc32(head) != crc:
-        raise StoreError(f"corrupt log object {where}: header checksum mismatch")
-    return _decoder.decode(head)
+    return _decoder.decode(unseal(data, where))

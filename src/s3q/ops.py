@@ -21,7 +21,8 @@ class Open(Op, tag="o", frozen=True):
 
 
 class Enqueue(Op, tag="e", frozen=True):
-    """A new message; its payload lies ``size`` bytes at ``offset`` of the same log object."""
+    """A new message; its payload lies ``size`` bytes at ``offset`` of the same log object,
+    or, if ``offset`` is -1, in an object of its own (``blob/<id>``)."""
 
     id: str
     priority: int
@@ -78,10 +79,16 @@ class Redrive(Op, tag="r", frozen=True):
     at: float
 
 
+class Relocate(Op, tag="m", frozen=True):
+    """Payloads copied forward into this log object: ``(id, new offset)`` each."""
+
+    moves: list[tuple[str, int]]
+
+
 class Purge(Op, tag="p", frozen=True):
     """Every message not completed is removed."""
 
     at: float
 
 
-AnyOp = Open | Enqueue | Lease | Extend | Complete | Fail | Bury | Redrive | Purge
+AnyOp = Open | Enqueue | Lease | Extend | Complete | Fail | Bury | Redrive | Relocate | Purge

@@ -13,13 +13,31 @@ from collections.abc import Iterator
 
 import msgspec
 
+from . import log
 from .message import MessageStatus
-from .ops import AnyOp, Bury, Complete, Enqueue, Extend, Fail, Lease, Open, Purge, Redrive
+from .ops import (
+    AnyOp,
+    Bury,
+    Complete,
+    Enqueue,
+    Extend,
+    Fail,
+    Lease,
+    Open,
+    Purge,
+    Redrive,
+    Relocate,
+)
 
 QUEUED, LEASED, DONE, DEAD = 0, 1, 2, 3
 
 
-class Rec(msgspec.Struct, gc=False):
+def blob_key(mid: str) -> str:
+    """Where a payload too large for the log lies."""
+    return f"blob/{mid}"
+
+
+class Rec(msgspec.Struct, array_like=True, gc=False):
     """One message in the index (not tracked by the cyclic GC: it holds no cycles)."""
 
     id: str
@@ -27,7 +45,7 @@ class Rec(msgspec.Struct, gc=False):
     priority: int
     enqueued_at: float
     visible_at: float
-    seg: int  # where the payload lies: log sequence number, offset, size
+    seg: int  # where the payload lies: log sequence number, offset (-1: blob/<id>), size
     offset: int
     size: int
     group: str | None = None
@@ -41,6 +59,18 @@ class Rec(msgspec.Struct, gc=False):
     finished_at: float = 0.0
     version: int = 0  # bumped on every change: heap entries of older versions are stale
     backoff: bool = False  # visible_at was set by a failure, not by a delay
+
+
+class Snapshot(msgspec.Struct, array_like=True):
+    """The index at log object ``seq``: what a checkpoint holds."""
+
+    seq: int
+    n: int
+    total_enqueued: int
+    messages: list[Rec]
+    dedup: list[tuple[str, str, float]]  # (dedup_id, message id, enqueued_at)
+    seg_bytes: dict[int, int]
+    garbage: list[tuple[int, str]]
 
 
 class QueueState:
@@ -62,11 +92,19 @@ class QueueState:
         self._dedup: dict[str, tuple[str, float]] = {}  # dedup_id -> (id, enqueued_at)
         self._dedup_order: deque[tuple[float, str]] = deque()
         self._finished: deque[tuple[float, str]] = deque()  # completed, oldest first
+        # Storage bookkeeping: which log objects still hold payloads of live messages.
+        self.seq = 0  # the log object being folded
+        self.refs: dict[int, int] = {}  # log seq -> live messages whose payload lies there
+        self.live_bytes: dict[int, int] = {}  # log seq -> bytes of those payloads
+        self.seg_bytes: dict[int, int] = {}  # log seq -> payload bytes it was written with
+        self.garbage: list[tuple[int, str]] = []  # (seq it became garbage at, object key)
 
     # -- folding the log -------------------------------------------------------------------------
 
     def apply(self, op: AnyOp, seq: int) -> None:
         """Fold ``op``, read from (or bound for) log object ``seq``, into the index."""
+        if seq != self.seq:
+            self._close(seq)
         if isinstance(op, Enqueue):
             self._enqueue(op, seq)
         elif isinstance(op, Lease):
@@ -103,6 +141,12 @@ class QueueState:
         elif isinstance(op, Redrive):
             for mid in op.ids:
                 self._redrive(self.messages[mid], op.at)
+        elif isinstance(op, Relocate):
+            for mid, offset in op.moves:
+                rec = self.messages[mid]
+                self._release(rec)
+                rec.seg, rec.offset = seq, offset
+                self._hold(rec)
         elif isinstance(op, Purge):
             self._purge()
         elif not isinstance(op, Open):  # pragma: no cover - the union is closed
@@ -126,6 +170,9 @@ class QueueState:
         self.messages[op.id] = rec
         self.total_enqueued += 1
         self.live += 1
+        if op.offset >= 0:
+            self.seg_bytes[seq] = self.seg_bytes.get(seq, 0) + op.size
+        self._hold(rec)
         if op.dedup_id is not None:
             self._dedup[op.dedup_id] = (op.id, op.enqueued_at)
             self._dedup_order.append((op.enqueued_at, op.dedup_id))
@@ -135,13 +182,16 @@ class QueueState:
             if len(members) > 1:
                 return  # waits for the messages before it in its group
         if op.visible_at <= op.enqueued_at:
-            fifo = self._fresh.get(rec.priority)
-            if fifo is None:
-                fifo = self._fresh[rec.priority] = deque()
-                heapq.heappush(self._fresh_priorities, -rec.priority)
-            fifo.append(rec)
+            self._push_fresh(rec)
         else:
             heapq.heappush(self._timers, (rec.visible_at, rec.n, 0, rec.id))
+
+    def _push_fresh(self, rec: Rec) -> None:
+        fifo = self._fresh.get(rec.priority)
+        if fifo is None:
+            fifo = self._fresh[rec.priority] = deque()
+            heapq.heappush(self._fresh_priorities, -rec.priority)
+        fifo.append(rec)
 
     def _schedule(self, rec: Rec) -> None:
         """Index ``rec`` anew after a change: a timer for when it next becomes deliverable."""
@@ -158,6 +208,7 @@ class QueueState:
         if state == DONE:
             rec.attributes = None
             self._finished.append((at, rec.id))
+            self._release(rec)
         else:
             self.dead[rec.id] = None
         if rec.group is not None:
@@ -184,7 +235,8 @@ class QueueState:
 
     def _purge(self) -> None:
         for mid in [m for m, r in self.messages.items() if r.state != DONE]:
-            del self.messages[mid]
+            rec = self.messages.pop(mid)
+            self._release(rec)
         self.live = 0
         self.dead.clear()
         self._groups.clear()
@@ -192,6 +244,92 @@ class QueueState:
         self._fresh.clear()
         self._fresh_priorities.clear()
         self._timers.clear()
+
+    # -- snapshots (checkpoints) -----------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        """Everything the index holds, as of the operations folded so far."""
+        return Snapshot(
+            seq=self.seq,
+            n=self._n,
+            total_enqueued=self.total_enqueued,
+            messages=list(self.messages.values()),
+            dedup=[(d, mid, at) for d, (mid, at) in self._dedup.items()],
+            seg_bytes=self.seg_bytes,
+            garbage=self.garbage,
+        )
+
+    @classmethod
+    def restore(cls, snap: Snapshot) -> QueueState:
+        """The index a snapshot describes, its delivery structures rebuilt."""
+        state = cls()
+        state.seq, state._n, state.total_enqueued = snap.seq, snap.n, snap.total_enqueued
+        state.seg_bytes, state.garbage = dict(snap.seg_bytes), list(snap.garbage)
+        records = sorted(snap.messages, key=lambda r: r.n)
+        state.messages = {rec.id: rec for rec in records}
+        finished = []
+        for rec in records:
+            rec.version = 0
+            if rec.state == DONE:
+                finished.append((rec.finished_at, rec.id))
+                continue
+            if rec.state == DEAD:
+                state.dead[rec.id] = None
+            else:
+                state.live += 1
+                if rec.group is not None:
+                    state._groups.setdefault(rec.group, deque()).append(rec.id)
+            state._hold(rec)
+        state.dead = dict.fromkeys(
+            sorted(state.dead, key=lambda mid: state.messages[mid].finished_at)
+        )
+        finished.sort()
+        state._finished = deque(finished)
+        for rec in records:
+            if rec.state in (QUEUED, LEASED) and (
+                rec.group is None or state._groups[rec.group][0] == rec.id
+            ):
+                if rec.state == QUEUED and not rec.backoff and rec.visible_at <= rec.enqueued_at:
+                    state._push_fresh(rec)
+                else:
+                    when = rec.lease_until if rec.state == LEASED else rec.visible_at
+                    state._timers.append((when, rec.n, 0, rec.id))
+        heapq.heapify(state._timers)
+        for did, mid, at in sorted(snap.dedup, key=lambda d: d[2]):
+            state._dedup[did] = (mid, at)
+            state._dedup_order.append((at, did))
+        return state
+
+    # -- storage bookkeeping ---------------------------------------------------------------------
+
+    def _hold(self, rec: Rec) -> None:
+        if rec.offset >= 0:
+            self.refs[rec.seg] = self.refs.get(rec.seg, 0) + 1
+            self.live_bytes[rec.seg] = self.live_bytes.get(rec.seg, 0) + rec.size
+
+    def _release(self, rec: Rec) -> None:
+        """``rec`` no longer needs its payload (completed, purged, or moved)."""
+        if rec.offset < 0:
+            self.garbage.append((self.seq, blob_key(rec.id)))
+            return
+        seg = rec.seg
+        left = self.refs[seg] - 1
+        self.live_bytes[seg] -= rec.size
+        if left:
+            self.refs[seg] = left
+            return
+        del self.refs[seg], self.live_bytes[seg]
+        self.seg_bytes.pop(seg, None)
+        if seg < self.seq:  # a closed object: garbage now; the open one is judged on closing
+            self.garbage.append((self.seq, log.key(seg)))
+
+    def _close(self, seq: int) -> None:
+        """Folding moves on to log object ``seq``: the previous one is garbage if unreferenced."""
+        previous = self.seq
+        self.seq = seq
+        if previous and previous < seq and previous not in self.refs:
+            self.seg_bytes.pop(previous, None)
+            self.garbage.append((seq, log.key(previous)))
 
     # -- choosing what to deliver ------------------------------------------------------------------
 

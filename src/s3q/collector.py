@@ -1,0 +1,117 @@
+"""Garbage collection: delete what no live message, reader or recovery needs any more.
+
+The index keeps a list of garbage: log objects none of whose payloads a live message still
+needs, and payload objects of finished messages, each stamped with the log sequence number at
+which it became garbage. A checkpoint at sequence ``C`` never refers to garbage stamped ``<= C``,
+and readers starting from it read only the log after ``C``. So once a checkpoint has existed for
+``gc_grace`` seconds (the *stable* one), everything stamped at or before it can go, and so can
+older checkpoints: a reader that finishes within ``gc_grace`` of its start never misses an object.
+
+Live payloads stranded in mostly-dead log objects are copied forward into the log (a Relocate
+operation) so those objects can go too. Collection runs beside the writer, never blocking commits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from . import checkpoint
+from .errors import S3QError
+from .state import DONE
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+DELETE_CONCURRENCY = 16
+RELOCATE_BUDGET = 16 * 1024 * 1024  # bytes of payload copied forward per pass
+STRAGGLER_SHARE = 0.25  # an object whose live payloads are below this share of it is compacted
+
+
+@dataclass
+class Report:
+    """What one collection pass did."""
+
+    stable_checkpoint: int = 0
+    deleted_objects: int = 0
+    deleted_checkpoints: int = 0
+    relocated_messages: int = 0
+    relocated_bytes: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+async def collect(engine: Engine) -> Report:
+    """One pass: relocate stragglers, then delete garbage and old checkpoints."""
+    report = Report()
+    await _relocate_stragglers(engine, report)
+    store, state = engine.store, engine.state
+    now = engine.clock()
+    keys = await store.keys(checkpoint.PREFIX)
+    seqs = sorted(s for s in map(checkpoint.seq_of, keys) if s is not None)
+    known = engine.checkpoints
+    stable = max(
+        (s for s in seqs if s in known and known[s] <= now - engine.config.gc_grace), default=0
+    )
+    report.stable_checkpoint = stable
+    if not stable:
+        return report
+    doomed = [key for stamp, key in state.garbage if stamp <= stable]
+    old_checkpoints = [checkpoint.key(s) for s in seqs if s < stable]
+    limit = asyncio.Semaphore(DELETE_CONCURRENCY)
+
+    async def delete(key: str) -> None:
+        async with limit:
+            await store.delete(key)
+
+    results = await asyncio.gather(
+        *(delete(k) for k in [*old_checkpoints, *doomed]), return_exceptions=True
+    )
+    failed = {
+        k
+        for k, r in zip([*old_checkpoints, *doomed], results, strict=True)
+        if isinstance(r, BaseException)
+    }
+    report.errors = [str(r) for r in results if isinstance(r, S3QError)]
+    gone = set(doomed) - failed
+    state.garbage = [(stamp, key) for stamp, key in state.garbage if key not in gone]
+    report.deleted_objects = len(gone)
+    report.deleted_checkpoints = len(set(old_checkpoints) - failed)
+    for s in seqs:
+        if s < stable and checkpoint.key(s) not in failed:
+            known.pop(s, None)
+    return report
+
+
+async def _relocate_stragglers(engine: Engine, report: Report) -> None:
+    """Copy live payloads out of old objects that are mostly dead, within a byte budget."""
+    state = engine.state
+    newest = max(engine.checkpoints, default=0)
+    chosen: list[int] = []
+    budget = RELOCATE_BUDGET
+    for seg in sorted(state.refs):
+        if seg >= newest or budget <= 0:
+            break
+        live = state.live_bytes[seg]
+        if live <= STRAGGLER_SHARE * state.seg_bytes.get(seg, live) and live <= budget:
+            chosen.append(seg)
+            budget -= live
+    if not chosen:
+        return
+    members: dict[int, list[str]] = {seg: [] for seg in chosen}
+    for rec in state.messages.values():
+        if rec.seg in members and rec.offset >= 0 and rec.state != DONE:
+            members[rec.seg].append(rec.id)
+    for seg, ids in members.items():
+        recs = [state.messages[mid] for mid in ids]
+        payloads = await engine.read_payloads(seg, recs)
+        # The world moved on while we read: keep only messages still live where they were.
+        still = [
+            (rec.id, payloads[rec.id])
+            for rec in recs
+            if state.messages.get(rec.id) is rec and rec.seg == seg and rec.state != DONE
+        ]
+        if still:
+            engine.relocate(still)
+            report.relocated_messages += len(still)
+            report.relocated_bytes += sum(len(p) for _, p in still)
