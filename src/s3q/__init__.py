@@ -1,6 +1,7 @@
 """s3q: a durable message queue whose whole state lives in object storage."""
 
 from .api import AsyncQueue, Queue, open, open_async
+from .collector import CompactionReport
 from .config import QueueConfig
 from .errors import (
     InvalidArgument,
@@ -22,6 +23,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AsyncQueue",
+    "CompactionReport",
     "InvalidArgument",
     "InvalidConfig",
     "InvalidPriority",

@@ -12,6 +12,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from . import validate
+from .collector import CompactionReport
 from .config import QueueConfig, split_options
 from .engine import MAX_DEQUEUE, Engine
 from .errors import InvalidArgument
@@ -137,6 +138,10 @@ class AsyncQueue:
     async def purge(self) -> int:
         """Remove every message not completed; how many were removed."""
         return await self._engine.purge()
+
+    async def compact(self) -> CompactionReport:
+        """Checkpoint now and collect garbage (both also happen on their own)."""
+        return await self._engine.compact()
 
     async def close(self) -> None:
         """Finish pending commits and release the queue."""
@@ -274,6 +279,10 @@ class Queue:
     def purge(self) -> int:
         """Remove every message not completed; how many were removed."""
         return self._run(self._aq.purge())
+
+    def compact(self) -> CompactionReport:
+        """Checkpoint now and collect garbage (both also happen on their own)."""
+        return self._run(self._aq.compact())
 
     def close(self) -> None:
         """Finish pending commits and release the queue. Closing twice is fine."""

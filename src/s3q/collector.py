@@ -30,7 +30,7 @@ STRAGGLER_SHARE = 0.25  # an object whose live payloads are below this share of 
 
 
 @dataclass
-class Report:
+class CompactionReport:
     """What one collection pass did."""
 
     stable_checkpoint: int = 0
@@ -41,9 +41,9 @@ class Report:
     errors: list[str] = field(default_factory=list)
 
 
-async def collect(engine: Engine) -> Report:
+async def collect(engine: Engine) -> CompactionReport:
     """One pass: relocate stragglers, then delete garbage and old checkpoints."""
-    report = Report()
+    report = CompactionReport()
     await _relocate_stragglers(engine, report)
     store, state = engine.store, engine.state
     now = engine.clock()
@@ -83,7 +83,7 @@ async def collect(engine: Engine) -> Report:
     return report
 
 
-async def _relocate_stragglers(engine: Engine, report: Report) -> None:
+async def _relocate_stragglers(engine: Engine, report: CompactionReport) -> None:
     """Copy live payloads out of old objects that are mostly dead, within a byte budget."""
     state = engine.state
     newest = max(engine.checkpoints, default=0)

@@ -48,11 +48,12 @@ from .ops import (
     Fail,
     Lease,
     Open,
+    Prune,
     Purge,
     Redrive,
     Relocate,
 )
-from .state import DONE, QueueState, Rec
+from .state import DONE, QueueState, Rec, blob_key
 from .store import AlreadyExists, NotFound, Store
 
 logger = logging.getLogger("s3q")
@@ -118,7 +119,7 @@ class Engine:
         self.checkpoints: dict[int, float] = {}  # checkpoint seq -> when written, as known
         self._ops_since_checkpoint = 0
         self._last_checkpoint_at = config.clock()
-        self._collecting: asyncio.Task[collector.Report] | None = None
+        self._collecting: asyncio.Task[collector.CompactionReport] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._id_nonce = secrets.token_hex(4)
         self._ids = itertools.count()
@@ -189,12 +190,15 @@ class Engine:
         while True:
             seq = self._durable + 1
             now = self.clock()
-            header = log.Header(seq, self.token, now, [Open(self.holder, now)])
+            fence = Open(self.holder, now)
             try:
-                await self.store.put_new(log.key(seq), log.encode(header, []))
+                await self.store.put_new(
+                    log.key(seq), log.encode(log.Header(seq, self.token, now, [fence]), [])
+                )
             except AlreadyExists:  # an older writer is still committing: take its work in
                 self._replay(seq, await self.store.get(log.key(seq)))
                 continue
+            self.state.apply(fence, seq)
             self._durable = seq
             break
         self._filling = _Batch(self._durable + 1)
@@ -284,6 +288,8 @@ class Engine:
     async def _commit_loop(self) -> None:
         try:
             while self._filling.ops and self._failure is None:
+                if self._checkpoint_due():
+                    self._prune()  # rides the batch the checkpoint is taken at
                 batch = self._filling
                 self._unflushed[batch.seq] = batch
                 self._filling = _Batch(batch.seq + 1)
@@ -318,16 +324,25 @@ class Engine:
         Encoding costs time in the size of the index, so checkpoints come at most once per
         ``max(checkpoint_ops, messages / 4)`` operations: amortised O(1) per operation.
         """
-        config, now = self.config, self.clock()
-        ops = self._ops_since_checkpoint
-        due = ops >= max(config.checkpoint_ops, len(self.state.messages) // 4) or (
-            ops and now - self._last_checkpoint_at >= config.checkpoint_interval
-        )
-        if not (due or force):
+        now = self.clock()
+        if not (force or self._checkpoint_due()):
             return None
-        self.state.prune(now, config.completed_retention, config.dedup_window)
         self._ops_since_checkpoint, self._last_checkpoint_at = 0, now
         return checkpoint.encode(checkpoint.Checkpoint(seq, self.token, now, self.state.snapshot()))
+
+    def _checkpoint_due(self) -> bool:
+        config, ops = self.config, self._ops_since_checkpoint + len(self._filling.ops)
+        return ops >= max(config.checkpoint_ops, len(self.state.messages) // 4) or bool(
+            ops and self.clock() - self._last_checkpoint_at >= config.checkpoint_interval
+        )
+
+    def _prune(self) -> tuple[int, _Batch | None]:
+        """Forget what retention and the dedup window let go of, through the log."""
+        config, now = self.config, self.clock()
+        if not self.state.prunable(now, config.completed_retention, config.dedup_window):
+            return 0, None
+        batch = self._add(Prune(now, config.completed_retention, config.dedup_window))
+        return self.state.pruned, batch
 
     async def _checkpoint_now(self) -> None:
         """Checkpoint the durable log; the caller made sure nothing is in flight."""
@@ -350,7 +365,7 @@ class Engine:
             self._collecting = asyncio.create_task(self._collect())
             await asyncio.wait([self._collecting])
 
-    async def _collect(self) -> collector.Report:
+    async def _collect(self) -> collector.CompactionReport:
         return await collector.collect(self)
 
     def _background(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -363,7 +378,7 @@ class Engine:
         if not task.cancelled() and task.exception() is not None:
             logger.warning("background work on %s failed: %s", self.store.url, task.exception())
 
-    async def compact(self) -> collector.Report:
+    async def compact(self) -> collector.CompactionReport:
         """Checkpoint now, then collect garbage: for a tidy-minded caller or a long idle spell."""
         self._check()
         while (pending := self._latest_batch()) is not None:
@@ -416,43 +431,43 @@ class Engine:
 
     async def enqueue(self, items: list[validate.Item]) -> list[str]:
         self._check()
-        state, config = self.state, self.config
-        now = self.clock()
-        fresh = sum(
-            1
-            for it in items
-            if it.dedup_id is None or not state.dedup_hit(it.dedup_id, now, config.dedup_window)
-        )
-        if config.max_queue_depth is not None and state.live + fresh > config.max_queue_depth:
-            raise QueueFull(
-                f"queue {self.store.url} holds {state.live} messages; max_queue_depth is "
-                f"{config.max_queue_depth}, so {fresh} more do not fit"
-            )
+        self._admit(items)
+        blobs = await self._write_blobs(items)
+        self._check()
+        try:
+            self._admit(items)  # the queue may have filled while the blobs were written
+        except QueueFull:
+            for key in blobs.values():
+                self._background(self.store.delete(blob_key(key)))
+            raise
+        state, config, now = self.state, self.config, self.clock()
         ids: list[str] = []
         batch: _Batch | None = None
         id_prefix = self._id_prefix()
         ids_counter, cache_put, window = self._ids, self._cache.put, config.dedup_window
-        for it in items:
+        for index, it in enumerate(items):
             if it.dedup_id is not None:
                 hit = state.dedup_hit(it.dedup_id, now, window)
                 if hit is not None:
                     ids.append(hit)
+                    if index in blobs:  # a twin arrived while this blob was written
+                        self._background(self.store.delete(blob_key(blobs[index])))
                     continue
-            mid = f"{id_prefix}{next(ids_counter) & 0xFFFFFFFFFFFF:012x}"
             payload = it.payload
+            mid = blobs.get(index) or f"{id_prefix}{next(ids_counter) & 0xFFFFFFFFFFFF:012x}"
             batch = self._filling
             op = Enqueue(
                 mid,
                 it.priority,
                 now,
                 now + it.delay if it.delay else now,
-                batch.size,
+                -1 if index in blobs else batch.size,
                 len(payload),
                 it.dedup_id,
                 it.group,
                 it.attributes,
             )
-            batch = self._add_carrying(op, ((mid, payload),))
+            batch = self._add_carrying(op, () if index in blobs else ((mid, payload),))
             cache_put(mid, payload)
             ids.append(mid)
         if batch is not None:
@@ -460,6 +475,34 @@ class Engine:
         else:  # all duplicates: answer once the originals are durable
             batch = self._latest_batch()
         await self._durable_after(batch)
+        return ids
+
+    def _admit(self, items: list[validate.Item]) -> None:
+        """Raise QueueFull unless the new messages among ``items`` fit."""
+        state, config = self.state, self.config
+        if config.max_queue_depth is None:
+            return
+        now = self.clock()
+        fresh = sum(
+            1
+            for it in items
+            if it.dedup_id is None or not state.dedup_hit(it.dedup_id, now, config.dedup_window)
+        )
+        if state.live + fresh > config.max_queue_depth:
+            raise QueueFull(
+                f"queue {self.store.url} holds {state.live} messages; max_queue_depth is "
+                f"{config.max_queue_depth}, so {fresh} more do not fit"
+            )
+
+    async def _write_blobs(self, items: list[validate.Item]) -> dict[int, str]:
+        """Payloads over ``large_payload`` go to objects of their own, before their enqueue."""
+        threshold = self.config.large_payload
+        large = [i for i, it in enumerate(items) if len(it.payload) > threshold]
+        if not large:
+            return {}
+        prefix = self._id_prefix()
+        ids = {i: f"{prefix}{next(self._ids) & 0xFFFFFFFFFFFF:012x}" for i in large}
+        await asyncio.gather(*(self.store.put(blob_key(ids[i]), items[i].payload) for i in large))
         return ids
 
     async def dequeue(
@@ -619,8 +662,9 @@ class Engine:
 
     async def cleanup(self) -> int:
         self._check()
-        config = self.config
-        return self.state.prune(self.clock(), config.completed_retention, config.dedup_window)
+        pruned, batch = self._prune()
+        await self._durable_after(batch)
+        return pruned
 
     async def purge(self) -> int:
         self._check()
@@ -641,7 +685,7 @@ class Engine:
             if payload is None:
                 payload = self._unflushed_payload(rec)
             if payload is None:
-                wanted.setdefault(rec.seg, []).append(rec)
+                wanted.setdefault(rec.seg if rec.offset >= 0 else -1, []).append(rec)
             else:
                 found[rec.id] = payload
         if wanted:
@@ -656,7 +700,11 @@ class Engine:
         return None if batch is None else batch.held.get(rec.id)
 
     async def read_payloads(self, seq: int, recs: list[Rec]) -> dict[str, bytes]:
-        """The payloads of ``recs``, all in log object ``seq``, in one ranged read."""
+        """The payloads of ``recs``, all in log object ``seq``, in one ranged read
+        (``seq`` -1: each in an object of its own)."""
+        if seq < 0:
+            blobs = await asyncio.gather(*(self.store.get(blob_key(rec.id)) for rec in recs))
+            return {rec.id: data for rec, data in zip(recs, blobs, strict=True)}
         start = min(rec.offset for rec in recs)
         end = max(rec.offset + rec.size for rec in recs)
         data = await self.store.get_range(log.key(seq), start, end)

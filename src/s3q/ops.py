@@ -85,10 +85,20 @@ class Relocate(Op, tag="m", frozen=True):
     moves: list[tuple[str, int]]
 
 
+class Prune(Op, tag="z", frozen=True):
+    """Forget completed messages older than ``retention`` and dedup ids older than ``window``."""
+
+    at: float
+    retention: float
+    window: float
+
+
 class Purge(Op, tag="p", frozen=True):
     """Every message not completed is removed."""
 
     at: float
 
 
-AnyOp = Open | Enqueue | Lease | Extend | Complete | Fail | Bury | Redrive | Relocate | Purge
+AnyOp = (
+    Open | Enqueue | Lease | Extend | Complete | Fail | Bury | Redrive | Relocate | Prune | Purge
+)

@@ -24,6 +24,7 @@ from .ops import (
     Fail,
     Lease,
     Open,
+    Prune,
     Purge,
     Redrive,
     Relocate,
@@ -98,6 +99,7 @@ class QueueState:
         self.live_bytes: dict[int, int] = {}  # log seq -> bytes of those payloads
         self.seg_bytes: dict[int, int] = {}  # log seq -> payload bytes it was written with
         self.garbage: list[tuple[int, str]] = []  # (seq it became garbage at, object key)
+        self.pruned = 0  # how much the last Prune forgot
 
     # -- folding the log -------------------------------------------------------------------------
 
@@ -147,6 +149,8 @@ class QueueState:
                 self._release(rec)
                 rec.seg, rec.offset = seq, offset
                 self._hold(rec)
+        elif isinstance(op, Prune):
+            self.pruned = self._prune(op.at, op.retention, op.window)
         elif isinstance(op, Purge):
             self._purge()
         elif not isinstance(op, Open):  # pragma: no cover - the union is closed
@@ -430,7 +434,14 @@ class QueueState:
 
     # -- forgetting what is no longer needed -----------------------------------------------------
 
-    def prune(self, now: float, retention: float, dedup_window: float) -> int:
+    def prunable(self, now: float, retention: float, dedup_window: float) -> bool:
+        """Whether a Prune at ``now`` would forget anything."""
+        return bool(
+            (self._finished and self._finished[0][0] + retention <= now)
+            or (self._dedup_order and self._dedup_order[0][0] + dedup_window <= now)
+        )
+
+    def _prune(self, now: float, retention: float, dedup_window: float) -> int:
         """Forget completed messages past ``retention`` and dedup ids past the window."""
         pruned = 0
         finished, messages = self._finished, self.messages
