@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from . import checkpoint
 from .errors import S3QError
-from .state import DONE
+from .state import DONE, Rec
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -98,20 +98,21 @@ async def _relocate_stragglers(engine: Engine, report: CompactionReport) -> None
             budget -= live
     if not chosen:
         return
-    members: dict[int, list[str]] = {seg: [] for seg in chosen}
+    recs: dict[int, list[Rec]] = {seg: [] for seg in chosen}
     for rec in state.messages.values():
-        if rec.seg in members and rec.offset >= 0 and rec.state != DONE:
-            members[rec.seg].append(rec.id)
-    for seg, ids in members.items():
-        recs = [state.messages[mid] for mid in ids]
-        payloads = await engine.read_payloads(seg, recs)
-        # The world moved on while we read: keep only messages still live where they were.
-        still = [
-            (rec.id, payloads[rec.id])
-            for rec in recs
-            if state.messages.get(rec.id) is rec and rec.seg == seg and rec.state != DONE
-        ]
-        if still:
-            engine.relocate(still)
-            report.relocated_messages += len(still)
-            report.relocated_bytes += sum(len(p) for _, p in still)
+        if rec.seg in recs and rec.offset >= 0 and rec.state != DONE:
+            recs[rec.seg].append(rec)
+    # Where each payload lies now, taken before any await: the world moves on while we read.
+    spans = {seg: [(r.id, r.offset, r.size) for r in rs] for seg, rs in recs.items()}
+    reads = await asyncio.gather(*(engine.read_payloads(seg, spans[seg]) for seg in recs))
+    payloads = {mid: data for part in reads for mid, data in part.items()}
+    still = [  # only messages still live where they were; all into one log object
+        (rec.id, payloads[rec.id])
+        for seg, rs in recs.items()
+        for rec in rs
+        if state.messages.get(rec.id) is rec and rec.seg == seg and rec.state != DONE
+    ]
+    if still:
+        engine.relocate(still)
+        report.relocated_messages += len(still)
+        report.relocated_bytes += sum(len(p) for _, p in still)

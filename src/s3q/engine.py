@@ -62,6 +62,9 @@ MAX_DEQUEUE = 10_000
 REPLAY_WINDOW = 16  # log objects fetched concurrently during recovery
 
 
+Span = tuple[str, int, int]  # a payload: message id, offset, size
+
+
 class _Batch:
     """Operations bound for one log object."""
 
@@ -381,6 +384,7 @@ class Engine:
     async def compact(self) -> collector.CompactionReport:
         """Checkpoint now, then collect garbage: for a tidy-minded caller or a long idle spell."""
         self._check()
+        self._prune()
         while (pending := self._latest_batch()) is not None:
             await pending.done
         await self._checkpoint_now()
@@ -679,17 +683,19 @@ class Engine:
     async def _payloads(self, recs: list[Rec], keep: bool = False) -> list[bytes]:
         """The payloads of ``recs``: from the cache, the batches in flight, or the store."""
         found: dict[str, bytes] = {}
-        wanted: dict[int, list[Rec]] = {}
+        wanted: dict[int, list[Span]] = {}
         for rec in recs:
             payload = self._cache.get(rec.id) if keep else self._cache.pop(rec.id)
             if payload is None:
                 payload = self._unflushed_payload(rec)
             if payload is None:
-                wanted.setdefault(rec.seg if rec.offset >= 0 else -1, []).append(rec)
+                # Where it lies now: garbage collection may move it while we read.
+                span = (rec.id, rec.offset, rec.size)
+                wanted.setdefault(rec.seg if rec.offset >= 0 else -1, []).append(span)
             else:
                 found[rec.id] = payload
         if wanted:
-            parts = await asyncio.gather(*(self.read_payloads(s, rs) for s, rs in wanted.items()))
+            parts = await asyncio.gather(*(self.read_payloads(s, sp) for s, sp in wanted.items()))
             for part in parts:
                 found.update(part)
         return [found[rec.id] for rec in recs]
@@ -699,16 +705,16 @@ class Engine:
         batch = self._unflushed.get(seq) or (self._filling if self._filling.seq == seq else None)
         return None if batch is None else batch.held.get(rec.id)
 
-    async def read_payloads(self, seq: int, recs: list[Rec]) -> dict[str, bytes]:
-        """The payloads of ``recs``, all in log object ``seq``, in one ranged read
-        (``seq`` -1: each in an object of its own)."""
+    async def read_payloads(self, seq: int, spans: list[Span]) -> dict[str, bytes]:
+        """Payloads by id, given ``(id, offset, size)`` in log object ``seq``, in one ranged
+        read (``seq`` -1: each in an object of its own)."""
         if seq < 0:
-            blobs = await asyncio.gather(*(self.store.get(blob_key(rec.id)) for rec in recs))
-            return {rec.id: data for rec, data in zip(recs, blobs, strict=True)}
-        start = min(rec.offset for rec in recs)
-        end = max(rec.offset + rec.size for rec in recs)
+            blobs = await asyncio.gather(*(self.store.get(blob_key(mid)) for mid, _, _ in spans))
+            return {mid: data for (mid, _, _), data in zip(spans, blobs, strict=True)}
+        start = min(offset for _, offset, _ in spans)
+        end = max(offset + size for _, offset, size in spans)
         data = await self.store.get_range(log.key(seq), start, end)
-        return {rec.id: data[rec.offset - start : rec.offset - start + rec.size] for rec in recs}
+        return {mid: data[offset - start : offset - start + size] for mid, offset, size in spans}
 
     def _message(self, rec: Rec, payload: bytes) -> Message:
         return Message(
