@@ -36,6 +36,18 @@ class PhaseResult:
 
 
 @dataclass
+class Storage:
+    """Recovery and storage figures."""
+
+    reopen_seconds: float  # close, then open with every enqueued message pending
+    reopen_rss_mib: float
+    objects_after_one_gc: int
+    bytes_after_one_gc: int
+    objects_after_two_gc: int
+    bytes_after_two_gc: int
+
+
+@dataclass
 class BenchConfig:
     store: str | None
     messages: int
@@ -102,14 +114,23 @@ async def _consume(q: AsyncQueue, meter: _Meter, target: int, batch: int) -> Non
             meter.done += got
 
 
-async def run(config: BenchConfig, progress: Callable[[str, int, int], None]) -> list[PhaseResult]:
+async def run(
+    config: BenchConfig, progress: Callable[[str, int, int], None]
+) -> tuple[list[PhaseResult], Storage]:
     """Run every phase; ``progress(phase, done, total)`` is called a few times a second."""
     tmp = None
     url = config.store
     if url is None:
         tmp = tempfile.mkdtemp(prefix="s3q-bench-")
         url = f"file://{tmp}/bench"
-    q = await open_async(url, max_message_size=max(config.size, 1), visibility_timeout=300.0)
+    # Completed ids are not kept and garbage has no grace: the figures show storage at rest.
+    options = dict(
+        max_message_size=max(config.size, 1),
+        visibility_timeout=300.0,
+        completed_retention=0.0,
+        gc_grace=0.0,
+    )
+    q = await open_async(url, **options)
     try:
         await q.purge()
         payload = b"x" * config.size
@@ -158,6 +179,11 @@ async def run(config: BenchConfig, progress: Callable[[str, int, int], None]) ->
             return [_consume(q, meter, target, config.batch) for _ in range(config.consumers)]
 
         await phase("enqueue", lambda m: producers(m, [n]), n)
+        await q.close()
+        started = time.perf_counter()
+        q = await open_async(url, **options)
+        reopen = time.perf_counter() - started
+        reopen_rss = _peak_rss_mib()
         await phase("dequeue+complete", lambda m: consumers(m, n), n)
 
         def mixed(meter: _Meter) -> list[Awaitable[Any]]:
@@ -165,7 +191,19 @@ async def run(config: BenchConfig, progress: Callable[[str, int, int], None]) ->
             return [*producers(sent, [n]), *consumers(meter, n)]
 
         await phase("mixed", mixed, n)
-        return results
+        while batch := await q.dequeue(max_messages=1000):  # none expected; be sure
+            await q.complete_batch(batch)
+        first = await q.compact()
+        second = await q.compact()  # collects what the first pass relocated, if anything
+        storage = Storage(
+            reopen_seconds=round(reopen, 3),
+            reopen_rss_mib=round(reopen_rss, 1),
+            objects_after_one_gc=first.objects,
+            bytes_after_one_gc=first.bytes,
+            objects_after_two_gc=second.objects,
+            bytes_after_two_gc=second.bytes,
+        )
+        return results, storage
     finally:
         await q.close()
         if tmp is not None:

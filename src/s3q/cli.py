@@ -192,11 +192,15 @@ def bench(
                 tasks[phase] = bar.add_task(phase, total=total)
             bar.update(tasks[phase], completed=done)
 
-        results = asyncio.run(run(config, progress))
+        results, storage = asyncio.run(run(config, progress))
     if as_json:
-        click.echo(
-            json.dumps({"command": command, "config": vars(config), "phases": as_dicts(results)})
-        )
+        summary = {
+            "command": command,
+            "config": vars(config),
+            "phases": as_dicts(results),
+            "storage": vars(storage),
+        }
+        click.echo(json.dumps(summary))
         return
     table = Table(
         title=f"s3q bench: {messages:,} x {size} B, batch {batch}, "
@@ -234,6 +238,13 @@ def bench(
             f"{r.peak_rss_mib:,.0f}",
         )
     console.print(table)
+    console.print(
+        f"reopen with {messages:,} pending: {storage.reopen_seconds:.2f} s "
+        f"(peak RSS {storage.reopen_rss_mib:,.0f} MiB); after all completed and one GC pass: "
+        f"{storage.objects_after_one_gc} objects, {storage.bytes_after_one_gc / 2**20:.2f} MiB; "
+        f"after two: {storage.objects_after_two_gc} objects, "
+        f"{storage.bytes_after_two_gc / 2**20:.2f} MiB"
+    )
     console.print(f"command: {command}")
 
 

@@ -38,6 +38,8 @@ class CompactionReport:
     deleted_checkpoints: int = 0
     relocated_messages: int = 0
     relocated_bytes: int = 0
+    objects: int = 0  # what the queue's prefix holds afterwards (filled in by compact())
+    bytes: int = 0
     errors: list[str] = field(default_factory=list)
 
 
@@ -45,8 +47,7 @@ async def collect(engine: Engine) -> CompactionReport:
     """One pass: relocate stragglers, then delete garbage and old checkpoints."""
     report = CompactionReport()
     await _relocate_stragglers(engine, report)
-    store, state = engine.store, engine.state
-    now = engine.clock()
+    store, now = engine.store, engine.clock()
     keys = await store.keys(checkpoint.PREFIX)
     seqs = sorted(s for s in map(checkpoint.seq_of, keys) if s is not None)
     known = engine.checkpoints
@@ -54,8 +55,16 @@ async def collect(engine: Engine) -> CompactionReport:
         (s for s in seqs if s in known and known[s] <= now - engine.config.gc_grace), default=0
     )
     report.stable_checkpoint = stable
-    if not stable:
-        return report
+    if stable:
+        await _delete_garbage(engine, report, seqs, stable)
+    return report
+
+
+async def _delete_garbage(
+    engine: Engine, report: CompactionReport, seqs: list[int], stable: int
+) -> None:
+    """Delete garbage stamped at or before the stable checkpoint, and older checkpoints."""
+    store, state, known = engine.store, engine.state, engine.checkpoints
     doomed = [key for stamp, key in state.garbage if stamp <= stable]
     old_checkpoints = [checkpoint.key(s) for s in seqs if s < stable]
     limit = asyncio.Semaphore(DELETE_CONCURRENCY)
@@ -80,7 +89,6 @@ async def collect(engine: Engine) -> CompactionReport:
     for s in seqs:
         if s < stable and checkpoint.key(s) not in failed:
             known.pop(s, None)
-    return report
 
 
 async def _relocate_stragglers(engine: Engine, report: CompactionReport) -> None:

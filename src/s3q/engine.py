@@ -390,7 +390,11 @@ class Engine:
         await self._checkpoint_now()
         while self._tasks:
             await asyncio.wait(set(self._tasks))
-        return await self._collect()
+        if self._collecting is not None:
+            await asyncio.wait([self._collecting])
+        report = await self._collect()
+        report.objects, report.bytes = await self.store.usage()
+        return report
 
     async def _write(self, batch: _Batch) -> None:
         header = log.Header(batch.seq, self.token, self.clock(), batch.ops)

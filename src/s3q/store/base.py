@@ -65,6 +65,10 @@ class Store(abc.ABC):
         """Sorted keys that start with ``prefix`` and sort after ``after`` if given."""
 
     @abc.abstractmethod
+    async def usage(self) -> tuple[int, int]:
+        """How many objects the store holds under its root, and their total bytes."""
+
+    @abc.abstractmethod
     async def delete(self, key: str) -> None:
         """Remove ``key``; absent keys are fine."""
 

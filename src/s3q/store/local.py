@@ -141,6 +141,18 @@ class LocalStore(Store):
         keys.sort()
         return keys
 
+    async def usage(self) -> tuple[int, int]:
+        self.lists += 1
+        return await asyncio.to_thread(self._usage)
+
+    def _usage(self) -> tuple[int, int]:
+        count = size = 0
+        for key in self._keys("", None):
+            with contextlib.suppress(FileNotFoundError):
+                size += self.path(key).stat().st_size
+                count += 1
+        return count, size
+
     async def delete(self, key: str) -> None:
         self.deletes += 1
         path = self.path(key)

@@ -74,6 +74,15 @@ class ObjectStore(Store):
         keys.sort()
         return keys
 
+    async def usage(self) -> tuple[int, int]:
+        count = size = 0
+        async with self._errors(""):
+            async for chunk in obstore.list(self.inner):
+                self.lists += 1
+                count += len(chunk)
+                size += sum(meta["size"] for meta in chunk)
+        return count, size
+
     async def delete(self, key: str) -> None:
         self.deletes += 1
         async with self._errors(key):
