@@ -237,7 +237,7 @@ class Engine:
             try:
                 await self._lease.renew()
             except WriterFenced as exc:
-                self._fail_writer(exc)
+                self._fail_writer(exc, in_flight=False)
                 return
             except S3QError as exc:
                 logger.warning("writer lease renewal for %s failed: %s", self.store.url, exc)
@@ -303,17 +303,17 @@ class Engine:
                 except S3QError as exc:
                     self._fail_writer(exc)
                     return
-                except (
-                    Exception
-                ) as exc:  # a bug or an unexpected failure: never leave callers hanging
+                except Exception as exc:
+                    # A bug or an unexpected failure: never leave callers hanging.
                     self._fail_writer(StoreError(f"commit to {self.store.url} failed: {exc!r}"))
                     raise
-                del self._unflushed[batch.seq]
+                self._unflushed.pop(batch.seq, None)
                 self._durable = batch.seq
                 self.commits += 1
                 self.ops_committed += len(batch.ops)
-                batch.done.set_result(None)
-                if snapshot is not None:
+                if not batch.done.done():
+                    batch.done.set_result(None)
+                if snapshot is not None and self._failure is None:
                     self._background(self._write_checkpoint(batch.seq, snapshot))
         finally:
             self._committer = None
@@ -397,26 +397,35 @@ class Engine:
         return report
 
     async def _write(self, batch: _Batch) -> None:
+        await self._lease.ensure()
         header = log.Header(batch.seq, self.token, self.clock(), batch.ops)
         try:
             await self.store.put_new(log.key(batch.seq), log.encode(header, batch.payloads))
         except AlreadyExists:
             # Ours if a retried PUT landed twice; a rival writer's otherwise.
-            existing = log.decode(await self.store.get(log.key(batch.seq)), log.key(batch.seq))
-            if existing.writer != self.token:
+            try:
+                writer = log.decode(await self.store.get(log.key(batch.seq)), "").writer
+            except (StoreError, msgspec.DecodeError):
+                writer = None  # not even a log object: certainly not ours
+            if writer != self.token:
                 raise WriterFenced(
                     f"queue {self.store.url} was taken over by another writer (log object "
                     f"{batch.seq} exists); this queue object can no longer change it, reopen it"
                 ) from None
 
-    def _fail_writer(self, exc: S3QError) -> None:
+    def _fail_writer(self, exc: S3QError, in_flight: bool = True) -> None:
+        """Stop for good. Batches not yet written fail; the one being written fails too when
+        its write is what failed (``in_flight``), else its fate is its write's: a write that
+        lands is in the log, and a newer writer replays it, so its callers are answered."""
         if self._failure is None:
             self._failure = exc
             logger.error("writer of %s stopped: %s", self.store.url, exc)
-        for batch in [*self._unflushed.values(), self._filling]:
+        doomed = [self._filling, *(self._unflushed.values() if in_flight else ())]
+        for batch in doomed:
             if not batch.done.done():
                 batch.done.set_exception(self._failure)
-        self._unflushed.clear()
+        if in_flight:
+            self._unflushed.clear()
         self._notify()
 
     # -- waking consumers ----------------------------------------------------------------------

@@ -48,6 +48,10 @@ class WriterLease(abc.ABC):
     async def renew(self) -> None:  # noqa: B027 - only CAS leases need renewal
         """Prolong the lease; raise WriterFenced if it was lost."""
 
+    async def ensure(self) -> None:  # noqa: B027 - only CAS leases can lapse
+        """Before a commit: renew now if renewal is overdue, so a writer whose lease lapsed
+        (a long pause, a stalled renewal) finds out before writing, not after."""
+
     @abc.abstractmethod
     async def release(self) -> None:
         """Give the lease up so the next writer need not wait for it to lapse."""
@@ -101,6 +105,7 @@ class CasLease(WriterLease):
         self.store, self.holder, self.token, self.ttl, self.clock = store, holder, token, ttl, clock
         self.renew_every = ttl / 3
         self._version: str | None = None
+        self._expires_at = 0.0  # as far as this writer knows
 
     async def acquire(self) -> None:
         for _ in range(3):
@@ -120,8 +125,12 @@ class CasLease(WriterLease):
                         holder=other.holder,
                         expires_at=other.expires_at,
                     )
+            expires_at = self.clock() + self.ttl
             try:
-                self._version = await self.store.put_versioned(KEY, self._record(), version)
+                self._version = await self.store.put_versioned(
+                    KEY, self._record(expires_at), version
+                )
+                self._expires_at = expires_at
                 return
             except Conflict:
                 continue  # somebody wrote it meanwhile: look again
@@ -131,9 +140,17 @@ class CasLease(WriterLease):
             expires_at=None,
         )
 
+    async def ensure(self) -> None:
+        if self.clock() >= self._expires_at - 2 * self.ttl / 3:
+            await self.renew()
+
     async def renew(self) -> None:
+        expires_at = self.clock() + self.ttl
         try:
-            self._version = await self.store.put_versioned(KEY, self._record(), self._version)
+            self._version = await self.store.put_versioned(
+                KEY, self._record(expires_at), self._version
+            )
+            self._expires_at = expires_at
         except Conflict:
             raise WriterFenced(
                 f"queue {self.store.url}: the writer lease was taken over by another writer"
@@ -147,5 +164,5 @@ class CasLease(WriterLease):
             await self.store.put_versioned(KEY, msgspec.json.encode(record), self._version)
         self._version = None
 
-    def _record(self) -> bytes:
-        return msgspec.json.encode(LeaseRecord(self.holder, self.token, self.clock() + self.ttl))
+    def _record(self, expires_at: float) -> bytes:
+        return msgspec.json.encode(LeaseRecord(self.holder, self.token, expires_at))
