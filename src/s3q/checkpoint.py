@@ -36,8 +36,11 @@ def seq_of(key: str) -> int | None:
     return log.seq_of(key, PREFIX)
 
 
-def encode(checkpoint: Checkpoint) -> bytes:
-    return log.seal(_encoder.encode(checkpoint))
+def encode(checkpoint: Checkpoint) -> bytearray:
+    """The sealed checkpoint, built in one buffer (it can be large: no copies)."""
+    buffer = bytearray()
+    _encoder.encode_into(checkpoint, buffer)
+    return log.seal_in_place(buffer)
 
 
 def decode(data: bytes, where: str) -> Checkpoint:

@@ -171,6 +171,7 @@ class Engine:
         else:
             await _quietly(self._lease.release())
         self._cache.clear()
+        self.state = QueueState()  # a closed queue object holds no memory worth mentioning
         await self.store.close()
 
     async def _recover(self) -> None:
@@ -320,7 +321,7 @@ class Engine:
 
     # -- checkpoints and garbage collection -------------------------------------------------------
 
-    def _snapshot_if_due(self, seq: int, force: bool = False) -> bytes | None:
+    def _snapshot_if_due(self, seq: int, force: bool = False) -> bytearray | None:
         """The encoded checkpoint of the index as of log object ``seq``, if one is due.
 
         Taken as ``seq`` leaves for the store, when the index holds exactly the log up to it.
@@ -356,7 +357,7 @@ class Engine:
             await self.store.put_new(checkpoint.key(seq), data)
         self.checkpoints[seq] = self.clock()
 
-    async def _write_checkpoint(self, seq: int, data: bytes) -> None:
+    async def _write_checkpoint(self, seq: int, data: bytearray) -> None:
         with contextlib.suppress(AlreadyExists):
             await self.store.put_new(checkpoint.key(seq), data)
         self.checkpoints[seq] = self.clock()

@@ -9,6 +9,7 @@ create-if-absent writes are what makes a stale writer harmless (see ``engine``).
 from __future__ import annotations
 
 import abc
+import asyncio
 import contextlib
 import os
 import socket
@@ -106,6 +107,7 @@ class CasLease(WriterLease):
         self.renew_every = ttl / 3
         self._version: str | None = None
         self._expires_at = 0.0  # as far as this writer knows
+        self._renewing = asyncio.Lock()
 
     async def acquire(self) -> None:
         for _ in range(3):
@@ -140,29 +142,41 @@ class CasLease(WriterLease):
             expires_at=None,
         )
 
+    def _overdue(self) -> bool:
+        return self.clock() >= self._expires_at - 2 * self.ttl / 3
+
     async def ensure(self) -> None:
-        if self.clock() >= self._expires_at - 2 * self.ttl / 3:
-            await self.renew()
+        if self._overdue():
+            async with self._renewing:
+                if self._overdue():  # not renewed by the renewal we waited for
+                    await self._renew()
 
     async def renew(self) -> None:
+        async with self._renewing:
+            await self._renew()
+
+    async def _renew(self) -> None:
+        """Replace the lease object; callers hold ``_renewing``: two CAS writes at once
+        would make this writer fence itself."""
         expires_at = self.clock() + self.ttl
         try:
             self._version = await self.store.put_versioned(
                 KEY, self._record(expires_at), self._version
             )
-            self._expires_at = expires_at
         except Conflict:
             raise WriterFenced(
                 f"queue {self.store.url}: the writer lease was taken over by another writer"
             ) from None
+        self._expires_at = expires_at
 
     async def release(self) -> None:
         if self._version is None:
             return
         record = LeaseRecord(self.holder, self.token, 0.0)
-        with contextlib.suppress(Conflict):  # already someone else's
-            await self.store.put_versioned(KEY, msgspec.json.encode(record), self._version)
-        self._version = None
+        async with self._renewing:
+            with contextlib.suppress(Conflict):  # already someone else's
+                await self.store.put_versioned(KEY, msgspec.json.encode(record), self._version)
+            self._version = None
 
     def _record(self, expires_at: float) -> bytes:
         return msgspec.json.encode(LeaseRecord(self.holder, self.token, expires_at))

@@ -51,6 +51,12 @@ def seal(head: bytes, payloads: list[bytes] | tuple[()] = ()) -> bytes:
     return b"".join((*payloads, head, _TRAILER.pack(zlib.crc32(head), len(head), MAGIC)))
 
 
+def seal_in_place(head: bytearray) -> bytearray:
+    """``seal`` with no payloads, appending the trailer to ``head`` instead of copying it."""
+    head.extend(_TRAILER.pack(zlib.crc32(head), len(head), MAGIC))
+    return head
+
+
 def unseal(data: bytes, where: str) -> memoryview:
     """The checked ``head`` of a sealed object."""
     if len(data) < _TRAILER.size:

@@ -100,6 +100,7 @@ class QueueState:
         self.seg_bytes: dict[int, int] = {}  # log seq -> payload bytes it was written with
         self.garbage: list[tuple[int, str]] = []  # (seq it became garbage at, object key)
         self.pruned = 0  # how much the last Prune forgot
+        self._sizes: dict[int, int] = {}
 
     # -- folding the log -------------------------------------------------------------------------
 
@@ -166,7 +167,7 @@ class QueueState:
             op.visible_at,
             seq,
             op.offset,
-            op.size,
+            self._sizes.setdefault(op.size, op.size),  # one int object per distinct size
             op.group,
             op.dedup_id,
             op.attributes,

@@ -42,14 +42,14 @@ class Store(abc.ABC):
         """Where the store lives, for messages (no credentials)."""
 
     @abc.abstractmethod
-    async def put_new(self, key: str, data: bytes) -> None:
+    async def put_new(self, key: str, data: bytes | bytearray) -> None:
         """Write ``data`` at ``key`` only if nothing is there; durable when it returns.
 
         Raises :class:`AlreadyExists` when the key is taken.
         """
 
     @abc.abstractmethod
-    async def put(self, key: str, data: bytes) -> None:
+    async def put(self, key: str, data: bytes | bytearray) -> None:
         """Write ``data`` at ``key``, replacing what is there; durable when it returns."""
 
     @abc.abstractmethod
@@ -83,7 +83,7 @@ class Store(abc.ABC):
         Raises :class:`Conflict` when another write got there first.
         """
 
-    def _wrote(self, data: bytes) -> None:
+    def _wrote(self, data: bytes | bytearray) -> None:
         self.puts += 1
         self.bytes_written += len(data)
 

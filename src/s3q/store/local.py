@@ -42,15 +42,15 @@ class LocalStore(Store):
 
     # -- writes ------------------------------------------------------------------------------
 
-    async def put_new(self, key: str, data: bytes) -> None:
+    async def put_new(self, key: str, data: bytes | bytearray) -> None:
         self._wrote(data)
         await asyncio.to_thread(self._put_new, key, data)
 
-    async def put(self, key: str, data: bytes) -> None:
+    async def put(self, key: str, data: bytes | bytearray) -> None:
         self._wrote(data)
         await asyncio.to_thread(self._replace, key, data)
 
-    def _put_new(self, key: str, data: bytes) -> None:
+    def _put_new(self, key: str, data: bytes | bytearray) -> None:
         path = self.path(key)
         with _os_errors(self.root):
             tmp = self._write_tmp(path, data)
@@ -62,14 +62,14 @@ class LocalStore(Store):
                 os.unlink(tmp)
             _fsync_dir(path.parent)
 
-    def _replace(self, key: str, data: bytes) -> None:
+    def _replace(self, key: str, data: bytes | bytearray) -> None:
         path = self.path(key)
         with _os_errors(self.root):
             tmp = self._write_tmp(path, data)
             os.replace(tmp, path)
             _fsync_dir(path.parent)
 
-    def _write_tmp(self, path: Path, data: bytes) -> Path:
+    def _write_tmp(self, path: Path, data: bytes | bytearray) -> Path:
         self._ensure_dir(path.parent)
         tmp = path.parent / f"{_TMP}{uuid.uuid4().hex}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)

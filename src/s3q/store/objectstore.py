@@ -36,7 +36,7 @@ class ObjectStore(Store):
     def url(self) -> str:
         return self._url
 
-    async def put_new(self, key: str, data: bytes) -> None:
+    async def put_new(self, key: str, data: bytes | bytearray) -> None:
         self._wrote(data)
         async with self._errors(key, read=False):
             try:
@@ -46,7 +46,7 @@ class ObjectStore(Store):
             except PreconditionError:  # some servers answer 412 rather than 409
                 raise AlreadyExists(key) from None
 
-    async def put(self, key: str, data: bytes) -> None:
+    async def put(self, key: str, data: bytes | bytearray) -> None:
         self._wrote(data)
         async with self._errors(key, read=False):
             await obstore.put_async(self.inner, key, data)

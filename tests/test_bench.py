@@ -1,0 +1,83 @@
+"""`s3q bench` runs end to end on a tiny workload and reports every figure it promises.
+
+(Speed itself is measured by running the benchmark, not by tests: see docs/benchmarks.md.)
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from conftest import child_env
+
+PHASES = ("enqueue", "dequeue+complete", "mixed")
+FIGURES = (
+    "messages",
+    "seconds",
+    "msg_per_s",
+    "mib_per_s",
+    "puts_per_msg",
+    "gets_per_msg",
+    "bytes_written_per_msg",
+    "commits",
+    "peak_rss_mib",
+)
+
+
+def run_bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "s3q.cli", "bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=child_env(),
+    )
+
+
+def test_bench_json_reports_every_phase_and_figure(tmp_path: object) -> None:
+    done = run_bench("--messages", "3000", "--size", "200", "--batch", "100", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["command"].startswith("s3q bench")
+    assert [p["phase"] for p in report["phases"]] == list(PHASES)
+    for phase in report["phases"]:
+        assert phase["messages"] == 3000, phase
+        for figure in FIGURES:
+            assert phase[figure] >= 0, (phase["phase"], figure)
+        assert phase["msg_per_s"] > 0
+        assert set(phase["latency_ms"]) == {"p50", "p95", "p99", "max"}
+        assert 0 < phase["latency_ms"]["p50"] <= phase["latency_ms"]["max"]
+    enqueue = report["phases"][0]
+    assert enqueue["puts_per_msg"] <= 0.02, "batches of 100 must not cost a PUT per message"
+    assert enqueue["bytes_written_per_msg"] >= 200
+    storage = report["storage"]
+    assert storage["reopen_seconds"] > 0
+    assert 0 < storage["objects_after_one_gc"] <= 10, storage
+
+
+def test_bench_table_names_every_column_and_the_command() -> None:
+    done = run_bench("--messages", "500", "--batch", "1", "--producers", "50", "--consumers", "2")
+    assert done.returncode == 0, done.stderr
+    for word in (
+        "msg/s",
+        "MiB/s",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "max ms",
+        "PUT/msg",
+        "GET/msg",
+        "peak RSS MiB",
+        "reopen with 500 pending",
+        "command: s3q bench",
+        *PHASES,
+    ):
+        assert word in done.stdout, word
+
+
+def test_bench_rejects_bad_options_without_a_traceback() -> None:
+    done = run_bench("--messages", "0")
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert "--messages" in done.stderr
