@@ -450,14 +450,17 @@ class Engine:
     async def enqueue(self, items: list[validate.Item]) -> list[str]:
         self._check()
         self._admit(items)
-        blobs = await self._write_blobs(items)
-        self._check()
-        try:
-            self._admit(items)  # the queue may have filled while the blobs were written
-        except QueueFull:
-            for key in blobs.values():
-                self._background(self.store.delete(blob_key(key)))
-            raise
+        blobs: dict[int, str] = {}
+        threshold = self.config.large_payload
+        if any(len(it.payload) > threshold for it in items):
+            blobs = await self._write_blobs(items)
+            self._check()
+            try:
+                self._admit(items)  # the queue may have filled while the blobs were written
+            except QueueFull:
+                for key in blobs.values():
+                    self._background(self.store.delete(blob_key(key)))
+                raise
         state, config, now = self.state, self.config, self.clock()
         ids: list[str] = []
         batch: _Batch | None = None
@@ -492,7 +495,8 @@ class Engine:
             self._notify()
         else:  # all duplicates: answer once the originals are durable
             batch = self._latest_batch()
-        await self._durable_after(batch)
+        if batch is not None:
+            await batch.done
         return ids
 
     def _admit(self, items: list[validate.Item]) -> None:

@@ -2,17 +2,20 @@
 
 ``memory://NAME``  ephemeral, shared by name within the process
 ``file:///path``   a local directory (also a plain path): the embedded default
-``s3://bucket/prefix``  S3 or any S3-compatible store; ``gs://`` and ``az://`` likewise
+``s3://bucket/prefix``  S3 or any S3-compatible store; ``gs://`` and ``az://`` likewise.
+    Store options may also ride in the query: ``s3://b/q?endpoint_url=http://h:9000&allow_http=true``
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from obstore.store import MemoryStore, S3Store, from_url
 
+from ..config import STORE_OPTIONS
 from ..errors import InvalidConfig
 from .base import AlreadyExists, Conflict, NotFound, Store
 from .local import LocalStore
@@ -44,6 +47,10 @@ def open_store(url: str, options: dict[str, Any] | None = None) -> Store:
             inner = _memory.setdefault(name, MemoryStore()) if name else MemoryStore()
         return ObjectStore(inner, f"memory://{name}")
     if scheme in ("s3", "s3a"):
+        for name, value in parse_qsl(parts.query, keep_blank_values=True):
+            if name not in STORE_OPTIONS:
+                raise InvalidConfig(f"unknown store option {name!r} in {url!r}")
+            options.setdefault(name, _flag(value) if name == "allow_http" else value)
         return _s3(parts.netloc, parts.path.strip("/"), options)
     if scheme in ("gs", "az", "abfs", "abfss", "azure"):
         client: dict[str, Any] = dict(CLIENT)
@@ -83,6 +90,8 @@ def _s3(bucket: str, prefix: str, options: dict[str, Any]) -> Store:
             config[theirs] = value
     client: dict[str, Any] = dict(CLIENT)
     allow_http = options.get("allow_http")
+    if allow_http is None and "AWS_ALLOW_HTTP" in os.environ:
+        allow_http = _flag(os.environ["AWS_ALLOW_HTTP"])
     if allow_http is not None:
         if not isinstance(allow_http, bool):
             raise InvalidConfig(f"allow_http must be True or False, got {allow_http!r}")
@@ -98,6 +107,11 @@ def _s3(bucket: str, prefix: str, options: dict[str, Any]) -> Store:
     except Exception as exc:
         raise InvalidConfig(f"cannot configure s3://{bucket}/{prefix}: {exc}") from exc
     return ObjectStore(inner, f"s3://{bucket}/{prefix}".rstrip("/"))
+
+
+def _flag(text: str) -> bool | str:
+    """``true``/``false`` (any case, or 1/0) as a bool; anything else stays text, to be refused."""
+    return {"true": True, "1": True, "false": False, "0": False}.get(text.lower(), text)
 
 
 def _no_options(what: str, options: dict[str, Any]) -> None:
