@@ -117,6 +117,10 @@ class AsyncQueue:
         """Counts by status and the writer's commit figures."""
         return await self._engine.stats()
 
+    async def peek(self, limit: int = 10) -> list[Message]:
+        """The next ``limit`` messages a dequeue would deliver, without leasing them."""
+        return await self._engine.peek(validate.count("limit", limit, 1, MAX_DEQUEUE))
+
     async def dead_letters(self, limit: int = 100) -> list[Message]:
         """Up to ``limit`` dead messages, oldest first, with their last error."""
         return await self._engine.dead_letters(validate.count("limit", limit, 1, MAX_DEQUEUE))
@@ -263,6 +267,10 @@ class Queue:
     def stats(self) -> QueueStats:
         """Counts by status and the writer's commit figures."""
         return self._run(self._aq.stats())
+
+    def peek(self, limit: int = 10) -> list[Message]:
+        """The next ``limit`` messages a dequeue would deliver, without leasing them."""
+        return self._run(self._aq.peek(limit))
 
     def dead_letters(self, limit: int = 100) -> list[Message]:
         """Up to ``limit`` dead messages, oldest first, with their last error."""

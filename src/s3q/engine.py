@@ -656,6 +656,12 @@ class Engine:
             store_bytes_written=self.store.bytes_written,
         )
 
+    async def peek(self, limit: int) -> list[Message]:
+        self._check()
+        recs = self.state.deliverable(self.clock(), limit)
+        payloads = await self._payloads(recs, keep=True)
+        return [self._message(rec, p, receipt=False) for rec, p in zip(recs, payloads, strict=True)]
+
     async def dead_letters(self, limit: int) -> list[Message]:
         self._check()
         await self._sweep()
@@ -734,14 +740,14 @@ class Engine:
         data = await self.store.get_range(log.key(seq), start, end)
         return {mid: data[offset - start : offset - start + size] for mid, offset, size in spans}
 
-    def _message(self, rec: Rec, payload: bytes) -> Message:
+    def _message(self, rec: Rec, payload: bytes, receipt: bool = True) -> Message:
         return Message(
             id=rec.id,
             payload=payload,
             priority=rec.priority,
             attempts=rec.attempts,
             enqueued_at=rec.enqueued_at,
-            receipt=rec.receipt,
+            receipt=rec.receipt if receipt else None,
             group=rec.group,
             dedup_id=rec.dedup_id,
             attributes=dict(rec.attributes or {}),

@@ -430,6 +430,19 @@ class QueueState:
                 counts[self.status(rec, now)] += 1
         return counts
 
+    def deliverable(self, now: float, limit: int) -> list[Rec]:
+        """The next ``limit`` messages ``select`` would deliver at ``now``, leaving them be."""
+        heads = (
+            rec
+            for rec in self.messages.values()
+            if (rec.state == QUEUED and rec.visible_at <= now)
+            or (rec.state == LEASED and rec.lease_until <= now)
+        )
+        eligible = (
+            rec for rec in heads if rec.group is None or self._groups[rec.group][0] == rec.id
+        )
+        return heapq.nsmallest(limit, eligible, key=lambda rec: (-rec.priority, rec.n))
+
     def iter_dead(self) -> Iterator[Rec]:
         return (self.messages[mid] for mid in self.dead)
 
