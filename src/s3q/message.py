@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+import msgspec
 
 
 class MessageStatus(enum.Enum):
@@ -17,9 +19,8 @@ class MessageStatus(enum.Enum):
     DEAD = "dead"  # out of attempts: a dead letter
 
 
-@dataclass(frozen=True, slots=True)
-class Message:
-    """A message as delivered by ``dequeue`` or listed by ``dead_letters``."""
+class Message(msgspec.Struct, frozen=True):
+    """A message as delivered by ``dequeue`` or listed by ``dead_letters`` (immutable)."""
 
     id: str
     payload: bytes
@@ -29,7 +30,7 @@ class Message:
     receipt: str | None = None
     group: str | None = None
     dedup_id: str | None = None
-    attributes: dict[str, str] = field(default_factory=dict)
+    attributes: dict[str, str] = msgspec.field(default_factory=dict)
     last_error: str | None = None
 
 
