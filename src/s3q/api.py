@@ -103,6 +103,14 @@ class AsyncQueue:
         """Give a delivered message back: retried after a backoff, or dead if out of attempts."""
         await self._engine.fail(validate.receipt_of(target), validate.error_text(error))
 
+    async def release(self, targets: Target | Iterable[Target]) -> None:
+        """Give delivered messages back unprocessed: visible at once, the delivery uncounted
+        (for a consumer shutting down with messages it never started)."""
+        items = [targets] if isinstance(targets, Message | str) else list(targets)
+        receipts = [validate.receipt_of(t) for t in items]
+        if receipts:
+            await self._engine.release(receipts)
+
     async def extend(self, target: Target, seconds: float) -> None:
         """Make a lease end ``seconds`` from now (0: the message is visible again at once)."""
         await self._engine.extend(validate.receipt_of(target), validate.seconds("seconds", seconds))
@@ -255,6 +263,11 @@ class Queue:
     def fail(self, target: Target, error: str | None = None) -> None:
         """Give a delivered message back: retried after a backoff, or dead if out of attempts."""
         self._run(self._aq.fail(target, error))
+
+    def release(self, targets: Target | Iterable[Target]) -> None:
+        """Give delivered messages back unprocessed: visible at once, the delivery uncounted
+        (for a consumer shutting down with messages it never started)."""
+        self._run(self._aq.release(targets))
 
     def extend(self, target: Target, seconds: float) -> None:
         """Make a lease end ``seconds`` from now (0: the message is visible again at once)."""

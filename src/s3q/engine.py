@@ -51,6 +51,7 @@ from .ops import (
     Prune,
     Purge,
     Redrive,
+    Release,
     Relocate,
 )
 from .state import DONE, QueueState, Rec, blob_key
@@ -592,6 +593,13 @@ class Engine:
         if rec.attempts < self.config.max_attempts:
             retry_at = now + self._backoff(rec.attempts)
         batch = self._add(Fail(rec.id, error, retry_at, now))
+        self._notify()
+        await self._durable_after(batch)
+
+    async def release(self, receipts: list[str]) -> None:
+        self._check()
+        recs = self._holders(receipts)
+        batch = self._add(Release(list(dict.fromkeys(rec.id for rec in recs))))
         self._notify()
         await self._durable_after(batch)
 

@@ -48,6 +48,12 @@ class Extend(Op, tag="x", frozen=True):
     until: float
 
 
+class Release(Op, tag="u", frozen=True):
+    """Leased messages given back unprocessed: visible again, the delivery not counted."""
+
+    ids: list[str]
+
+
 class Complete(Op, tag="c", frozen=True):
     """Messages acknowledged at ``at``."""
 
@@ -100,5 +106,16 @@ class Purge(Op, tag="p", frozen=True):
 
 
 AnyOp = (
-    Open | Enqueue | Lease | Extend | Complete | Fail | Bury | Redrive | Relocate | Prune | Purge
+    Open
+    | Enqueue
+    | Lease
+    | Extend
+    | Release
+    | Complete
+    | Fail
+    | Bury
+    | Redrive
+    | Relocate
+    | Prune
+    | Purge
 )

@@ -27,6 +27,7 @@ from .ops import (
     Prune,
     Purge,
     Redrive,
+    Release,
     Relocate,
 )
 
@@ -119,6 +120,11 @@ class QueueState:
         elif isinstance(op, Complete):
             for mid in op.ids:
                 self._finish(self.messages[mid], DONE, op.at)
+        elif isinstance(op, Release):
+            for mid in op.ids:
+                rec = self.messages[mid]
+                rec.state, rec.receipt, rec.attempts = QUEUED, None, rec.attempts - 1
+                self._schedule(rec)  # visible_at is in the past: deliverable at once
         elif isinstance(op, Extend):
             rec = self.messages[op.id]
             rec.lease_until = op.until
