@@ -61,16 +61,39 @@ class QueueConfig:
 
 _QUEUE_OPTIONS = frozenset(f.name for f in fields(QueueConfig))
 
+#: Settings that belong to the queue, not to one writer: written to the log when an ``open``
+#: passes them, and in force for every later ``open`` that does not (like SQS queue attributes).
+PERSISTED = (
+    "max_attempts",
+    "retry_delay",
+    "retry_delay_max",
+    "visibility_timeout",
+    "max_message_size",
+    "max_queue_depth",
+    "dedup_window",
+    "completed_retention",
+)
+Setting = int | float | None
 
-def split_options(options: Mapping[str, Any]) -> tuple[QueueConfig, dict[str, Any]]:
-    """Split ``open``'s keywords into the queue config and the store options."""
+
+def queue_settings(config: QueueConfig) -> dict[str, Setting]:
+    """The persisted settings of ``config``."""
+    return {name: getattr(config, name) for name in PERSISTED}
+
+
+def split_options(
+    options: Mapping[str, Any],
+) -> tuple[QueueConfig, dict[str, Any], dict[str, Setting]]:
+    """Split ``open``'s keywords into the queue config, the store options, and the queue
+    settings the caller gave explicitly."""
     unknown = set(options) - _QUEUE_OPTIONS - STORE_OPTIONS
     if unknown:
         known = ", ".join(sorted(_QUEUE_OPTIONS | STORE_OPTIONS))
         raise InvalidConfig(f"unknown option(s) {', '.join(sorted(unknown))}; known: {known}")
     queue = {k: v for k, v in options.items() if k in _QUEUE_OPTIONS}
     store = {k: v for k, v in options.items() if k in STORE_OPTIONS}
-    return QueueConfig(**queue), store
+    explicit = {k: v for k, v in options.items() if k in PERSISTED}
+    return QueueConfig(**queue), store, explicit
 
 
 def _positive_int(name: str, value: object) -> None:

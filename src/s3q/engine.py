@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import random
@@ -27,7 +28,7 @@ import msgspec
 
 from . import checkpoint, collector, log, validate
 from .cache import PayloadCache
-from .config import QueueConfig
+from .config import PERSISTED, QueueConfig, Setting, queue_settings
 from .errors import (
     MessageNotFound,
     QueueClosed,
@@ -43,6 +44,7 @@ from .ops import (
     AnyOp,
     Bury,
     Complete,
+    Configure,
     Enqueue,
     Extend,
     Fail,
@@ -58,6 +60,8 @@ from .state import DONE, QueueState, Rec, blob_key
 from .store import AlreadyExists, NotFound, Store
 
 logger = logging.getLogger("s3q")
+
+DEFAULT_SETTINGS = queue_settings(QueueConfig())
 
 MAX_DEQUEUE = 10_000
 REPLAY_WINDOW = 16  # log objects fetched concurrently during recovery
@@ -132,12 +136,17 @@ class Engine:
     # -- life cycle --------------------------------------------------------------------------
 
     @classmethod
-    async def open(cls, store: Store, config: QueueConfig) -> Engine:
-        """Take the writer lease, rebuild the index from the log, and fence older writers."""
+    async def open(
+        cls, store: Store, config: QueueConfig, settings: dict[str, Setting] | None = None
+    ) -> Engine:
+        """Take the writer lease, rebuild the index from the log, fence older writers, and
+        settle the queue's settings: those given (``settings``) are saved; the others are the
+        saved ones, else the defaults."""
         engine = cls(store, config)
         await engine._lease.acquire()
         try:
             await engine._recover()
+            await engine._settle(settings or {})
         except BaseException:
             await engine._lease.release()
             raise
@@ -207,6 +216,17 @@ class Engine:
             self._durable = seq
             break
         self._filling = _Batch(self._durable + 1)
+
+    async def _settle(self, given: dict[str, Setting]) -> None:
+        saved = self.state.settings
+        inherited: dict[str, Any] = {
+            k: v for k, v in saved.items() if k in PERSISTED and k not in given
+        }
+        self.config = dataclasses.replace(self.config, **inherited)
+        in_force = {**DEFAULT_SETTINGS, **saved}
+        changed = {k: v for k, v in given.items() if in_force[k] != v}
+        if changed:
+            await self._durable_after(self._add(Configure(changed)))
 
     async def _load_checkpoint(self) -> int:
         """Start from the newest readable checkpoint; the log sequence number it covers."""

@@ -99,6 +99,12 @@ class Prune(Op, tag="z", frozen=True):
     window: float
 
 
+class Configure(Op, tag="k", frozen=True):
+    """Queue settings (``s3q.config.PERSISTED``) given by an ``open``, in force from here on."""
+
+    settings: dict[str, int | float | None]
+
+
 class Purge(Op, tag="p", frozen=True):
     """Every message not completed is removed."""
 
@@ -117,5 +123,6 @@ AnyOp = (
     | Redrive
     | Relocate
     | Prune
+    | Configure
     | Purge
 )

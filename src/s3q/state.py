@@ -19,6 +19,7 @@ from .ops import (
     AnyOp,
     Bury,
     Complete,
+    Configure,
     Enqueue,
     Extend,
     Fail,
@@ -73,6 +74,7 @@ class Snapshot(msgspec.Struct, array_like=True):
     dedup: list[tuple[str, str, float]]  # (dedup_id, message id, enqueued_at)
     seg_bytes: dict[int, int]
     garbage: list[tuple[int, str]]
+    settings: dict[str, int | float | None] = {}
 
 
 class QueueState:
@@ -102,6 +104,7 @@ class QueueState:
         self.garbage: list[tuple[int, str]] = []  # (seq it became garbage at, object key)
         self.pruned = 0  # how much the last Prune forgot
         self._sizes: dict[int, int] = {}
+        self.settings: dict[str, int | float | None] = {}  # saved with the queue
 
     # -- folding the log -------------------------------------------------------------------------
 
@@ -158,6 +161,8 @@ class QueueState:
                 self._hold(rec)
         elif isinstance(op, Prune):
             self.pruned = self._prune(op.at, op.retention, op.window)
+        elif isinstance(op, Configure):
+            self.settings.update(op.settings)
         elif isinstance(op, Purge):
             self._purge()
         elif not isinstance(op, Open):  # pragma: no cover - the union is closed
@@ -268,6 +273,7 @@ class QueueState:
             dedup=[(d, mid, at) for d, (mid, at) in self._dedup.items()],
             seg_bytes=self.seg_bytes,
             garbage=self.garbage,
+            settings=self.settings,
         )
 
     @classmethod
@@ -276,6 +282,7 @@ class QueueState:
         state = cls()
         state.seq, state._n, state.total_enqueued = snap.seq, snap.n, snap.total_enqueued
         state.seg_bytes, state.garbage = dict(snap.seg_bytes), list(snap.garbage)
+        state.settings = dict(snap.settings)
         records = sorted(snap.messages, key=lambda r: r.n)
         state.messages = {rec.id: rec for rec in records}
         finished = []

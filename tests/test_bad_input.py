@@ -1,0 +1,376 @@
+"""Bad input gets a precise error and changes nothing."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import FakeClock, StoreEnv, free_port
+
+import s3q
+
+S = s3q.MessageStatus
+
+
+@pytest.fixture
+def q(make_queue):
+    # a long writer lease: no background renewal can touch store_requests during a test
+    q = make_queue(max_message_size=1024, lease_ttl=3600.0)
+    q.enqueue(b"existing")
+    return q
+
+
+def snapshot(q) -> tuple:
+    st = q.stats()
+    return (
+        st.pending,
+        st.delayed,
+        st.processing,
+        st.retry,
+        st.completed,
+        st.dead,
+        st.total_enqueued,
+        st.commits,
+        st.store_requests,
+    )
+
+
+def assert_rejected(q, exc_type, call) -> None:
+    before = snapshot(q)
+    with pytest.raises(exc_type):
+        call()
+    assert snapshot(q) == before
+
+
+# --------------------------------------------------------------------------- payload
+
+
+@pytest.mark.parametrize(
+    "payload", ["text", 123, None, 1.5, ["b"], {"a": b"b"}], ids=lambda p: type(p).__name__
+)
+def test_enqueue_wrong_payload_type(q, payload) -> None:
+    assert_rejected(q, s3q.InvalidArgument, lambda: q.enqueue(payload))
+
+
+def test_wrong_payload_type_is_also_value_error(q) -> None:
+    assert_rejected(q, ValueError, lambda: q.enqueue("text"))
+
+
+def test_oversize_payload(q) -> None:
+    assert_rejected(q, s3q.MessageTooLarge, lambda: q.enqueue(b"x" * 1025))
+    mid = q.enqueue(b"x" * 1024)  # exactly the limit is fine
+    assert q.status(mid) is S.PENDING
+
+
+def test_oversize_payload_in_batch_enqueues_nothing(q) -> None:
+    assert_rejected(q, s3q.MessageTooLarge, lambda: q.enqueue_batch([b"ok", b"x" * 2000, b"ok2"]))
+
+
+# --------------------------------------------------------------------------- priority
+
+
+@pytest.mark.parametrize("priority", [256, -1, 1000, -256])
+def test_priority_out_of_range(q, priority) -> None:
+    assert_rejected(q, s3q.InvalidPriority, lambda: q.enqueue(b"x", priority=priority))
+
+
+@pytest.mark.parametrize("priority", ["x", "5", 1.5, None, b"1"])
+def test_priority_wrong_type(q, priority) -> None:
+    assert_rejected(q, s3q.InvalidArgument, lambda: q.enqueue(b"x", priority=priority))
+
+
+def test_priority_bounds_accepted(q) -> None:
+    assert q.status(q.enqueue(b"x", priority=0)) is S.PENDING
+    assert q.status(q.enqueue(b"x", priority=255)) is S.PENDING
+
+
+def test_bad_priority_in_batch_enqueues_nothing(q) -> None:
+    items = [{"payload": b"a"}, {"payload": b"b", "priority": 256}]
+    assert_rejected(q, s3q.InvalidPriority, lambda: q.enqueue_batch(items))
+
+
+# --------------------------------------------------------------------------- other enqueue args
+
+
+@pytest.mark.parametrize("delay", [-1.0, "10", float("nan"), float("inf")])
+def test_bad_delay(q, delay) -> None:
+    assert_rejected(q, s3q.InvalidArgument, lambda: q.enqueue(b"x", delay=delay))
+
+
+@pytest.mark.parametrize("dedup_id", [123, b"bytes", ["a"]])
+def test_bad_dedup_id(q, dedup_id) -> None:
+    assert_rejected(q, s3q.InvalidArgument, lambda: q.enqueue(b"x", dedup_id=dedup_id))
+
+
+@pytest.mark.parametrize("group", [123, b"bytes", ["a"]])
+def test_bad_group(q, group) -> None:
+    assert_rejected(q, s3q.InvalidArgument, lambda: q.enqueue(b"x", group=group))
+
+
+@pytest.mark.parametrize(
+    "attributes", [{"k": 1}, {1: "v"}, ["k", "v"], "k=v", {"k": b"v"}], ids=repr
+)
+def test_bad_attributes(q, attributes) -> None:
+    assert_rejected(q, s3q.InvalidArgument, lambda: q.enqueue(b"x", attributes=attributes))
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        [b"ok", "text"],
+        [b"ok", {"payload": "text"}],
+        [b"ok", {"priority": 1}],  # no payload
+        [b"ok", {"payload": b"x", "bogus": 1}],
+        [b"ok", 42],
+        "not a list",
+    ],
+    ids=repr,
+)
+def test_bad_batch_items_enqueue_nothing(q, items) -> None:
+    assert_rejected(q, s3q.InvalidArgument, lambda: q.enqueue_batch(items))
+
+
+def test_empty_batch_is_fine_and_changes_nothing(q) -> None:
+    before = snapshot(q)
+    assert q.enqueue_batch([]) == []
+    assert snapshot(q)[:7] == before[:7]
+
+
+# --------------------------------------------------------------------------- dequeue / receipts
+
+
+@pytest.mark.parametrize("max_messages", [0, -1, "3", 1.5])
+def test_bad_max_messages(q, max_messages) -> None:
+    assert_rejected(q, s3q.InvalidArgument, lambda: q.dequeue(max_messages=max_messages))
+
+
+@pytest.mark.parametrize("vt", [-1.0, "30", float("nan")])
+def test_bad_visibility_timeout(q, vt) -> None:
+    assert_rejected(q, s3q.InvalidArgument, lambda: q.dequeue(visibility_timeout=vt))
+
+
+@pytest.mark.parametrize("wait", [-1.0, "1", float("nan")])
+def test_bad_wait(q, wait) -> None:
+    assert_rejected(q, s3q.InvalidArgument, lambda: q.dequeue(wait=wait))
+
+
+@pytest.mark.parametrize("receipt", ["garbage", "x" * 500, str(uuid.uuid4())])
+def test_unknown_receipt(q, receipt) -> None:
+    q.dequeue()  # a real lease exists; the bogus receipt must not touch it
+    assert_rejected(q, s3q.ReceiptExpired, lambda: q.complete(receipt))
+    assert_rejected(q, s3q.ReceiptExpired, lambda: q.fail(receipt, "e"))
+    assert_rejected(q, s3q.ReceiptExpired, lambda: q.extend(receipt, 10))
+    assert q.stats().processing == 1
+
+
+@pytest.mark.parametrize("receipt", [None, 123, b"bytes", 1.5])
+def test_receipt_wrong_type(q, receipt) -> None:
+    assert_rejected(q, s3q.InvalidArgument, lambda: q.complete(receipt))
+    assert_rejected(q, s3q.InvalidArgument, lambda: q.fail(receipt))
+    assert_rejected(q, s3q.InvalidArgument, lambda: q.extend(receipt, 10))
+
+
+def test_receipt_of_other_message_field_tampered(q) -> None:
+    [m] = q.dequeue()
+    assert_rejected(q, s3q.ReceiptExpired, lambda: q.complete(m.receipt + "x"))
+    assert q.status(m.id) is S.PROCESSING
+
+
+@pytest.mark.parametrize("seconds", [-1.0, "10", float("nan"), None])
+def test_bad_extend_seconds(q, seconds) -> None:
+    [m] = q.dequeue()
+    assert_rejected(q, s3q.InvalidArgument, lambda: q.extend(m, seconds))
+    assert q.status(m.id) is S.PROCESSING
+
+
+def test_bad_fail_error_type(q) -> None:
+    [m] = q.dequeue()
+    assert_rejected(q, s3q.InvalidArgument, lambda: q.fail(m, 42))
+    assert q.status(m.id) is S.PROCESSING
+
+
+def test_complete_batch_bad_entry_completes_nothing(q) -> None:
+    q.enqueue(b"second")
+    ms = q.dequeue(max_messages=2)
+    assert_rejected(q, s3q.InvalidArgument, lambda: q.complete_batch([ms[0], 42]))
+    assert q.stats().processing == 2
+
+
+def test_status_unknown_and_bad_ids(q) -> None:
+    assert_rejected(q, s3q.MessageNotFound, lambda: q.status("nope"))
+    assert_rejected(q, s3q.InvalidArgument, lambda: q.status(42))
+
+
+@pytest.mark.parametrize("limit", [-1, "10", 1.5])
+def test_bad_dead_letters_limit(q, limit) -> None:
+    assert_rejected(q, s3q.InvalidArgument, lambda: q.dead_letters(limit=limit))
+
+
+def test_bad_redrive_ids(q) -> None:
+    assert_rejected(q, s3q.InvalidArgument, lambda: q.redrive(ids="abc"))
+    assert_rejected(q, s3q.InvalidArgument, lambda: q.redrive(ids=[1, 2]))
+
+
+# --------------------------------------------------------------------------- options
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_attempts": 0},
+        {"max_attempts": -1},
+        {"max_attempts": "3"},
+        {"max_attempts": 2.5},
+        {"retry_delay": -1.0},
+        {"retry_delay_max": -5.0},
+        {"visibility_timeout": -1},
+        {"visibility_timeout": "30"},
+        {"max_message_size": 0},
+        {"max_message_size": -5},
+        {"max_queue_depth": -1},
+        {"max_queue_depth": "many"},
+        {"dedup_window": -1},
+        {"completed_retention": -1},
+        {"lease_ttl": 0},
+        {"lease_ttl": -1},
+        {"payload_cache_bytes": -1},
+        {"clock": 123},
+        {"clock": "now"},
+        {"no_such_option": 1},
+        {"visiblity_timeout": 30},  # misspelt
+    ],
+    ids=repr,
+)
+def test_bad_options_raise_invalid_config(env: StoreEnv, options) -> None:
+    with pytest.raises(s3q.InvalidConfig):
+        env.open(**options)
+    # nothing was created or locked: the queue opens and is empty
+    with env.open() as q:
+        assert q.stats().total_enqueued == 0
+
+
+def test_bad_options_leave_no_trace_on_disk(tmp_path: Path) -> None:
+    target = tmp_path / "never"
+    with pytest.raises(s3q.InvalidConfig):
+        s3q.open(str(target), max_attempts=0)
+    assert not target.exists() or not any(target.rglob("log/*"))
+
+
+@pytest.mark.parametrize("url", ["ftp://host/x", "nosuchscheme://a/b", "s3://"], ids=repr)
+def test_bad_urls(url) -> None:
+    with pytest.raises(s3q.InvalidArgument):
+        s3q.open(url)
+
+
+def test_url_wrong_type() -> None:
+    with pytest.raises(s3q.InvalidArgument):
+        s3q.open(42)
+
+
+def test_invalid_config_is_invalid_argument_and_value_error(env: StoreEnv) -> None:
+    with pytest.raises(ValueError):
+        env.open(max_attempts=0)
+    with pytest.raises(s3q.InvalidArgument):
+        env.open(max_attempts=0)
+
+
+# --------------------------------------------------------------------------- unreachable store
+
+
+@pytest.mark.timeout(90)
+def test_unreachable_endpoint_raises_store_error_quickly(clock: FakeClock) -> None:
+    port = free_port()  # nothing listens here
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0
+    t0 = time.monotonic()
+    with pytest.raises(s3q.StoreError):
+        q = s3q.open(
+            f"s3://bucket-{uuid.uuid4().hex[:6]}/q",
+            endpoint_url=f"http://127.0.0.1:{port}",
+            region="us-east-1",
+            access_key_id="testing",
+            secret_access_key="testing",
+            allow_http=True,
+            clock=clock,
+        )
+        try:
+            q.enqueue(b"x")
+        finally:
+            q.close()
+    elapsed = time.monotonic() - t0
+    assert elapsed < 30, f"took {elapsed:.1f} s to give up on a closed port"
+
+
+def test_missing_bucket_raises_store_error(moto_server, clock: FakeClock) -> None:
+    with pytest.raises(s3q.StoreError):
+        q = s3q.open(
+            f"s3://no-such-bucket-{uuid.uuid4().hex[:6]}/q",
+            clock=clock,
+            **moto_server.store_options(),
+        )
+        try:
+            q.enqueue(b"x")
+        finally:
+            q.close()
+
+
+def test_default_max_message_size_is_64_mib(clock: FakeClock) -> None:
+    from conftest import MemoryEnv
+
+    env = MemoryEnv()
+    with env.open(clock=clock, lease_ttl=3600.0) as q:
+        limit = 64 * 1024 * 1024
+        big = bytes(limit + 1)
+        assert_rejected(q, s3q.MessageTooLarge, lambda: q.enqueue(big))
+
+
+@pytest.mark.timeout(120)
+def test_store_vanishing_mid_session_raises_store_error(clock: FakeClock) -> None:
+    """A queue whose S3 endpoint dies answers StoreError promptly instead of hanging."""
+    import subprocess
+    import sys
+
+    from conftest import MotoServer
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    server = MotoServer(proc, port)
+    try:
+        import urllib.request
+
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(server.endpoint + "/", timeout=1):
+                    break
+            except Exception:
+                assert time.monotonic() < deadline, "private moto server did not start"
+                time.sleep(0.05)  # polling a process we do not control
+        server.client().create_bucket(Bucket="vanishing")
+        q = s3q.open("s3://vanishing/q", clock=clock, lease_ttl=3600.0, **server.store_options())
+        mid = q.enqueue(b"before")
+        assert q.status(mid) is S.PENDING
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    t0 = time.monotonic()
+    with pytest.raises(s3q.StoreError):
+        q.enqueue(b"after")
+    assert time.monotonic() - t0 < 30
+    # the unacknowledged enqueue is not in the index either (if the queue still answers)
+    try:
+        st = q.stats()
+    except s3q.S3QError:
+        st = None
+    if st is not None:
+        assert st.total_enqueued == 1
+    with contextlib.suppress(s3q.S3QError):
+        q.close()

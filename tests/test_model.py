@@ -1,0 +1,608 @@
+"""Stateful property test: random operation sequences against a pure-Python model.
+
+The model is a direct reading of the semantics (DESIGN.md and the API contract). Where the
+contract leaves something open, the model accepts every reasonable answer rather than guess:
+  * retry jitter: a failed message is RETRY or PENDING until ``retry_delay_max`` has passed; before
+    dequeuing, the model advances the clock past every such window so deliveries are exact;
+  * a receipt whose lease expired but whose message was not yet redelivered may still work or may
+    raise ReceiptExpired (either way the model follows what happened);
+  * a completed record past its retention but not yet cleaned up may still answer COMPLETED, or
+    may already be gone (pruned by the queue itself), so cleanup() may count fewer;
+  * a dedup id whose message was purged may or may not still deduplicate;
+  * ``last_error`` after a lease expiry or a redrive is not checked.
+The clock never lands within 20 ms of a deadline the model knows, so no test depends on whether
+a boundary is inclusive.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+
+import hypothesis.strategies as st
+import pytest
+from conftest import FakeClock
+from hypothesis import HealthCheck, Phase, event, settings
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+import s3q
+
+pytestmark = pytest.mark.slow
+
+S = s3q.MessageStatus
+UNKNOWN = object()
+
+OPTS = dict(
+    max_attempts=2,
+    retry_delay=0.5,
+    retry_delay_max=3.0,
+    visibility_timeout=20.0,
+    dedup_window=100.0,
+    completed_retention=200.0,
+    lease_ttl=10.0,
+    payload_cache_bytes=1024,  # most payloads are read back from the store, not a cache
+)
+# a few payloads big enough to be stored as objects of their own
+BIG = [bytes([i]) * (300 * 1024 + i) for i in range(3)]
+MAX_ATTEMPTS = OPTS["max_attempts"]
+RDM = OPTS["retry_delay_max"]
+VT = OPTS["visibility_timeout"]
+WINDOW = OPTS["dedup_window"]
+RETENTION = OPTS["completed_retention"]
+MARGIN = 0.02
+
+LIVE = ("ready", "leased", "retry")  # not finished: blocks the rest of its group
+
+
+@dataclass
+class MMsg:
+    id: str
+    payload: bytes = field(repr=False)
+    priority: int = 0
+    seq: int = 0
+    group: str | None = None
+    dedup_id: str | None = None
+    attributes: dict[str, str] = field(default_factory=dict)
+    enqueued_at: float = 0.0
+    state: str = "ready"  # ready | leased | retry | completed | dead | gone
+    visible_at: float = 0.0
+    attempts: int = 0
+    lease_until: float = 0.0
+    receipt: str | None = None
+    retry_from: float = 0.0
+    last_error: object = None
+    completed_at: float = 0.0
+    message: object = field(default=None, repr=False)  # the Message of the latest delivery
+
+
+def _same_payload(got: bytes, mm: MMsg) -> None:
+    if got != mm.payload:
+        raise AssertionError(
+            f"payload of {mm.id} differs: got {len(got)} bytes {got[:20]!r}..., "
+            f"model has {len(mm.payload)} bytes {mm.payload[:20]!r}..."
+        )
+
+
+@dataclass
+class Receipt:
+    mid: str
+    kind: str  # current | stale | maybe
+
+
+@dataclass
+class Dedup:
+    mid: str
+    at: float
+    certain: bool = True
+
+
+@dataclass
+class Model:
+    msgs: dict[str, MMsg] = field(default_factory=dict)
+    receipts: dict[str, Receipt] = field(default_factory=dict)
+    dedup: dict[str, Dedup] = field(default_factory=dict)
+    seq: int = 0
+    total: int = 0
+
+
+class QueueMachine(RuleBasedStateMachine):
+    kind = "memory"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = FakeClock()
+        self.tmp: str | None = None
+        if self.kind == "memory":
+            self.url = "memory://model-" + uuid.uuid4().hex
+        else:
+            self.tmp = tempfile.mkdtemp(prefix="s3q-model-")
+            self.url = "file://" + self.tmp + "/q"
+        self.q = s3q.open(self.url, clock=self.clock, **OPTS)
+        self.m = Model()
+
+    def teardown(self) -> None:
+        try:
+            self.q.close()
+        finally:
+            if self.tmp:
+                shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # ------------------------------------------------------------------ model time
+
+    @property
+    def now(self) -> float:
+        return self.clock.now
+
+    def boundaries(self) -> list[float]:
+        out = []
+        for mm in self.m.msgs.values():
+            if mm.state == "ready":
+                out.append(mm.visible_at)
+            elif mm.state == "leased":
+                out.append(mm.lease_until)
+            elif mm.state == "retry":
+                out.append(mm.retry_from + RDM)
+            elif mm.state == "completed":
+                out.append(mm.completed_at + RETENTION)
+        out.extend(d.at + WINDOW for d in self.m.dedup.values())
+        return out
+
+    def move_clock(self, dt: float) -> None:
+        target = self.now + dt
+        bounds = self.boundaries()
+        while any(abs(target - b) < MARGIN for b in bounds):
+            target += 2.5 * MARGIN
+        self.clock.set(target)
+        self.settle()
+
+    def settle(self) -> None:
+        now = self.now
+        for mm in self.m.msgs.values():
+            if mm.state == "leased" and mm.lease_until <= now:
+                self._lease_lapsed(mm)
+            elif mm.state == "retry" and now > mm.retry_from + RDM:
+                mm.state = "ready"
+                mm.visible_at = mm.retry_from + RDM
+
+    def _lease_lapsed(self, mm: MMsg) -> None:
+        if mm.receipt is not None:
+            self.m.receipts[mm.receipt].kind = "maybe"
+        mm.last_error = UNKNOWN
+        if mm.attempts >= MAX_ATTEMPTS:
+            event("lease lapsed -> dead")
+            mm.state = "dead"
+        else:
+            mm.state = "ready"
+            mm.visible_at = mm.lease_until
+
+    def uncertain_retries(self) -> list[MMsg]:
+        return [mm for mm in self.m.msgs.values() if mm.state == "retry"]
+
+    def resolve_retries(self) -> None:
+        pending = self.uncertain_retries()
+        if pending:
+            latest = max(mm.retry_from for mm in pending) + RDM
+            self.move_clock(max(latest - self.now, 0.0) + 3 * MARGIN)
+            assert not self.uncertain_retries()
+
+    # ------------------------------------------------------------------ model queries
+
+    def deliverable(self) -> list[MMsg]:
+        now = self.now
+        out = []
+        groups: dict[str, list[MMsg]] = {}
+        for mm in self.m.msgs.values():
+            if mm.group is None:
+                if mm.state == "ready" and mm.visible_at <= now:
+                    out.append(mm)
+            else:
+                groups.setdefault(mm.group, []).append(mm)
+        for members in groups.values():
+            if any(mm.state == "leased" for mm in members):
+                continue
+            live = [mm for mm in members if mm.state in LIVE]
+            if not live:
+                continue
+            head = min(live, key=lambda mm: mm.seq)
+            if head.state == "ready" and head.visible_at <= now:
+                out.append(head)
+        out.sort(key=lambda mm: (-mm.priority, mm.seq))
+        return out
+
+    def allowed_status(self, mm: MMsg) -> set[object]:
+        if mm.state == "ready":
+            return {S.PENDING if mm.visible_at <= self.now else S.DELAYED}
+        if mm.state == "leased":
+            return {S.PROCESSING}
+        if mm.state == "retry":
+            return {S.RETRY, S.PENDING}
+        if mm.state == "completed":
+            if self.now - mm.completed_at > RETENTION:
+                return {S.COMPLETED, None}
+            return {S.COMPLETED}
+        if mm.state == "dead":
+            return {S.DEAD}
+        return {None}
+
+    def leased(self) -> list[MMsg]:
+        return sorted(
+            (mm for mm in self.m.msgs.values() if mm.state == "leased"), key=lambda mm: mm.seq
+        )
+
+    def dead(self) -> list[MMsg]:
+        return [mm for mm in self.m.msgs.values() if mm.state == "dead"]
+
+    # ------------------------------------------------------------------ rules: enqueue
+
+    item = st.fixed_dictionaries(
+        {
+            "payload": st.binary(max_size=48),
+            "big": st.sampled_from([None] * 12 + [0, 1, 2]),  # index into BIG, else small
+            "priority": st.sampled_from([0, 0, 1, 7, 255]),
+            "delay": st.sampled_from([0.0, 0.0, 0.0, 2.5, 33.3]),
+            "group": st.sampled_from([None, None, None, "g1", "g2"]),
+            "dedup_id": st.sampled_from([None, None, None, "d1", "d2"]),
+            "attributes": st.sampled_from([None, {"a": "1"}, {"k": "v", "x": ""}]),
+        }
+    )
+
+    @staticmethod
+    def _payload(it: dict) -> bytes:
+        return it["payload"] if it["big"] is None else BIG[it["big"]]
+
+    def _model_enqueue(self, it: dict, got_id: str) -> None:
+        now = self.now
+        d = it["dedup_id"]
+        if d is not None:
+            entry = self.m.dedup.get(d)
+            live = entry is not None and now - entry.at < WINDOW
+            if live and (entry.certain or got_id == entry.mid):
+                assert got_id == entry.mid, "dedup within window must return the first id"
+                return
+        assert got_id not in self.m.msgs, "a new message reused an existing id"
+        self.m.seq += 1
+        self.m.total += 1
+        self.m.msgs[got_id] = MMsg(
+            id=got_id,
+            payload=self._payload(it),
+            priority=it["priority"],
+            seq=self.m.seq,
+            group=it["group"],
+            dedup_id=d,
+            attributes=dict(it["attributes"] or {}),
+            enqueued_at=now,
+            state="ready",
+            visible_at=now + it["delay"],
+        )
+        if d is not None:
+            self.m.dedup[d] = Dedup(got_id, now)
+
+    @rule(it=item)
+    def enqueue(self, it: dict) -> None:
+        kw = {k: v for k, v in it.items() if k not in ("payload", "big") and v is not None}
+        got = self.q.enqueue(self._payload(it), **kw)
+        self._model_enqueue(it, got)
+
+    @rule(items=st.lists(item, min_size=1, max_size=5), plain=st.booleans())
+    def enqueue_batch(self, items: list[dict], plain: bool) -> None:
+        if plain:
+            items = [
+                {
+                    **it,
+                    "priority": 0,
+                    "delay": 0.0,
+                    "group": None,
+                    "dedup_id": None,
+                    "attributes": None,
+                }
+                for it in items
+            ]
+            ids = self.q.enqueue_batch([self._payload(it) for it in items])
+        else:
+            ids = self.q.enqueue_batch(
+                [
+                    {
+                        **{k: v for k, v in it.items() if k != "big" and v is not None},
+                        "payload": self._payload(it),
+                    }
+                    for it in items
+                ]
+            )
+        assert len(ids) == len(items)
+        for it, got in zip(items, ids, strict=True):
+            self._model_enqueue(it, got)
+
+    # ------------------------------------------------------------------ rules: consume
+
+    @rule(k=st.sampled_from([1, 1, 2, 5, 50]), vt=st.sampled_from([None, 5.5, 45.5]))
+    def dequeue(self, k: int, vt: float | None) -> None:
+        self._dequeue(k, vt)
+
+    @rule(error=st.sampled_from(["boom", "timeout"]))
+    def dequeue_then_fail(self, error: str) -> None:
+        """Drives messages towards the dead-letter list, which random rules rarely reach."""
+        for mm in self._dequeue(1, None):
+            self.q.fail(mm.message, error)
+            self._failed(mm, error)
+
+    def _dequeue(self, k: int, vt: float | None) -> list[MMsg]:
+        self.resolve_retries()
+        expected = self.deliverable()[:k]
+        got = self.q.dequeue(max_messages=k, visibility_timeout=vt)
+        event(f"dequeue delivered {min(len(got), 2)}+")
+        assert [m.id for m in got] == [mm.id for mm in expected], (
+            f"delivered {[m.payload[:20] for m in got]}, model expected "
+            f"{[mm.payload[:20] for mm in expected]}"
+        )
+        for m, mm in zip(got, expected, strict=True):
+            _same_payload(m.payload, mm)
+            assert m.priority == mm.priority
+            assert m.group == mm.group
+            assert m.dedup_id == mm.dedup_id
+            assert m.attributes == mm.attributes
+            assert m.enqueued_at == pytest.approx(mm.enqueued_at, abs=1e-3)
+            assert m.attempts == mm.attempts + 1
+            if mm.last_error is not UNKNOWN:
+                assert m.last_error == mm.last_error
+            assert isinstance(m.receipt, str) and m.receipt not in self.m.receipts
+            if mm.receipt is not None:
+                self.m.receipts[mm.receipt].kind = "stale"
+            mm.attempts += 1
+            mm.state = "leased"
+            mm.lease_until = self.now + (vt if vt is not None else VT)
+            mm.receipt = m.receipt
+            mm.message = m
+            self.m.receipts[m.receipt] = Receipt(mm.id, "current")
+        return expected
+
+    def _pick_leased(self, data) -> tuple[MMsg, object]:
+        mm = data.draw(st.sampled_from(self.leased()), label="leased message")
+        assert mm.receipt is not None
+        as_message = data.draw(st.booleans(), label="pass Message object")
+        if as_message:
+            assert mm.message is not None and mm.message.receipt == mm.receipt
+            return mm, mm.message
+        return mm, mm.receipt
+
+    @precondition(lambda self: self.leased())
+    @rule(data=st.data())
+    def complete(self, data) -> None:
+        mm, ref = self._pick_leased(data)
+        self.q.complete(ref)
+        self._completed(mm)
+
+    @precondition(lambda self: len(self.leased()) >= 2)
+    @rule(data=st.data())
+    def complete_batch(self, data) -> None:
+        chosen = data.draw(
+            st.lists(st.sampled_from(self.leased()), min_size=2, max_size=4, unique_by=id)
+        )
+        self.q.complete_batch([mm.receipt for mm in chosen])
+        for mm in chosen:
+            self._completed(mm)
+
+    def _completed(self, mm: MMsg) -> None:
+        if mm.receipt is not None:
+            self.m.receipts[mm.receipt].kind = "stale"
+        mm.state = "completed"
+        mm.completed_at = self.now
+
+    @precondition(lambda self: self.leased())
+    @rule(data=st.data(), error=st.sampled_from(["boom", "timeout", "x" * 40]))
+    def fail(self, data, error: str) -> None:
+        mm, ref = self._pick_leased(data)
+        self.q.fail(ref, error)
+        self._failed(mm, error)
+
+    def _failed(self, mm: MMsg, error: str) -> None:
+        if mm.receipt is not None:
+            self.m.receipts[mm.receipt].kind = "stale"
+        mm.last_error = error
+        if mm.attempts >= MAX_ATTEMPTS:
+            event("fail -> dead")
+            mm.state = "dead"
+        else:
+            mm.state = "retry"
+            mm.retry_from = self.now
+
+    @precondition(lambda self: self.leased())
+    @rule(data=st.data(), seconds=st.sampled_from([0.0, 2.5, 15.5, 60.5]))
+    def extend(self, data, seconds: float) -> None:
+        mm, ref = self._pick_leased(data)
+        self.q.extend(ref, seconds)
+        mm.lease_until = self.now + seconds
+        if seconds == 0:
+            self._lease_lapsed(mm)
+            mm.visible_at = self.now
+
+    @precondition(lambda self: self.m.receipts)
+    @rule(data=st.data(), op=st.sampled_from(["complete", "fail", "extend"]))
+    def use_old_receipt(self, data, op: str) -> None:
+        olds = sorted(r for r, v in self.m.receipts.items() if v.kind != "current")
+        if not olds:
+            return
+        receipt = data.draw(st.sampled_from(olds), label="old receipt")
+        info = self.m.receipts[receipt]
+        mm = self.m.msgs[info.mid]
+        try:
+            if op == "complete":
+                self.q.complete(receipt)
+            elif op == "fail":
+                self.q.fail(receipt, "late")
+            else:
+                self.q.extend(receipt, 30.5)
+        except s3q.ReceiptExpired:
+            # a "maybe" receipt may be refused by one operation and accepted by another (say
+            # complete after the lease lapsed, but not extend): it stays "maybe"
+            event(f"old receipt ({info.kind}) rejected")
+            return
+        except s3q.MessageNotFound:
+            assert mm.state == "gone", "MessageNotFound for a message that exists"
+            return
+        assert info.kind == "maybe", f"a stale receipt was accepted by {op}"
+        event("expired, not redelivered receipt accepted")
+        assert mm.state != "gone", f"{op} accepted a receipt of a removed message"
+        # accepted: the implementation treats an expired, not yet redelivered lease as still
+        # held by this receipt; follow it
+        if op == "complete":
+            self._completed(mm)
+        elif op == "fail":
+            self._failed(mm, "late")
+        else:
+            mm.state = "leased"
+            mm.lease_until = self.now + 30.5
+            mm.receipt = receipt
+            info.kind = "current"
+
+    # ------------------------------------------------------------------ rules: admin
+
+    @rule(dt=st.sampled_from([0.3, 1.7, 4.1, 12.9, 25.3, 61.7, 150.1, 260.9]))
+    def advance(self, dt: float) -> None:
+        self.move_clock(dt)
+
+    @precondition(lambda self: self.dead())
+    @rule(data=st.data(), everything=st.booleans())
+    def redrive(self, data, everything: bool) -> None:
+        # Where a redriven message goes in line is not in the contract; the queue puts it at the
+        # back (a fresh arrival, as SQS redrive does). Several redriven at once keep the order of
+        # the dead-letter list, which the model takes from dead_letters().
+        listed = [m.id for m in self.q.dead_letters(limit=10_000)]
+        assert sorted(listed) == sorted(mm.id for mm in self.dead())
+        if everything:
+            chosen = [self.m.msgs[mid] for mid in listed]
+            n = self.q.redrive()
+        else:
+            subset = data.draw(
+                st.lists(st.sampled_from(self.dead()), min_size=1, unique_by=id), label="ids"
+            )
+            chosen = sorted(subset, key=lambda mm: listed.index(mm.id))
+            n = self.q.redrive(ids=[mm.id for mm in chosen])
+        assert n == len(chosen)
+        event(f"redrive {min(n, 2)}+")
+        for mm in chosen:
+            self.m.seq += 1
+            mm.seq = self.m.seq
+            mm.state = "ready"
+            mm.attempts = 0
+            mm.visible_at = self.now
+            mm.last_error = UNKNOWN
+
+    @rule(roll=st.integers(0, 5))
+    def purge(self, roll: int) -> None:
+        if roll:  # purging wipes the state the other rules build up: only one time in six
+            return
+        expected = [mm for mm in self.m.msgs.values() if mm.state in (*LIVE, "dead")]
+        assert self.q.purge() == len(expected)
+        for mm in expected:
+            mm.state = "gone"
+        for entry in self.m.dedup.values():
+            if self.m.msgs[entry.mid].state == "gone":
+                entry.certain = False
+
+    @rule()
+    def cleanup(self) -> None:
+        now = self.now
+        old = [
+            mm
+            for mm in self.m.msgs.values()
+            if mm.state == "completed" and now - mm.completed_at > RETENTION
+        ]
+        expired = [d for d, e in self.m.dedup.items() if now - e.at >= WINDOW]
+        n = self.q.cleanup()
+        # the queue may also prune on its own (say when it checkpoints), so fewer is fine
+        assert 0 <= n <= len(old) + len(expired), (n, len(old), len(expired))
+        for mm in old:
+            mm.state = "gone"
+        for d in expired:
+            del self.m.dedup[d]
+
+    @rule()
+    def reopen(self) -> None:
+        self.q.close()
+        self.q = s3q.open(self.url, clock=self.clock, **OPTS)
+
+    @rule()
+    def check_dead_letters(self) -> None:
+        got = self.q.dead_letters(limit=10_000)
+        assert sorted(m.id for m in got) == sorted(mm.id for mm in self.dead())
+        for m in got:
+            mm = self.m.msgs[m.id]
+            _same_payload(m.payload, mm)
+            assert m.attempts == mm.attempts
+            if mm.last_error is not UNKNOWN:
+                assert m.last_error == mm.last_error
+
+    # ------------------------------------------------------------------ invariants
+
+    @invariant()
+    def statuses_match(self) -> None:
+        for mm in self.m.msgs.values():
+            try:
+                got: object = self.q.status(mm.id)
+            except s3q.MessageNotFound:
+                got = None
+            allowed = self.allowed_status(mm)
+            assert got in allowed, (
+                f"{mm.payload[:20]!r} ({mm.state}): status {got}, model {allowed}"
+            )
+
+    @invariant()
+    def stats_match(self) -> None:
+        s = self.q.stats()
+        now = self.now
+        count = {k: 0 for k in ("pending", "delayed", "processing", "retry", "dead")}
+        completed_min = completed_max = 0
+        for mm in self.m.msgs.values():
+            if mm.state == "ready":
+                count["pending" if mm.visible_at <= now else "delayed"] += 1
+            elif mm.state == "leased":
+                count["processing"] += 1
+            elif mm.state == "retry":
+                count["retry"] += 1
+            elif mm.state == "dead":
+                count["dead"] += 1
+            elif mm.state == "completed":
+                completed_max += 1
+                if now - mm.completed_at <= RETENTION:
+                    completed_min += 1
+        assert s.pending + s.retry == count["pending"] + count["retry"], s
+        assert s.retry <= count["retry"], s
+        assert (s.delayed, s.processing, s.dead) == (
+            count["delayed"],
+            count["processing"],
+            count["dead"],
+        ), s
+        assert completed_min <= s.completed <= completed_max, s
+        assert s.total_enqueued == self.m.total, s
+
+
+# Shrinking a long failing sequence can take minutes; it is off unless S3Q_SHRINK=1, so a failure
+# costs seconds and is reported unshrunk (set S3Q_SHRINK=1 to get a minimal sequence).
+PHASES = [Phase.explicit, Phase.reuse, Phase.generate]
+if os.environ.get("S3Q_SHRINK"):
+    PHASES += [Phase.shrink, Phase.explain]
+
+SETTINGS = settings(
+    max_examples=int(os.environ.get("S3Q_MODEL_EXAMPLES", "100")),
+    stateful_step_count=40,
+    deadline=None,
+    phases=PHASES,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+
+
+class MemoryQueueMachine(QueueMachine):
+    kind = "memory"
+
+
+class FileQueueMachine(QueueMachine):
+    kind = "file"
+
+
+TestModelMemory = MemoryQueueMachine.TestCase
+TestModelMemory.settings = SETTINGS
+TestModelFile = FileQueueMachine.TestCase
+TestModelFile.settings = SETTINGS
