@@ -110,6 +110,10 @@ class MotoServer:
         self.port = port
         self.endpoint = f"http://127.0.0.1:{port}"
 
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+
     def client(self) -> Any:
         import boto3
         from botocore.config import Config
@@ -133,13 +137,14 @@ class MotoServer:
         }
 
 
-@pytest.fixture(scope="session")
-def moto_server() -> Iterator[MotoServer]:
+def start_moto(env: dict[str, str] | None = None) -> MotoServer:
+    """A moto S3 server on a free loopback port, answering HTTP; ``server.stop()`` ends it."""
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
     )
     server = MotoServer(proc, port)
     deadline = time.monotonic() + 60
@@ -147,18 +152,22 @@ def moto_server() -> Iterator[MotoServer]:
         if proc.poll() is not None:
             raise RuntimeError(f"moto server exited early with {proc.returncode}")
         try:
-            with urllib.request.urlopen(server.endpoint + "/", timeout=1):
-                break
-        except Exception:
+            with urllib.request.urlopen(server.endpoint + "/moto-api/", timeout=1):
+                return server
+        except OSError:
             if time.monotonic() > deadline:
-                proc.kill()
+                server.stop()
                 raise RuntimeError("moto server did not answer within 60 s") from None
             time.sleep(0.05)  # polling a process we do not control; no event to await
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[MotoServer]:
+    server = start_moto()
     try:
         yield server
     finally:
-        proc.kill()
-        proc.wait(timeout=30)
+        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -331,36 +331,16 @@ def test_default_max_message_size_is_64_mib(clock: FakeClock) -> None:
 @pytest.mark.timeout(120)
 def test_store_vanishing_mid_session_raises_store_error(clock: FakeClock) -> None:
     """A queue whose S3 endpoint dies answers StoreError promptly instead of hanging."""
-    import subprocess
-    import sys
+    from conftest import start_moto
 
-    from conftest import MotoServer
-
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    server = MotoServer(proc, port)
+    server = start_moto()
     try:
-        import urllib.request
-
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(server.endpoint + "/", timeout=1):
-                    break
-            except Exception:
-                assert time.monotonic() < deadline, "private moto server did not start"
-                time.sleep(0.05)  # polling a process we do not control
         server.client().create_bucket(Bucket="vanishing")
         q = s3q.open("s3://vanishing/q", clock=clock, lease_ttl=3600.0, **server.store_options())
         mid = q.enqueue(b"before")
         assert q.status(mid) is S.PENDING
     finally:
-        proc.kill()
-        proc.wait(timeout=30)
+        server.stop()
     t0 = time.monotonic()
     with pytest.raises(s3q.StoreError):
         q.enqueue(b"after")

@@ -10,10 +10,9 @@ import threading
 from typing import Any
 
 import pytest
+from conftest import FakeClock, LineReader, StoreEnv, open_after_crash, spawn_child
 
 import s3q
-
-from conftest import FakeClock, LineReader, StoreEnv, open_after_crash, spawn_child
 
 
 def payload_for(i: int, size: int = 64) -> bytes:

@@ -3,43 +3,23 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import boto3
 import pytest
+from conftest import start_moto
 
 import s3q
-
-from conftest import free_port
 
 
 @pytest.fixture(scope="module")
 def strict_s3() -> Iterator[dict[str, Any]]:
     """A moto server that checks signatures once set-up (4 unauthenticated calls) is done."""
-    port = free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "4"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    server = start_moto({"INITIAL_NO_AUTH_ACTION_COUNT": "4"})
+    endpoint = server.endpoint
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(endpoint + "/moto-api/", timeout=1):
-                    break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("strict moto server did not start") from None
-                time.sleep(0.05)  # a process we do not control: nothing to await
         admin = {"endpoint_url": endpoint, "region_name": "us-east-1"}
         iam = boto3.client("iam", aws_access_key_id="x", aws_secret_access_key="x", **admin)
         iam.create_user(UserName="owner")
@@ -63,8 +43,7 @@ def strict_s3() -> Iterator[dict[str, Any]]:
         s3.create_bucket(Bucket="guarded")
         yield {"endpoint": endpoint, "key": key, "s3": s3}
     finally:
-        proc.kill()
-        proc.wait(timeout=30)
+        server.stop()
 
 
 def test_wrong_secret_key_is_refused_with_store_error(strict_s3: dict[str, Any]) -> None:

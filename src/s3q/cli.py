@@ -9,6 +9,8 @@ import dataclasses
 import json
 import os
 import random
+import re
+import shlex
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -868,7 +870,9 @@ def bench(
         if value < low:
             raise click.BadParameter(f"must be >= {low}", param_hint=name)
     config = BenchConfig(store, messages, size, batch, producers, consumers)
-    command = "s3q " + " ".join(sys.argv[1:])
+    command = re.sub(  # the command as run, minus secrets a store URL may carry
+        r"(secret_access_key|session_token)=[^&\s]*", r"\1=***", "s3q " + shlex.join(sys.argv[1:])
+    )
     err = Console(stderr=True)
     with Progress(
         "[progress.description]{task.description}",

@@ -121,6 +121,7 @@ class Engine:
         self._unflushed: dict[int, _Batch] = {}
         self._committer: asyncio.Task[None] | None = None
         self._renewer: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
         self._failure: S3QError | None = None
         self._closed = False
         self._changed: asyncio.Future[None] | None = None
@@ -171,8 +172,9 @@ class Engine:
                 await self._checkpoint_now()
             except S3QError as exc:
                 logger.warning("no checkpoint at close of %s: %s", self.store.url, exc)
+        self._stopping.set()
         if self._renewer is not None:
-            self._renewer.cancel()
+            await self._renewer
         if self._failure is None:
             try:
                 await self._lease.release()
@@ -254,8 +256,12 @@ class Engine:
         self._durable = seq
 
     async def _renew_loop(self, every: float) -> None:
+        """Renew every ``every`` seconds until closing. Stopped between renewals, never in
+        the middle of one: a store request abandoned mid-flight outlives its event loop."""
         while True:
-            await asyncio.sleep(every)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), every)
+                return
             try:
                 await self._lease.renew()
             except WriterFenced as exc:
@@ -369,14 +375,19 @@ class Engine:
         batch = self._add(Prune(now, config.completed_retention, config.dedup_window))
         return self.state.pruned, batch
 
-    async def _checkpoint_now(self) -> None:
-        """Checkpoint the durable log; the caller made sure nothing is in flight."""
+    async def _checkpoint_now(self, replace: bool = False) -> None:
+        """Checkpoint the durable log; the caller made sure nothing is in flight. ``replace``
+        rewrites a checkpoint already at this sequence number (same index, shorter garbage
+        list: what a collection just deleted)."""
         seq = self._durable
         data = self._snapshot_if_due(seq, force=True)
         assert data is not None
-        with contextlib.suppress(AlreadyExists):
-            await self.store.put_new(checkpoint.key(seq), data)
-        self.checkpoints[seq] = self.clock()
+        if replace:
+            await self.store.put(checkpoint.key(seq), data)
+        else:
+            with contextlib.suppress(AlreadyExists):
+                await self.store.put_new(checkpoint.key(seq), data)
+        self.checkpoints.setdefault(seq, self.clock())
 
     async def _write_checkpoint(self, seq: int, data: bytearray) -> None:
         with contextlib.suppress(AlreadyExists):
@@ -415,6 +426,8 @@ class Engine:
         if self._collecting is not None:
             await asyncio.wait([self._collecting])
         report = await self._collect()
+        if report.deleted_objects and self._latest_batch() is None:
+            await self._checkpoint_now(replace=True)  # drop what was deleted from its list
         report.objects, report.bytes = await self.store.usage()
         return report
 

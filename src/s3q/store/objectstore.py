@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -88,6 +89,13 @@ class ObjectStore(Store):
         async with self._errors(key):
             with contextlib.suppress(NotFound):
                 await obstore.delete_async(self.inner, key)
+
+    async def close(self) -> None:
+        # obstore hands each result back to Python from a tokio thread, which lets go of its
+        # Python references a moment after the awaiting coroutine resumed. A process that
+        # exits in that moment aborts (SIGABRT in interpreter finalisation); a short pause
+        # at close lets those threads finish.
+        await asyncio.sleep(0.02)
 
     async def get_versioned(self, key: str) -> tuple[bytes, str] | None:
         self.gets += 1
