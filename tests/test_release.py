@@ -57,3 +57,18 @@ def test_release_of_an_unknown_receipt_changes_nothing(env: StoreEnv) -> None:
         assert (after.processing, after.pending) == (before.processing, before.pending)
     finally:
         q.close()
+
+
+def test_fail_tells_when_the_message_is_retried(env: StoreEnv) -> None:
+    clock = FakeClock()
+    q = env.open(clock=clock, max_attempts=2, retry_delay=10.0)
+    try:
+        q.enqueue(b"x")
+        [m] = q.dequeue()
+        retry_at = q.fail(m, "first")
+        assert retry_at is not None and clock.now + 5.0 <= retry_at <= clock.now + 10.0
+        clock.set(retry_at)
+        [m] = q.dequeue()
+        assert q.fail(m, "second") is None  # out of attempts: dead, no retry
+    finally:
+        q.close()

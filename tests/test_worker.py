@@ -201,7 +201,7 @@ def test_failing_handler_retries_then_dead_letters() -> None:
                 (bad, "ValueError: boom 1", 1),
                 (flaky, "ValueError: boom 1", 1),
             ]
-            assert all(e.next_visible_at is None and e.duration >= 0 for e in retries)
+            assert all(e.next_visible_at is not None and e.duration >= 0 for e in retries)
             [dead] = events.of(Dead)
             assert (dead.id, dead.error, dead.attempts) == (bad, "ValueError: boom 2", 2)
             [done] = events.of(Completed)

@@ -100,9 +100,10 @@ class AsyncQueue:
         if receipts:
             await self._engine.complete(receipts)
 
-    async def fail(self, target: Target, error: str | None = None) -> None:
-        """Give a delivered message back: retried after a backoff, or dead if out of attempts."""
-        await self._engine.fail(validate.receipt_of(target), validate.error_text(error))
+    async def fail(self, target: Target, error: str | None = None) -> float | None:
+        """Give a delivered message back: retried after a backoff, or dead if out of attempts.
+        When it will be retried (unix seconds), or None if it is now dead."""
+        return await self._engine.fail(validate.receipt_of(target), validate.error_text(error))
 
     async def release(self, targets: Target | Iterable[Target]) -> None:
         """Give delivered messages back unprocessed: visible at once, the delivery uncounted
@@ -261,9 +262,10 @@ class Queue:
         """Acknowledge many delivered messages in one commit (all or none)."""
         self._run(self._aq.complete_batch(targets))
 
-    def fail(self, target: Target, error: str | None = None) -> None:
-        """Give a delivered message back: retried after a backoff, or dead if out of attempts."""
-        self._run(self._aq.fail(target, error))
+    def fail(self, target: Target, error: str | None = None) -> float | None:
+        """Give a delivered message back: retried after a backoff, or dead if out of attempts.
+        When it will be retried (unix seconds), or None if it is now dead."""
+        return self._run(self._aq.fail(target, error))
 
     def release(self, targets: Target | Iterable[Target]) -> None:
         """Give delivered messages back unprocessed: visible at once, the delivery uncounted

@@ -618,7 +618,7 @@ class Engine:
         self._notify()  # a group's next message may be deliverable now
         await self._durable_after(batch)
 
-    async def fail(self, receipt: str, error: str | None) -> None:
+    async def fail(self, receipt: str, error: str | None) -> float | None:
         self._check()
         (rec,) = self._holders([receipt])
         now = self.clock()
@@ -628,6 +628,7 @@ class Engine:
         batch = self._add(Fail(rec.id, error, retry_at, now))
         self._notify()
         await self._durable_after(batch)
+        return retry_at
 
     async def release(self, receipts: list[str]) -> None:
         self._check()

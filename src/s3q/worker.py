@@ -95,7 +95,7 @@ class Retry:
     error: str
     attempts: int
     duration: float
-    next_visible_at: float | None  # unix seconds, when the queue reports it; else None
+    next_visible_at: float | None  # unix seconds when it is retried
     message: Message = field(repr=False)
 
 
@@ -718,7 +718,7 @@ class Worker:
         )
         self._held.pop(msg.receipt or "", None)
         try:
-            await self._aq.fail(msg, error)
+            retry_at = await self._aq.fail(msg, error)
         except ReceiptExpired as lost:
             logger.warning("lease of message %s was lost before its failure: %s", msg.id, lost)
             return
@@ -736,7 +736,7 @@ class Worker:
             if self.metrics is not None:
                 self.metrics.retried.inc()
             if self.on_event is not None:
-                self._emit(Retry(msg.id, error, msg.attempts, duration, None, msg))
+                self._emit(Retry(msg.id, error, msg.attempts, duration, retry_at, msg))
 
     # -- acknowledging ----------------------------------------------------------------------
 
