@@ -688,6 +688,26 @@ def watch_stats(url: str, every: float) -> None:
 
 
 @main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--token-file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Bearer tokens, one per line (also $S3Q_TOKENS, comma-separated).",
+)
+@store_option
+@friendly_errors
+def serve(host: str, port: int, token_file: str | None, store: str | None) -> None:
+    """Serve every queue of the store over HTTP (native API; /openapi.json).
+
+    Needs the broker extra: pip install 's3q[broker]'.
+    """
+    from .broker import serve as run
+
+    run(store or default_store(), host=host, port=port, token_file=token_file)
+
+
+@main.command()
 @click.argument("target", metavar="MODULE:FUNCTION")
 @click.option("--queue", "name", help="Queue NAME (or URL) [default: the one @handler names].")
 @click.option("--concurrency", type=click.IntRange(min=1), help="Handlers at once [default 8].")

@@ -1,0 +1,175 @@
+"""The broker's ASGI application: the native HTTP API over every queue of one store."""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import msgspec
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..errors import InvalidArgument, S3QError, StoreError, WriterFenced
+from . import openapi
+from .registry import QueueRegistry
+from .routes import ENDPOINTS, Call, Endpoint, Param
+from .wire import API_PREFIX, JSON, MSGPACK, AuthError, encode, error_body, status_of
+
+log = logging.getLogger("s3q.broker")
+
+JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "array": (list,),
+    "object": (dict,),
+    "null": (type(None),),
+}
+
+
+def create_app(
+    store: str, *, tokens: set[str] | None = None, options: dict[str, Any] | None = None
+) -> Starlette:
+    """The broker for every queue of ``store`` (queue ``NAME`` is ``<store>/NAME``).
+
+    ``tokens``: when given and not empty, every ``/v1`` request needs
+    ``Authorization: Bearer <one of them>``. ``options``: passed to ``s3q.open_async`` for
+    every queue opened.
+    """
+    registry = QueueRegistry(store, options)
+    secrets = [t.encode() for t in tokens or () if t]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await registry.close()
+
+    routes = [
+        Route(API_PREFIX + e.path, _endpoint(e, registry, secrets), methods=[e.method])
+        for e in ENDPOINTS
+    ]
+    document = encode(openapi.document(), as_json=True)
+
+    async def openapi_json(request: Request) -> Response:
+        return Response(document, media_type=JSON)
+
+    routes.append(Route("/openapi.json", openapi_json, methods=["GET"]))
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.registry = registry
+    return app
+
+
+def _wants_json(request: Request) -> bool:
+    accept = request.headers.get("accept", "")
+    return MSGPACK not in accept and ("json" in accept or "*/*" in accept or not accept)
+
+
+def _answer(request: Request, status: int, body: Any) -> Response:
+    as_json = _wants_json(request)
+    return Response(encode(body, as_json), status, media_type=JSON if as_json else MSGPACK)
+
+
+def _authorize(request: Request, secrets: list[bytes]) -> None:
+    if not secrets:
+        return
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise AuthError("missing bearer token (Authorization: Bearer <token>)", 401)
+    given = token.strip().encode()
+    # compare with every token, so the time taken does not tell which one nearly matched
+    if not any([hmac.compare_digest(given, s) for s in secrets]):
+        raise AuthError("invalid bearer token", 403)
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw:
+        return {}
+    kind = request.headers.get("content-type", MSGPACK).split(";")[0].strip().lower()
+    try:
+        if kind == JSON:
+            decoded = msgspec.json.decode(raw)
+        elif kind in (MSGPACK, "application/x-msgpack", "application/vnd.msgpack"):
+            decoded = msgspec.msgpack.decode(raw)
+        else:
+            raise InvalidArgument(f"unsupported content-type {kind!r}: use {MSGPACK} or {JSON}")
+    except msgspec.DecodeError as exc:
+        raise InvalidArgument(f"malformed {kind} body: {exc}") from None
+    if not isinstance(decoded, dict):
+        raise InvalidArgument("the request body must be a map")
+    return decoded
+
+
+def _check(param: Param, value: Any) -> Any:
+    if param.where == "query":
+        if param.schema.get("type") == "integer":
+            try:
+                return int(value)
+            except ValueError:
+                raise InvalidArgument(f"{param.name} must be an integer, got {value!r}") from None
+        return value
+    kinds = param.schema.get("type")
+    if kinds is None:  # oneOf and the like: left to the queue's own checks
+        return value
+    names = [kinds] if isinstance(kinds, str) else list(kinds)
+    # the queue checks values; types it does not check on a list-like argument are checked here
+    if "array" in names and not isinstance(value, list) and not ("null" in names and value is None):
+        raise InvalidArgument(f"{param.name} must be a list, got {type(value).__name__}")
+    return value
+
+
+async def _arguments(endpoint: Endpoint, request: Request) -> dict[str, Any]:
+    needs_body = any(p.where == "body" for p in endpoint.params)
+    given = await _body(request) if needs_body or request.method == "POST" else {}
+    declared = {p.name for p in endpoint.params if p.where == "body"}
+    unknown = set(given) - declared
+    if unknown:
+        raise InvalidArgument(f"unknown argument(s): {', '.join(sorted(map(str, unknown)))}")
+    allowed_query = {p.name for p in endpoint.params if p.where == "query"}
+    unknown_query = set(request.query_params) - allowed_query
+    if unknown_query:
+        raise InvalidArgument(f"unknown query parameter(s): {', '.join(sorted(unknown_query))}")
+    args: dict[str, Any] = {}
+    for param in endpoint.params:
+        if param.name == "name" and param.where == "path":
+            continue
+        source: Any = {
+            "path": request.path_params,
+            "query": request.query_params,
+            "body": given,
+        }[param.where]
+        if param.name in source:
+            args[param.name] = _check(param, source[param.name])
+        elif param.required:
+            raise InvalidArgument(f"missing argument {param.name!r}")
+    return args
+
+
+def _endpoint(
+    endpoint: Endpoint, registry: QueueRegistry, secrets: list[bytes]
+) -> Callable[[Request], Awaitable[Response]]:
+    async def serve(request: Request) -> Response:
+        name: str | None = request.path_params.get("name")
+        try:
+            _authorize(request, secrets)
+            call = Call(registry, request, name, await _arguments(endpoint, request))
+            result = await endpoint.handler(call)
+        except S3QError as exc:
+            if isinstance(exc, WriterFenced | StoreError) and name in registry.names():
+                assert name is not None
+                await registry.evict(name, await registry.get(name))
+            return _answer(request, status_of(exc), error_body(exc))
+        except Exception as exc:
+            log.exception("%s %s failed", request.method, request.url.path)
+            return _answer(request, 500, error_body(exc))
+        return _answer(request, 200, result)
+
+    return serve

@@ -1,0 +1,338 @@
+"""The native API's route table: kept once, used both to serve and to write the OpenAPI document.
+
+Every route under ``/v1`` takes its arguments from the path, the query string and a msgpack
+(or JSON) map body, as declared here by :class:`Param`; undeclared or missing arguments and
+arguments of the wrong JSON type are refused with 400 before the queue is touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from starlette.requests import Request
+
+from ..api import AsyncQueue
+from .registry import QueueRegistry
+
+
+@dataclass
+class Call:
+    """One request to a route: its checked arguments and where to find its queue."""
+
+    registry: QueueRegistry
+    request: Request
+    name: str | None
+    args: dict[str, Any]
+
+    async def queue(self) -> AsyncQueue:
+        assert self.name is not None
+        return await self.registry.get(self.name)
+
+
+Handler = Callable[[Call], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    where: Literal["path", "query", "body"]
+    schema: dict[str, Any]
+    required: bool = False
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    method: Literal["GET", "POST"]
+    path: str  # under /v1
+    operation: str
+    summary: str
+    handler: Handler
+    params: tuple[Param, ...] = ()
+    response: dict[str, Any] | None = None  # schema of the 200 answer
+
+
+def ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def obj(**props: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "properties": props, "required": list(props)}
+
+
+STR = {"type": "string"}
+INT = {"type": "integer"}
+NUM = {"type": "number"}
+STR_OR_NULL = {"type": ["string", "null"]}
+STRS = {"type": "array", "items": STR}
+PAYLOAD = {"type": "string", "format": "binary", "description": "msgpack bin: raw bytes"}
+ITEM = {
+    "oneOf": [
+        PAYLOAD,
+        {
+            "type": "object",
+            "properties": {
+                "payload": PAYLOAD,
+                "priority": INT,
+                "delay": NUM,
+                "dedup_id": STR_OR_NULL,
+                "group": STR_OR_NULL,
+                "attributes": {"type": ["object", "null"], "additionalProperties": STR},
+            },
+            "required": ["payload"],
+        },
+    ]
+}
+MESSAGES = obj(messages={"type": "array", "items": ref("Message")})
+EMPTY: dict[str, Any] = {"type": "object"}
+
+NAME = Param("name", "path", {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,80}$"}, True)
+
+
+def body(name: str, schema: dict[str, Any], required: bool = False, doc: str = "") -> Param:
+    return Param(name, "body", schema, required, doc)
+
+
+# ----------------------------------------------------------------------------- handlers
+
+
+async def list_queues(call: Call) -> Any:
+    return {"queues": call.registry.names()}
+
+
+async def enqueue(call: Call) -> Any:
+    return {"id": await (await call.queue()).enqueue(**call.args)}
+
+
+async def enqueue_batch(call: Call) -> Any:
+    return {"ids": await (await call.queue()).enqueue_batch(call.args["items"])}
+
+
+async def dequeue(call: Call) -> Any:
+    queue = await call.queue()
+    messages = await queue.dequeue(**call.args)
+    if messages and await call.request.is_disconnected():
+        # A long poll whose client left: give its leases back instead of stranding them.
+        await queue.release(messages)
+        return {"messages": []}
+    return {"messages": messages}
+
+
+async def complete(call: Call) -> Any:
+    await (await call.queue()).complete_batch(call.args["receipts"])
+    return {}
+
+
+async def fail(call: Call) -> Any:
+    await (await call.queue()).fail(call.args["receipt"], call.args.get("error"))
+    return {}
+
+
+async def extend(call: Call) -> Any:
+    await (await call.queue()).extend(call.args["receipt"], call.args["seconds"])
+    return {}
+
+
+async def release(call: Call) -> Any:
+    await (await call.queue()).release(call.args["receipts"])
+    return {}
+
+
+async def status(call: Call) -> Any:
+    found = await (await call.queue()).status(call.args["id"])
+    return {"id": call.args["id"], "status": found.value}
+
+
+async def stats(call: Call) -> Any:
+    return await (await call.queue()).stats()
+
+
+async def peek(call: Call) -> Any:
+    return {"messages": await (await call.queue()).peek(**call.args)}
+
+
+async def dead_letters(call: Call) -> Any:
+    return {"messages": await (await call.queue()).dead_letters(**call.args)}
+
+
+async def redrive(call: Call) -> Any:
+    return {"moved": await (await call.queue()).redrive(**call.args)}
+
+
+async def cleanup(call: Call) -> Any:
+    return {"removed": await (await call.queue()).cleanup()}
+
+
+async def purge(call: Call) -> Any:
+    return {"removed": await (await call.queue()).purge()}
+
+
+async def compact(call: Call) -> Any:
+    return await (await call.queue()).compact()
+
+
+Q = "/queues/{name}"
+ENDPOINTS: tuple[Endpoint, ...] = (
+    Endpoint(
+        "GET",
+        "/queues",
+        "listQueues",
+        "The queues this broker has open",
+        list_queues,
+        (),
+        obj(queues=STRS),
+    ),
+    Endpoint(
+        "POST",
+        f"{Q}/enqueue",
+        "enqueue",
+        "Add one message; its id once durable",
+        enqueue,
+        (
+            NAME,
+            body("payload", PAYLOAD, True),
+            body("priority", INT, doc="0..255, higher first"),
+            body("delay", NUM, doc="seconds before it is visible"),
+            body("dedup_id", STR_OR_NULL),
+            body("group", STR_OR_NULL),
+            body("attributes", {"type": ["object", "null"], "additionalProperties": STR}),
+        ),
+        obj(id=STR),
+    ),
+    Endpoint(
+        "POST",
+        f"{Q}/enqueue-batch",
+        "enqueueBatch",
+        "Add many messages in one commit",
+        enqueue_batch,
+        (NAME, body("items", {"type": "array", "items": ITEM}, True)),
+        obj(ids=STRS),
+    ),
+    Endpoint(
+        "POST",
+        f"{Q}/dequeue",
+        "dequeue",
+        "Lease up to max_messages; long-polls up to wait s",
+        dequeue,
+        (
+            NAME,
+            body("max_messages", INT),
+            body("visibility_timeout", {"type": ["number", "null"]}),
+            body("wait", NUM, doc="seconds to wait for the first message"),
+        ),
+        MESSAGES,
+    ),
+    Endpoint(
+        "POST",
+        f"{Q}/complete",
+        "complete",
+        "Acknowledge delivered messages (all or none)",
+        complete,
+        (NAME, body("receipts", STRS, True)),
+        EMPTY,
+    ),
+    Endpoint(
+        "POST",
+        f"{Q}/fail",
+        "fail",
+        "Give a message back: retried with backoff, or dead",
+        fail,
+        (NAME, body("receipt", STR, True), body("error", STR_OR_NULL)),
+        EMPTY,
+    ),
+    Endpoint(
+        "POST",
+        f"{Q}/extend",
+        "extend",
+        "Make a lease end `seconds` from now",
+        extend,
+        (NAME, body("receipt", STR, True), body("seconds", NUM, True)),
+        EMPTY,
+    ),
+    Endpoint(
+        "POST",
+        f"{Q}/release",
+        "release",
+        "Give messages back unprocessed, uncounted",
+        release,
+        (NAME, body("receipts", STRS, True)),
+        EMPTY,
+    ),
+    Endpoint(
+        "GET",
+        f"{Q}/messages/{{id}}/status",
+        "status",
+        "Where a message stands",
+        status,
+        (NAME, Param("id", "path", STR, True)),
+        obj(
+            id=STR,
+            status={"enum": ["pending", "delayed", "processing", "retry", "completed", "dead"]},
+        ),
+    ),
+    Endpoint(
+        "GET",
+        f"{Q}/stats",
+        "stats",
+        "Counts by status and commit figures",
+        stats,
+        (NAME,),
+        ref("QueueStats"),
+    ),
+    Endpoint(
+        "GET",
+        f"{Q}/peek",
+        "peek",
+        "The next messages a dequeue would deliver",
+        peek,
+        (NAME, Param("limit", "query", INT)),
+        MESSAGES,
+    ),
+    Endpoint(
+        "GET",
+        f"{Q}/dead-letters",
+        "deadLetters",
+        "Dead messages, oldest first",
+        dead_letters,
+        (NAME, Param("limit", "query", INT)),
+        MESSAGES,
+    ),
+    Endpoint(
+        "POST",
+        f"{Q}/redrive",
+        "redrive",
+        "Dead messages (all, or those named) back to pending",
+        redrive,
+        (NAME, body("ids", {"type": ["array", "null"], "items": STR})),
+        obj(moved=INT),
+    ),
+    Endpoint(
+        "POST",
+        f"{Q}/cleanup",
+        "cleanup",
+        "Forget completed messages past their retention",
+        cleanup,
+        (NAME,),
+        obj(removed=INT),
+    ),
+    Endpoint(
+        "POST",
+        f"{Q}/purge",
+        "purge",
+        "Remove every message not completed",
+        purge,
+        (NAME,),
+        obj(removed=INT),
+    ),
+    Endpoint(
+        "POST",
+        f"{Q}/compact",
+        "compact",
+        "Checkpoint and collect garbage now",
+        compact,
+        (NAME,),
+        ref("CompactionReport"),
+    ),
+)

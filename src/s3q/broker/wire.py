@@ -1,0 +1,132 @@
+"""What travels between the broker and its clients: body encodings and the error mapping.
+
+Shared by the server (:mod:`s3q.broker.app`) and the client (:mod:`s3q.client`), and free of
+server dependencies, so a client-only install needs nothing but ``httpx`` and ``msgspec``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+
+from ..errors import (
+    InvalidArgument,
+    InvalidConfig,
+    InvalidPriority,
+    MessageNotFound,
+    MessageTooLarge,
+    QueueClosed,
+    QueueFull,
+    QueueLocked,
+    ReceiptExpired,
+    S3QError,
+    StoreError,
+    WriterFenced,
+)
+
+MSGPACK = "application/msgpack"
+JSON = "application/json"
+API_PREFIX = "/v1"
+QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
+
+
+class BrokerError(S3QError):
+    """The broker answered with an error that is not one of s3q's own (e.g. a 500)."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class AuthError(BrokerError):
+    """The broker refused the request: no bearer token (401) or a wrong one (403)."""
+
+
+# Most specific class first: the first match decides the HTTP status.
+STATUS_OF: tuple[tuple[type[S3QError], int], ...] = (
+    (MessageTooLarge, 413),
+    (InvalidArgument, 400),  # InvalidConfig, InvalidPriority too
+    (MessageNotFound, 404),
+    (ReceiptExpired, 409),
+    (QueueLocked, 409),
+    (QueueFull, 429),
+    (AuthError, 401),
+    (StoreError, 503),
+    (WriterFenced, 503),
+    (QueueClosed, 503),
+)
+
+ERRORS: dict[str, type[S3QError]] = {
+    cls.__name__: cls
+    for cls in (
+        InvalidArgument,
+        InvalidConfig,
+        InvalidPriority,
+        MessageTooLarge,
+        MessageNotFound,
+        ReceiptExpired,
+        QueueLocked,
+        QueueFull,
+        StoreError,
+        WriterFenced,
+        QueueClosed,
+        AuthError,
+        BrokerError,
+    )
+}
+
+
+def check_name(name: object) -> str:
+    """A queue name: 1 to 80 of ``A-Z a-z 0-9 _ -``; InvalidArgument otherwise."""
+    if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
+        raise InvalidArgument(f"queue name must match [A-Za-z0-9_-]{{1,80}}, got {name!r}")
+    return name
+
+
+def status_of(exc: BaseException) -> int:
+    """The HTTP status that carries ``exc``."""
+    if isinstance(exc, BrokerError) and exc.status:
+        return exc.status
+    for cls, status in STATUS_OF:
+        if isinstance(exc, cls):
+            return status
+    return 500
+
+
+def error_body(exc: BaseException) -> dict[str, Any]:
+    """``{"error": ClassName, "message": text}``, plus what QueueLocked carries."""
+    name = type(exc).__name__ if isinstance(exc, S3QError) else "InternalError"
+    body: dict[str, Any] = {"error": name, "message": str(exc)}
+    if isinstance(exc, QueueLocked):
+        body["holder"] = exc.holder
+        body["expires_at"] = exc.expires_at
+    return body
+
+
+def exception_of(status: int, body: object) -> S3QError:
+    """The exception an error answer stands for: the same s3q class the broker raised."""
+    if not isinstance(body, dict):
+        return BrokerError(f"broker answered HTTP {status}", status)
+    name, message = str(body.get("error", "")), str(body.get("message", ""))
+    cls = ERRORS.get(name)
+    if cls is QueueLocked:
+        expires = body.get("expires_at")
+        return QueueLocked(
+            message,
+            str(body.get("holder", "")),
+            float(expires) if isinstance(expires, int | float) else None,
+        )
+    if cls is not None and issubclass(cls, BrokerError):
+        return cls(message, status)
+    if cls is not None:
+        return cls(message)
+    if status in (401, 403):
+        return AuthError(message or f"HTTP {status}", status)
+    return BrokerError(f"{name or 'HTTP ' + str(status)}: {message}", status)
+
+
+def encode(obj: Any, as_json: bool = False) -> bytes:
+    """A body: msgpack (bytes stay raw) or, for JSON clients, JSON (bytes in base64)."""
+    return msgspec.json.encode(obj) if as_json else msgspec.msgpack.encode(obj)

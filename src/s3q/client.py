@@ -1,0 +1,656 @@
+"""A Python client of the s3q broker, with exactly the embedded queue's API.
+
+``connect(url, token=None)`` gives a :class:`Client`; ``client.queue(name)`` a
+:class:`RemoteQueue` whose methods, arguments, return types and exceptions are those of
+:class:`s3q.Queue`. ``connect_async`` and :class:`AsyncRemoteQueue` mirror :class:`s3q.AsyncQueue`.
+
+Retries: a request that could not connect (nothing was sent) is retried with exponential
+backoff, whatever it is. A read (GET: ``status``, ``stats``, ``peek``, ``dead_letters``) is also
+retried on 503 and on timeouts and dropped connections. Changes (``enqueue``, ``dequeue``,
+``complete``, …) are *not* retried once sent: an enqueue whose answer was lost may well be
+durable, and sending it again would enqueue it twice (unless it has a ``dedup_id``); a dequeue
+sent twice would lease messages nobody receives until their lease expires. Those errors reach
+the caller, who knows whether repeating is safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
+
+import httpx
+import msgspec
+
+from . import validate
+from .broker.wire import (
+    API_PREFIX,
+    MSGPACK,
+    AuthError,
+    BrokerError,
+    check_name,
+    exception_of,
+)
+from .collector import CompactionReport
+from .errors import InvalidArgument, S3QError, StoreError
+from .message import Message, MessageStatus, QueueStats
+
+__all__ = [
+    "AsyncClient",
+    "AsyncRemoteQueue",
+    "AuthError",
+    "BrokerError",
+    "Client",
+    "RemoteQueue",
+    "connect",
+    "connect_async",
+]
+
+T = TypeVar("T")
+Target = Message | str
+
+RETRIES = 4  # attempts after the first
+BACKOFF = 0.1  # seconds before the first retry, doubled each time, jittered
+BACKOFF_MAX = 2.0
+WAIT_MARGIN = 10.0  # seconds added to a long poll's wait for the answer to arrive
+
+
+class _Messages(msgspec.Struct):
+    messages: list[Message]
+
+
+class _Id(msgspec.Struct):
+    id: str
+
+
+class _Ids(msgspec.Struct):
+    ids: list[str]
+
+
+class _Status(msgspec.Struct):
+    status: MessageStatus
+
+
+class _Moved(msgspec.Struct):
+    moved: int
+
+
+class _Removed(msgspec.Struct):
+    removed: int
+
+
+class _Queues(msgspec.Struct):
+    queues: list[str]
+
+
+class _Empty(msgspec.Struct):
+    pass
+
+
+@dataclass
+class _Call(Generic[T]):
+    """One request of the native API and how to read its answer."""
+
+    method: str
+    path: str
+    answer: type[Any]
+    pick: Any = None  # a function of the decoded answer; None: the answer itself
+    body: dict[str, Any] | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    extra_timeout: float = 0.0
+
+    @property
+    def idempotent(self) -> bool:
+        return self.method == "GET"
+
+    def content(self) -> bytes | None:
+        if self.body is None:
+            return None
+        try:
+            return msgspec.msgpack.encode(self.body)
+        except (TypeError, msgspec.EncodeError) as exc:
+            raise InvalidArgument(f"cannot send argument: {exc}") from None
+
+    def result(self, response: httpx.Response) -> T:
+        try:
+            decoded = msgspec.msgpack.decode(response.content, type=self.answer)
+        except msgspec.DecodeError as exc:
+            raise BrokerError(
+                f"unreadable answer from the broker: {exc}", response.status_code
+            ) from None
+        value: T = decoded if self.pick is None else self.pick(decoded)
+        return value
+
+
+def _error(response: httpx.Response) -> S3QError:
+    try:
+        body = msgspec.msgpack.decode(response.content)
+    except msgspec.DecodeError:
+        try:
+            body = msgspec.json.decode(response.content)
+        except msgspec.DecodeError:
+            body = None
+    return exception_of(response.status_code, body)
+
+
+def _delay(attempt: int) -> float:
+    return float(min(BACKOFF_MAX, BACKOFF * 2.0**attempt)) * random.uniform(0.5, 1.0)
+
+
+def _retryable(call: _Call[Any], exc: Exception | None, status: int | None) -> bool:
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+        return True  # nothing was sent
+    if not call.idempotent:
+        return False
+    return status == 503 or isinstance(exc, httpx.TimeoutException | httpx.TransportError)
+
+
+def _headers(token: str | None) -> dict[str, str]:
+    headers = {"accept": MSGPACK, "content-type": MSGPACK}
+    if token:
+        headers["authorization"] = f"Bearer {token}"
+    return headers
+
+
+def _timeout(call: _Call[Any], timeout: float) -> httpx.Timeout:
+    return httpx.Timeout(timeout, read=timeout + call.extra_timeout)
+
+
+def _transport_error(exc: httpx.HTTPError, url: str) -> StoreError:
+    return StoreError(f"broker {url} unreachable: {type(exc).__name__}: {exc}")
+
+
+# --------------------------------------------------------------------------- the protocol, once
+
+
+def _q(name: str) -> str:
+    return f"{API_PREFIX}/queues/{name}"
+
+
+class _Protocol:
+    """The requests of one queue's methods; shared by the blocking and the async queue."""
+
+    def __init__(self, name: str) -> None:
+        self.name = check_name(name)
+        self.base = _q(self.name)
+
+    def enqueue(
+        self,
+        payload: bytes,
+        priority: int,
+        delay: float,
+        dedup_id: str | None,
+        group: str | None,
+        attributes: dict[str, str] | None,
+    ) -> _Call[str]:
+        body: dict[str, Any] = {
+            "payload": payload,
+            "priority": priority,
+            "delay": delay,
+            "dedup_id": dedup_id,
+            "group": group,
+            "attributes": attributes,
+        }
+        return _Call("POST", f"{self.base}/enqueue", _Id, lambda a: a.id, body)
+
+    def enqueue_batch(self, items: Iterable[bytes | dict[str, Any]]) -> _Call[list[str]]:
+        if isinstance(items, bytes | str | dict):
+            raise InvalidArgument("enqueue_batch takes a list of payloads or dicts")
+        body = {"items": list(items)}
+        return _Call("POST", f"{self.base}/enqueue-batch", _Ids, lambda a: a.ids, body)
+
+    def dequeue(
+        self, max_messages: int, visibility_timeout: float | None, wait: float
+    ) -> _Call[list[Message]]:
+        body: dict[str, Any] = {"max_messages": max_messages, "wait": wait}
+        if visibility_timeout is not None:
+            body["visibility_timeout"] = visibility_timeout
+        extra = wait + WAIT_MARGIN if isinstance(wait, int | float) else 0.0
+        return _Call(
+            "POST",
+            f"{self.base}/dequeue",
+            _Messages,
+            lambda a: a.messages,
+            body,
+            extra_timeout=max(0.0, extra),
+        )
+
+    def complete(self, targets: Iterable[Target]) -> _Call[None]:
+        receipts = [validate.receipt_of(t) for t in targets]
+        return _Call(
+            "POST", f"{self.base}/complete", _Empty, lambda a: None, {"receipts": receipts}
+        )
+
+    def fail(self, target: Target, error: str | None) -> _Call[None]:
+        body = {"receipt": validate.receipt_of(target), "error": error}
+        return _Call("POST", f"{self.base}/fail", _Empty, lambda a: None, body)
+
+    def release(self, targets: Target | Iterable[Target]) -> _Call[None]:
+        items = [targets] if isinstance(targets, Message | str) else list(targets)
+        body = {"receipts": [validate.receipt_of(t) for t in items]}
+        return _Call("POST", f"{self.base}/release", _Empty, lambda a: None, body)
+
+    def extend(self, target: Target, seconds: float) -> _Call[None]:
+        body = {"receipt": validate.receipt_of(target), "seconds": seconds}
+        return _Call("POST", f"{self.base}/extend", _Empty, lambda a: None, body)
+
+    def status(self, id: str) -> _Call[MessageStatus]:
+        if not isinstance(id, str):
+            raise InvalidArgument(f"id must be a string, got {type(id).__name__}")
+        if not id:
+            from .errors import MessageNotFound
+
+            raise MessageNotFound("message '' not found")
+        path = f"{self.base}/messages/{quote(id, safe='')}/status"
+        return _Call("GET", path, _Status, lambda a: a.status)
+
+    def stats(self) -> _Call[QueueStats]:
+        return _Call("GET", f"{self.base}/stats", QueueStats)
+
+    def peek(self, limit: int) -> _Call[list[Message]]:
+        validate.count("limit", limit, 1, 10**9)
+        return _Call(
+            "GET", f"{self.base}/peek", _Messages, lambda a: a.messages, None, {"limit": limit}
+        )
+
+    def dead_letters(self, limit: int) -> _Call[list[Message]]:
+        validate.count("limit", limit, 1, 10**9)
+        return _Call(
+            "GET",
+            f"{self.base}/dead-letters",
+            _Messages,
+            lambda a: a.messages,
+            None,
+            {"limit": limit},
+        )
+
+    def redrive(self, ids: Iterable[str] | None) -> _Call[int]:
+        if isinstance(ids, str):
+            raise InvalidArgument("redrive takes a list of ids, not a single string")
+        body = {"ids": None if ids is None else list(ids)}
+        return _Call("POST", f"{self.base}/redrive", _Moved, lambda a: a.moved, body)
+
+    def cleanup(self) -> _Call[int]:
+        return _Call("POST", f"{self.base}/cleanup", _Removed, lambda a: a.removed, {})
+
+    def purge(self) -> _Call[int]:
+        return _Call("POST", f"{self.base}/purge", _Removed, lambda a: a.removed, {})
+
+    def compact(self) -> _Call[CompactionReport]:
+        return _Call("POST", f"{self.base}/compact", CompactionReport, None, {})
+
+
+# --------------------------------------------------------------------------- blocking
+
+
+class Client:
+    """A connection pool to one broker. Thread-safe; a context manager."""
+
+    def __init__(self, url: str, token: str | None = None, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self._http = httpx.Client(
+            base_url=self.url,
+            headers=_headers(token),
+            timeout=timeout,
+            limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+        )
+
+    def queue(self, name: str) -> RemoteQueue:
+        """The queue ``name`` of the broker's store (opened by the broker on first use)."""
+        return RemoteQueue(self, name)
+
+    def queues(self) -> list[str]:
+        """The names of the queues the broker has open."""
+        call: _Call[list[str]] = _Call("GET", f"{API_PREFIX}/queues", _Queues, lambda a: a.queues)
+        return self._run(call)
+
+    def _run(self, call: _Call[T]) -> T:
+        content = call.content()
+        for attempt in range(RETRIES + 1):
+            last = attempt == RETRIES
+            try:
+                response = self._http.request(
+                    call.method,
+                    call.path,
+                    content=content,
+                    params=call.params,
+                    timeout=_timeout(call, self.timeout),
+                )
+            except httpx.HTTPError as exc:
+                if last or not _retryable(call, exc, None):
+                    raise _transport_error(exc, self.url) from exc
+                time.sleep(_delay(attempt))
+                continue
+            if response.status_code == 200:
+                return call.result(response)
+            if last or not _retryable(call, None, response.status_code):
+                raise _error(response)
+            time.sleep(_delay(attempt))
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<s3q.client.Client {self.url}>"
+
+
+def connect(url: str, token: str | None = None, timeout: float = 30.0) -> Client:
+    """A client of the broker at ``url`` (e.g. ``http://127.0.0.1:8765``)."""
+    return Client(url, token, timeout)
+
+
+class RemoteQueue:
+    """A queue served by a broker; the same methods as :class:`s3q.Queue`, over HTTP."""
+
+    def __init__(self, client: Client, name: str) -> None:
+        self._client = client
+        self._p = _Protocol(name)
+
+    @property
+    def name(self) -> str:
+        return self._p.name
+
+    @property
+    def url(self) -> str:
+        return f"{self._client.url}{self._p.base}"
+
+    def enqueue(
+        self,
+        payload: bytes,
+        priority: int = 0,
+        delay: float = 0.0,
+        dedup_id: str | None = None,
+        group: str | None = None,
+        attributes: dict[str, str] | None = None,
+    ) -> str:
+        """Add a message; its id once it is durable (the first id on a dedup hit)."""
+        return self._client._run(
+            self._p.enqueue(payload, priority, delay, dedup_id, group, attributes)
+        )
+
+    def enqueue_batch(self, items: Iterable[bytes | dict[str, Any]]) -> list[str]:
+        """Add many messages in one commit: payloads, or dicts of ``enqueue``'s keywords."""
+        return self._client._run(self._p.enqueue_batch(items))
+
+    def dequeue(
+        self, max_messages: int = 1, visibility_timeout: float | None = None, wait: float = 0.0
+    ) -> list[Message]:
+        """Lease up to ``max_messages``; the broker waits up to ``wait`` seconds for the first."""
+        return self._client._run(self._p.dequeue(max_messages, visibility_timeout, wait))
+
+    def complete(self, target: Target) -> None:
+        """Acknowledge a delivered message: it is done."""
+        self._client._run(self._p.complete([target]))
+
+    def complete_batch(self, targets: Iterable[Target]) -> None:
+        """Acknowledge many delivered messages in one commit (all or none)."""
+        call = self._p.complete(targets)
+        if call.body and call.body["receipts"]:
+            self._client._run(call)
+
+    def fail(self, target: Target, error: str | None = None) -> None:
+        """Give a delivered message back: retried after a backoff, or dead if out of attempts."""
+        self._client._run(self._p.fail(target, error))
+
+    def release(self, targets: Target | Iterable[Target]) -> None:
+        """Give delivered messages back unprocessed: visible at once, the delivery uncounted."""
+        call = self._p.release(targets)
+        if call.body and call.body["receipts"]:
+            self._client._run(call)
+
+    def extend(self, target: Target, seconds: float) -> None:
+        """Make a lease end ``seconds`` from now (0: the message is visible again at once)."""
+        self._client._run(self._p.extend(target, seconds))
+
+    def status(self, id: str) -> MessageStatus:
+        """Where message ``id`` stands; MessageNotFound if unknown or past retention."""
+        return self._client._run(self._p.status(id))
+
+    def stats(self) -> QueueStats:
+        """Counts by status and the writer's commit figures."""
+        return self._client._run(self._p.stats())
+
+    def peek(self, limit: int = 10) -> list[Message]:
+        """The next ``limit`` messages a dequeue would deliver, without leasing them."""
+        return self._client._run(self._p.peek(limit))
+
+    def dead_letters(self, limit: int = 100) -> list[Message]:
+        """Up to ``limit`` dead messages, oldest first, with their last error."""
+        return self._client._run(self._p.dead_letters(limit))
+
+    def redrive(self, ids: Iterable[str] | None = None) -> int:
+        """Move dead messages (all, or those named) back to pending; how many moved."""
+        return self._client._run(self._p.redrive(ids))
+
+    def cleanup(self) -> int:
+        """Forget completed messages past ``completed_retention``; how many were forgotten."""
+        return self._client._run(self._p.cleanup())
+
+    def purge(self) -> int:
+        """Remove every message not completed; how many were removed."""
+        return self._client._run(self._p.purge())
+
+    def compact(self) -> CompactionReport:
+        """Checkpoint now and collect garbage (both also happen on their own)."""
+        return self._client._run(self._p.compact())
+
+    def close(self) -> None:
+        """Nothing to do: the broker owns the queue (close the :class:`Client` to drop its
+        connections)."""
+
+    def __enter__(self) -> RemoteQueue:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<s3q.client.RemoteQueue {self.url}>"
+
+
+# --------------------------------------------------------------------------- async
+
+
+class AsyncClient:
+    """An async connection pool to one broker; an async context manager."""
+
+    def __init__(self, url: str, token: str | None = None, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self._http = httpx.AsyncClient(
+            base_url=self.url,
+            headers=_headers(token),
+            timeout=timeout,
+            limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+        )
+
+    def queue(self, name: str) -> AsyncRemoteQueue:
+        """The queue ``name`` of the broker's store (opened by the broker on first use)."""
+        return AsyncRemoteQueue(self, name)
+
+    async def queues(self) -> list[str]:
+        """The names of the queues the broker has open."""
+        call: _Call[list[str]] = _Call("GET", f"{API_PREFIX}/queues", _Queues, lambda a: a.queues)
+        return await self._run(call)
+
+    async def _run(self, call: _Call[T]) -> T:
+        content = call.content()
+        for attempt in range(RETRIES + 1):
+            last = attempt == RETRIES
+            try:
+                response = await self._http.request(
+                    call.method,
+                    call.path,
+                    content=content,
+                    params=call.params,
+                    timeout=_timeout(call, self.timeout),
+                )
+            except httpx.HTTPError as exc:
+                if last or not _retryable(call, exc, None):
+                    raise _transport_error(exc, self.url) from exc
+                await asyncio.sleep(_delay(attempt))
+                continue
+            if response.status_code == 200:
+                return call.result(response)
+            if last or not _retryable(call, None, response.status_code):
+                raise _error(response)
+            await asyncio.sleep(_delay(attempt))
+        raise AssertionError("unreachable")
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"<s3q.client.AsyncClient {self.url}>"
+
+
+def connect_async(url: str, token: str | None = None, timeout: float = 30.0) -> AsyncClient:
+    """An async client of the broker at ``url``."""
+    return AsyncClient(url, token, timeout)
+
+
+class AsyncRemoteQueue:
+    """A queue served by a broker; the same coroutines as :class:`s3q.AsyncQueue`."""
+
+    def __init__(self, client: AsyncClient, name: str) -> None:
+        self._client = client
+        self._p = _Protocol(name)
+
+    @property
+    def name(self) -> str:
+        return self._p.name
+
+    @property
+    def url(self) -> str:
+        return f"{self._client.url}{self._p.base}"
+
+    async def enqueue(
+        self,
+        payload: bytes,
+        priority: int = 0,
+        delay: float = 0.0,
+        dedup_id: str | None = None,
+        group: str | None = None,
+        attributes: dict[str, str] | None = None,
+    ) -> str:
+        """Add a message; its id once it is durable (the first id on a dedup hit)."""
+        return await self._client._run(
+            self._p.enqueue(payload, priority, delay, dedup_id, group, attributes)
+        )
+
+    async def enqueue_batch(self, items: Iterable[bytes | dict[str, Any]]) -> list[str]:
+        """Add many messages in one commit: payloads, or dicts of ``enqueue``'s keywords."""
+        return await self._client._run(self._p.enqueue_batch(items))
+
+    async def dequeue(
+        self, max_messages: int = 1, visibility_timeout: float | None = None, wait: float = 0.0
+    ) -> list[Message]:
+        """Lease up to ``max_messages``; the broker waits up to ``wait`` seconds for the first."""
+        return await self._client._run(self._p.dequeue(max_messages, visibility_timeout, wait))
+
+    async def complete(self, target: Target) -> None:
+        """Acknowledge a delivered message: it is done."""
+        await self._client._run(self._p.complete([target]))
+
+    async def complete_batch(self, targets: Iterable[Target]) -> None:
+        """Acknowledge many delivered messages in one commit (all or none)."""
+        call = self._p.complete(targets)
+        if call.body and call.body["receipts"]:
+            await self._client._run(call)
+
+    async def fail(self, target: Target, error: str | None = None) -> None:
+        """Give a delivered message back: retried after a backoff, or dead if out of attempts."""
+        await self._client._run(self._p.fail(target, error))
+
+    async def release(self, targets: Target | Iterable[Target]) -> None:
+        """Give delivered messages back unprocessed: visible at once, the delivery uncounted."""
+        call = self._p.release(targets)
+        if call.body and call.body["receipts"]:
+            await self._client._run(call)
+
+    async def extend(self, target: Target, seconds: float) -> None:
+        """Make a lease end ``seconds`` from now (0: the message is visible again at once)."""
+        await self._client._run(self._p.extend(target, seconds))
+
+    async def status(self, id: str) -> MessageStatus:
+        """Where message ``id`` stands; MessageNotFound if unknown or past retention."""
+        return await self._client._run(self._p.status(id))
+
+    async def stats(self) -> QueueStats:
+        """Counts by status and the writer's commit figures."""
+        return await self._client._run(self._p.stats())
+
+    async def peek(self, limit: int = 10) -> list[Message]:
+        """The next ``limit`` messages a dequeue would deliver, without leasing them."""
+        return await self._client._run(self._p.peek(limit))
+
+    async def dead_letters(self, limit: int = 100) -> list[Message]:
+        """Up to ``limit`` dead messages, oldest first, with their last error."""
+        return await self._client._run(self._p.dead_letters(limit))
+
+    async def redrive(self, ids: Iterable[str] | None = None) -> int:
+        """Move dead messages (all, or those named) back to pending; how many moved."""
+        return await self._client._run(self._p.redrive(ids))
+
+    async def cleanup(self) -> int:
+        """Forget completed messages past ``completed_retention``; how many were forgotten."""
+        return await self._client._run(self._p.cleanup())
+
+    async def purge(self) -> int:
+        """Remove every message not completed; how many were removed."""
+        return await self._client._run(self._p.purge())
+
+    async def compact(self) -> CompactionReport:
+        """Checkpoint now and collect garbage (both also happen on their own)."""
+        return await self._client._run(self._p.compact())
+
+    async def close(self) -> None:
+        """Nothing to do: the broker owns the queue (close the :class:`AsyncClient`)."""
+
+    async def __aenter__(self) -> AsyncRemoteQueue:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"<s3q.client.AsyncRemoteQueue {self.url}>"
