@@ -299,6 +299,23 @@ def message_table(title: str, messages: list[s3q.Message], *, dead: bool = False
     return table
 
 
+def show_messages(
+    url: str,
+    messages: list[s3q.Message],
+    as_json: bool,
+    title: str,
+    none: str,
+    dead: bool = False,
+) -> None:
+    """Messages listed without a delivery (peek, dead letters): JSON, a table, or ``none``."""
+    if as_json:
+        emit_json({"queue": shown(url), "messages": [message_json(m) for m in messages]})
+    elif messages:
+        console.print(message_table(title, messages, dead=dead))
+    else:
+        click.echo(none, err=True)
+
+
 def delivery(msg: s3q.Message) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
@@ -613,12 +630,13 @@ def peek(name: str, limit: int, as_json: bool, store: str | None) -> None:
     url = resolve(name, store)
     with opened(url) as q:
         messages = q.peek(limit)
-    if as_json:
-        emit_json({"queue": shown(url), "messages": [message_json(m) for m in messages]})
-    elif messages:
-        console.print(message_table(f"next {len(messages)} of {shown(url)}", messages))
-    else:
-        click.echo("no message is deliverable now", err=True)
+    show_messages(
+        url,
+        messages,
+        as_json,
+        f"next {len(messages)} of {shown(url)}",
+        "no message is deliverable now",
+    )
 
 
 @main.command()
@@ -787,12 +805,9 @@ def dlq_list(name: str, limit: int, as_json: bool, store: str | None) -> None:
     url = resolve(name, store)
     with opened(url) as q:
         messages = q.dead_letters(limit)
-    if as_json:
-        emit_json({"queue": shown(url), "messages": [message_json(m) for m in messages]})
-    elif messages:
-        console.print(message_table(f"dead letters of {shown(url)}", messages, dead=True))
-    else:
-        click.echo("no dead letters", err=True)
+    show_messages(
+        url, messages, as_json, f"dead letters of {shown(url)}", "no dead letters", dead=True
+    )
 
 
 @dlq.command("redrive")
