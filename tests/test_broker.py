@@ -336,3 +336,60 @@ def test_serve_sigterm_closes_queues(store: str) -> None:
         proc.kill()
     with s3q.open(f"{store}/term") as q:
         assert [m.payload for m in q.peek()] == [b"kept"]
+
+
+def test_metrics_expose_operations_depth_and_commits(broker: Broker, client: Client) -> None:
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    q = client.queue("metered")
+    q.enqueue_batch([b"a", b"b", b"c"])
+    [m] = q.dequeue()
+    q.complete(m)
+    with pytest.raises(s3q.InvalidPriority):
+        q.enqueue(b"x", priority=300)
+    with urllib.request.urlopen(broker.url + "/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+    def value(name: str, **labels: str) -> float:
+        return samples[(name, tuple(sorted(labels.items())))]
+
+    assert value("s3q_queue_messages", queue="metered", status="pending") == 2
+    assert value("s3q_queue_messages", queue="metered", status="completed") == 1
+    assert value("s3q_queue_commits", queue="metered") >= 3
+    assert value("s3q_queue_store_requests", queue="metered", kind="put") >= 3
+    ok = [
+        v
+        for (n, labels), v in samples.items()
+        if n == "s3q_broker_operations_total"
+        and ("queue", "metered") in labels
+        and ("outcome", "ok") in labels
+    ]
+    assert sum(ok) >= 3
+    refused = [
+        (n, labels)
+        for (n, labels) in samples
+        if n == "s3q_broker_operations_total" and ("outcome", "InvalidPriority") in labels
+    ]
+    assert refused
+
+
+def test_metrics_need_the_token_when_tokens_are_set(store: str) -> None:
+    import urllib.error
+    import urllib.request
+
+    with Broker(store, tokens={TOKEN}) as b:
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(b.url + "/metrics", timeout=10)
+        assert refused.value.code == 401
+        request = urllib.request.Request(
+            b.url + "/metrics", headers={"Authorization": f"Bearer {TOKEN}"}
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert b"s3q_broker_request_seconds" in answer.read()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hmac
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -16,6 +17,8 @@ from starlette.routing import Route
 
 from ..errors import InvalidArgument, S3QError, StoreError, WriterFenced
 from . import openapi
+from .metrics import CONTENT_TYPE as METRICS_TYPE
+from .metrics import BrokerMetrics
 from .registry import QueueRegistry
 from .routes import ENDPOINTS, Call, Endpoint, Param
 from .wire import API_PREFIX, JSON, MSGPACK, AuthError, encode, error_body, status_of
@@ -51,8 +54,9 @@ def create_app(
         finally:
             await registry.close()
 
+    metrics = BrokerMetrics()
     routes = [
-        Route(API_PREFIX + e.path, _endpoint(e, registry, secrets), methods=[e.method])
+        Route(API_PREFIX + e.path, _endpoint(e, registry, secrets, metrics), methods=[e.method])
         for e in ENDPOINTS
     ]
     document = encode(openapi.document(), as_json=True)
@@ -60,7 +64,15 @@ def create_app(
     async def openapi_json(request: Request) -> Response:
         return Response(document, media_type=JSON)
 
+    async def metrics_text(request: Request) -> Response:
+        try:
+            _authorize(request, secrets)
+        except S3QError as exc:
+            return _answer(request, status_of(exc), error_body(exc))
+        return Response(await metrics.render(registry), media_type=METRICS_TYPE)
+
     routes.append(Route("/openapi.json", openapi_json, methods=["GET"]))
+    routes.append(Route("/metrics", metrics_text, methods=["GET"]))
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.registry = registry
     return app
@@ -154,22 +166,28 @@ async def _arguments(endpoint: Endpoint, request: Request) -> dict[str, Any]:
 
 
 def _endpoint(
-    endpoint: Endpoint, registry: QueueRegistry, secrets: list[bytes]
+    endpoint: Endpoint, registry: QueueRegistry, secrets: list[bytes], metrics: BrokerMetrics
 ) -> Callable[[Request], Awaitable[Response]]:
     async def serve(request: Request) -> Response:
         name: str | None = request.path_params.get("name")
+        started = time.perf_counter()
+        outcome = "ok"
         try:
             _authorize(request, secrets)
             call = Call(registry, request, name, await _arguments(endpoint, request))
             result = await endpoint.handler(call)
         except S3QError as exc:
+            outcome = type(exc).__name__
             if isinstance(exc, WriterFenced | StoreError) and name in registry.names():
                 assert name is not None
                 await registry.evict(name, await registry.get(name))
             return _answer(request, status_of(exc), error_body(exc))
         except Exception as exc:
+            outcome = "internal"
             log.exception("%s %s failed", request.method, request.url.path)
             return _answer(request, 500, error_body(exc))
+        finally:
+            metrics.observe(name, endpoint.operation, outcome, time.perf_counter() - started)
         return _answer(request, 200, result)
 
     return serve
