@@ -144,33 +144,13 @@ def demo(store: str | None, messages: int) -> None:
             f"processed {done:,} messages in {took:.2f} s ({done / took:,.0f} msg/s); "
             f"{failed} failed deliveries"
         )
-        print_stats(q.stats())
+        console.print(stats_table(q.stats(), url, writer=True))
         dead = q.dead_letters(limit=3)
         if dead:
             console.print(
                 "dead letters (first 3): "
                 + ", ".join(f"{m.payload.decode()!r} ({m.last_error})" for m in dead)
             )
-
-
-def print_stats(stats: s3q.QueueStats) -> None:
-    table = Table(title="queue stats", show_header=True)
-    table.add_column("figure")
-    table.add_column("value", justify="right")
-    for name in (
-        "pending",
-        "delayed",
-        "processing",
-        "retry",
-        "completed",
-        "dead",
-        "total_enqueued",
-        "commits",
-        "store_requests",
-    ):
-        table.add_row(name, f"{getattr(stats, name):,}")
-    table.add_row("mean_ops_per_commit", f"{stats.mean_ops_per_commit:,.1f}")
-    console.print(table)
 
 
 # --------------------------------------------------------------------------- addressing a queue
@@ -331,13 +311,18 @@ def delivery(msg: s3q.Message) -> Table:
     return grid
 
 
-def stats_table(stats: s3q.QueueStats, title: str) -> Table:
+def stats_table(stats: s3q.QueueStats, title: str, *, writer: bool = False) -> Table:
+    """Messages by status; with ``writer``, also what this writer did (commits, requests)."""
     table = Table(title=title)
     table.add_column("status")
     table.add_column("messages", justify="right")
     for name in ("pending", "delayed", "processing", "retry", "completed", "dead"):
         table.add_row(name, f"{getattr(stats, name):,}")
     table.add_row("total_enqueued", f"{stats.total_enqueued:,}", style="dim")
+    if writer:
+        table.add_row("commits", f"{stats.commits:,}", style="dim")
+        table.add_row("mean_ops_per_commit", f"{stats.mean_ops_per_commit:,.1f}", style="dim")
+        table.add_row("store_requests", f"{stats.store_requests:,}", style="dim")
     return table
 
 
