@@ -698,16 +698,25 @@ def watch_stats(url: str, every: float) -> None:
     type=click.Path(exists=True, dir_okay=False),
     help="Bearer tokens, one per line (also $S3Q_TOKENS, comma-separated).",
 )
+@click.option(
+    "--advertise",
+    metavar="URL",
+    help="URL the other brokers of a cluster reach this one at [default: http://HOST:PORT].",
+)
 @store_option
 @friendly_errors
-def serve(host: str, port: int, token_file: str | None, store: str | None) -> None:
+def serve(
+    host: str, port: int, token_file: str | None, advertise: str | None, store: str | None
+) -> None:
     """Serve every queue of the store over HTTP (native API; /openapi.json).
 
+    Run it on several hosts over one store for a cluster: each queue is led by one broker,
+    the others forward to it and take over when it dies.
     Needs the broker extra: pip install 's3q[broker]'.
     """
     from .broker import serve as run
 
-    run(store or default_store(), host=host, port=port, token_file=token_file)
+    run(store or default_store(), host=host, port=port, token_file=token_file, advertise=advertise)
 
 
 @main.command()

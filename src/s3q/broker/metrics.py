@@ -47,6 +47,20 @@ class BrokerMetrics:
             ["queue"],
             registry=r,
         )
+        self.commit_seconds = Histogram(
+            "s3q_queue_commit_seconds",
+            "Time to make one log object durable (one group commit), by queue.",
+            ["queue"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0),
+            registry=r,
+        )
+        self.commit_ops = Histogram(
+            "s3q_queue_commit_operations",
+            "Operations per group commit, by queue.",
+            ["queue"],
+            buckets=(1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 10000),
+            registry=r,
+        )
         self.requests = Gauge(
             "s3q_queue_store_requests",
             "Object-store requests since the queue opened, by kind.",
@@ -58,10 +72,18 @@ class BrokerMetrics:
         self.operations.labels(queue or "", operation, outcome).inc()
         self.seconds.labels(operation).observe(seconds)
 
+    def commit(self, queue: str, seconds: float, ops: int) -> None:
+        """One durable commit of ``queue``'s writer."""
+        self.commit_seconds.labels(queue).observe(seconds)
+        self.commit_ops.labels(queue).observe(ops)
+
     async def render(self, queues: QueueRegistry) -> bytes:
         """The exposition, with every open queue's figures read now."""
         for name in queues.names():
-            stats = await (await queues.get(name)).stats()
+            queue = queues.local(name)
+            if queue is None:
+                continue
+            stats = await queue.stats()
             for status in STATUSES:
                 self.depth.labels(name, status).set(getattr(stats, status))
             self.commits.labels(name).set(stats.commits)

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from starlette.requests import Request
 
 from ..api import AsyncQueue
+from .forward import FORWARDED, ForwardedQueue
 from .registry import QueueRegistry
 
 
@@ -26,9 +27,10 @@ class Call:
     name: str | None
     args: dict[str, Any]
 
-    async def queue(self) -> AsyncQueue:
+    async def queue(self) -> AsyncQueue | ForwardedQueue:
         assert self.name is not None
-        return await self.registry.get(self.name)
+        forwarded = FORWARDED in self.request.headers
+        return await self.registry.get(self.name, forwarded=forwarded)
 
 
 Handler = Callable[[Call], Awaitable[Any]]
@@ -126,8 +128,8 @@ async def complete(call: Call) -> Any:
 
 
 async def fail(call: Call) -> Any:
-    await (await call.queue()).fail(call.args["receipt"], call.args.get("error"))
-    return {}
+    retry_at = await (await call.queue()).fail(call.args["receipt"], call.args.get("error"))
+    return {"retry_at": retry_at}
 
 
 async def extend(call: Call) -> Any:
@@ -240,7 +242,12 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "Give a message back: retried with backoff, or dead",
         fail,
         (NAME, body("receipt", STR, True), body("error", STR_OR_NULL)),
-        EMPTY,
+        obj(
+            retry_at={
+                "type": ["number", "null"],
+                "description": "unix time of the retry; null: dead",
+            }
+        ),
     ),
     Endpoint(
         "POST",

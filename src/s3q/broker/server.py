@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,16 @@ def check_exposure(host: str, tokens: set[str] | None) -> None:
         )
 
 
+def advertised_address(host: str, port: int) -> str:
+    """Where other brokers reach one listening on ``host:port``: a wildcard address is
+    replaced by this machine's name."""
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.getfqdn()
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
 def serve(
     store: str,
     host: str = "127.0.0.1",
@@ -56,6 +67,7 @@ def serve(
     *,
     token_file: str | os.PathLike[str] | None = None,
     options: dict[str, Any] | None = None,
+    advertise: str | None = None,
     graceful_timeout: int = 10,
     log_level: str = "info",
 ) -> None:
@@ -65,6 +77,9 @@ def serve(
     one as a bearer token; listening beyond loopback without any raises InvalidConfig. On
     SIGTERM uvicorn stops accepting, lets requests in flight finish (``graceful_timeout``
     seconds at most), then every queue is closed: pending commits finish, leases are released.
+
+    ``advertise``: the URL other brokers over the same store reach this one at (default
+    ``http://host:port``); they forward the requests of the queues this broker leads to it.
     """
     import uvicorn
 
@@ -72,7 +87,8 @@ def serve(
 
     all_tokens = set(tokens or ()) | load_tokens(token_file)
     check_exposure(host, all_tokens)
-    app = create_app(store, tokens=all_tokens, options=options)
+    address = advertise or advertised_address(host, port)
+    app = create_app(store, tokens=all_tokens, options=options, address=address)
     config = uvicorn.Config(
         app,
         host=host,
