@@ -869,6 +869,20 @@ def purge(name: str, yes: bool, as_json: bool, store: str | None) -> None:
 @click.option("--batch", default=1000, show_default=True, help="Messages per call (1: single).")
 @click.option("--producers", default=4, show_default=True, help="Concurrent producer tasks.")
 @click.option("--consumers", default=4, show_default=True, help="Concurrent consumer tasks.")
+@click.option(
+    "--server",
+    is_flag=False,
+    flag_value="start",
+    default=None,
+    metavar="[URL]",
+    help="Through a broker: alone, start one on the store in a child process; or a broker's URL.",
+)
+@click.option(
+    "--rate",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Add a paced phase: single enqueues at this many per second, spread over the producers.",
+)
+@click.option("--queue", "queue_name", default="bench", show_default=True, help="With --server.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object, nothing else.")
 @friendly_errors
 def bench(
@@ -878,9 +892,15 @@ def bench(
     batch: int,
     producers: int,
     consumers: int,
+    server: str | None,
+    rate: float | None,
+    queue_name: str,
     as_json: bool,
 ) -> None:
-    """Measure throughput, latency and requests per message: enqueue, dequeue+complete, mixed."""
+    """Measure throughput, latency and requests per message: enqueue, dequeue+complete, mixed.
+
+    Embedded by default; --server measures the same through a broker (the native API).
+    """
     import asyncio
     import json
     import sys
@@ -898,7 +918,11 @@ def bench(
     ):
         if value < low:
             raise click.BadParameter(f"must be >= {low}", param_hint=name)
-    config = BenchConfig(store, messages, size, batch, producers, consumers)
+    if server is not None and server != "start" and store is not None:
+        raise click.BadParameter("give a broker URL or a --store to start one on, not both")
+    config = BenchConfig(
+        store, messages, size, batch, producers, consumers, server, rate, queue_name
+    )
     command = re.sub(  # the command as run, minus secrets a store URL may carry
         r"(secret_access_key|session_token)=[^&\s]*", r"\1=***", "s3q " + shlex.join(sys.argv[1:])
     )
@@ -925,12 +949,13 @@ def bench(
             "command": command,
             "config": vars(config),
             "phases": as_dicts(results),
-            "storage": vars(storage),
+            "storage": None if storage is None else vars(storage),
         }
         click.echo(json.dumps(summary))
         return
+    where = "" if server is None else " through a broker"
     table = Table(
-        title=f"s3q bench: {messages:,} x {size} B, batch {batch}, "
+        title=f"s3q bench{where}: {messages:,} x {size} B, batch {batch}, "
         f"{producers} producers, {consumers} consumers"
     )
     for col in (
@@ -965,6 +990,12 @@ def bench(
             f"{r.peak_rss_mib:,.0f}",
         )
     console.print(table)
+    if storage is not None:
+        _print_storage(messages, storage)
+    console.print(f"command: {command}")
+
+
+def _print_storage(messages: int, storage: Any) -> None:
     console.print(
         f"reopen with {messages:,} pending: {storage.reopen_seconds:.2f} s "
         f"(peak RSS {storage.reopen_rss_mib:,.0f} MiB); after all completed and one GC pass: "
@@ -972,7 +1003,6 @@ def bench(
         f"after two: {storage.objects_after_two_gc} objects, "
         f"{storage.bytes_after_two_gc / 2**20:.2f} MiB"
     )
-    console.print(f"command: {command}")
 
 
 if __name__ == "__main__":  # pragma: no cover
