@@ -167,6 +167,10 @@ class _Embedded:
     async def open(self) -> None:
         self.queue = await open_async(self.url, **self.options)
 
+    def for_task(self) -> AsyncQueue | AsyncRemoteQueue:
+        """The queue as one producer or consumer task sees it."""
+        return self.queue
+
     async def reopen(self) -> float | None:
         """Close and open again; the seconds the open took."""
         await self.queue.close()
@@ -185,15 +189,23 @@ class _Served(_Embedded):
         super().__init__(store, options)
         self.broker, self.name = url, name
         self._child: subprocess.Popen[bytes] | None = None
-        self._client: Any = None
+        self._clients: list[Any] = []
 
     async def open(self) -> None:
         from .client import connect_async
 
         if self.broker is None:
             self.broker = await asyncio.to_thread(self._start)
-        self._client = connect_async(self.broker)
-        self.queue = self._client.queue(self.name)
+        self.queue = self.for_task()
+
+    def for_task(self) -> AsyncQueue | AsyncRemoteQueue:
+        """A client of its own: each task is one client of the broker, as in production."""
+        from .client import connect_async
+
+        assert self.broker is not None
+        client = connect_async(self.broker)
+        self._clients.append(client)
+        return client.queue(self.name)
 
     def _start(self) -> str:
         import socket
@@ -225,8 +237,7 @@ class _Served(_Embedded):
         return None  # the broker keeps the queue open
 
     async def close(self) -> None:
-        if self._client is not None:
-            await self._client.close()
+        await asyncio.gather(*(c.close() for c in self._clients))
         if self._child is not None:
             self._child.terminate()
             await asyncio.to_thread(self._child.wait, 30)
@@ -310,13 +321,14 @@ async def _phases(
             )
         )
 
+    def queues(count: int) -> list[AsyncQueue | AsyncRemoteQueue]:
+        return [target.for_task() for _ in range(count)]
+
     def producers(meter: _Meter, quota: list[int]) -> list[Awaitable[Any]]:
-        q = target.queue
-        return [_produce(q, meter, quota, config.batch, payload) for _ in range(config.producers)]
+        return [_produce(q, meter, quota, config.batch, payload) for q in queues(config.producers)]
 
     def consumers(meter: _Meter, target_count: int) -> list[Awaitable[Any]]:
-        q = target.queue
-        return [_consume(q, meter, target_count, config.batch) for _ in range(config.consumers)]
+        return [_consume(q, meter, target_count, config.batch) for q in queues(config.consumers)]
 
     await phase("enqueue", lambda m: producers(m, [n]), n)
     reopen = await target.reopen()
@@ -335,8 +347,8 @@ async def _phases(
             start = asyncio.get_running_loop().time() + 0.1
             times = [start + i / rate for i in range(n)]
             return [
-                _paced(target.queue, meter, times[i :: config.producers], payload)
-                for i in range(config.producers)
+                _paced(q, meter, times[i :: config.producers], payload)
+                for i, q in enumerate(queues(config.producers))
             ]
 
         await phase(f"paced enqueue {rate:g}/s", paced, n)
