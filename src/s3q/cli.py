@@ -701,13 +701,20 @@ def watch_stats(url: str, every: float) -> None:
 @store_option
 @friendly_errors
 def serve(host: str, port: int, token_file: str | None, store: str | None) -> None:
-    """Serve every queue of the store over HTTP (native API; /openapi.json).
+    """Serve every queue of the store over HTTP (native API; /openapi.json), with a web
+    dashboard at / (prints its URL once listening).
 
     Needs the broker extra: pip install 's3q[broker]'.
     """
     from .broker import serve as run
 
-    run(store or default_store(), host=host, port=port, token_file=token_file)
+    where = store or default_store()
+
+    def ready(url: str) -> None:
+        click.echo(f"s3q broker serving {shown(where)}\ndashboard: {url}")
+        sys.stdout.flush()
+
+    run(where, host=host, port=port, token_file=token_file, on_ready=ready)
 
 
 @main.command()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from collections.abc import Mapping
+import socket
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,16 @@ def check_exposure(host: str, tokens: set[str] | None) -> None:
         )
 
 
+def base_url(address: tuple[str, int] | tuple[str, int, int, int]) -> str:
+    """The URL to reach a server bound to ``address`` (a wildcard address: this machine's name)."""
+    host, port = address[0], address[1]
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.gethostname()
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}/"
+
+
 def serve(
     store: str,
     host: str = "127.0.0.1",
@@ -58,6 +69,7 @@ def serve(
     options: dict[str, Any] | None = None,
     graceful_timeout: int = 10,
     log_level: str = "info",
+    on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Serve every queue of ``store`` over HTTP until SIGTERM or Ctrl-C.
 
@@ -65,6 +77,7 @@ def serve(
     one as a bearer token; listening beyond loopback without any raises InvalidConfig. On
     SIGTERM uvicorn stops accepting, lets requests in flight finish (``graceful_timeout``
     seconds at most), then every queue is closed: pending commits finish, leases are released.
+    ``on_ready`` is called with the broker's URL (where its dashboard is) once it listens.
     """
     import uvicorn
 
@@ -82,4 +95,14 @@ def serve(
         timeout_graceful_shutdown=graceful_timeout,
         server_header=False,
     )
-    uvicorn.Server(config).run()
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if on_ready is not None and self.started:
+                for server in self.servers:
+                    for sock in server.sockets:
+                        on_ready(base_url(sock.getsockname()))
+                        return
+
+    Server(config).run()
