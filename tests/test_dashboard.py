@@ -270,3 +270,13 @@ def test_serve_prints_dashboard_url(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         # uvicorn shuts down gracefully, then re-raises the signal it caught
         assert proc.wait(15) in (0, -signal.SIGTERM)
+
+
+def test_serve_without_broker_extra_is_one_line(tmp_path: Path) -> None:
+    code = "import sys; sys.modules['uvicorn'] = None; from s3q.cli import main; main(['serve'])"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=child_env(), capture_output=True, text=True
+    )
+    assert done.returncode == 1
+    assert done.stderr.startswith("Error: InvalidConfig: the broker needs its extra")
+    assert "pip install 's3q[broker]'" in done.stderr and "Traceback" not in done.stderr

@@ -79,9 +79,14 @@ def serve(
     seconds at most), then every queue is closed: pending commits finish, leases are released.
     ``on_ready`` is called with the broker's URL (where its dashboard is) once it listens.
     """
-    import uvicorn
+    try:
+        import uvicorn
 
-    from .app import create_app
+        from .app import create_app
+    except ImportError as exc:
+        raise InvalidConfig(
+            f"the broker needs its extra ({exc}): pip install 's3q[broker]'"
+        ) from None
 
     all_tokens = set(tokens or ()) | load_tokens(token_file)
     check_exposure(host, all_tokens)
