@@ -134,6 +134,7 @@
   async function poll() {
     try {
       const summary = await api("/dashboard/summary");
+      if (locked) return; // signed out while this poll was under way
       $("login").hidden = true;
       $("content").hidden = false;
       $("signout").hidden = !summary.auth;
@@ -354,7 +355,7 @@
       if (!authFailed(err)) $("dlq-note").textContent = `Could not read them: ${err.message}`;
       return;
     }
-    if (name !== selected) return;
+    if (name !== selected || locked) return;
     const checked = new Set(checkedIds());
     const body = $("dead").tBodies[0];
     body.replaceChildren(...found.map((m) => {
