@@ -192,7 +192,6 @@ class _Served(_Embedded):
         self._clients: list[Any] = []
 
     async def open(self) -> None:
-        from .client import connect_async
 
         if self.broker is None:
             self.broker = await asyncio.to_thread(self._start)

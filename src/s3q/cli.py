@@ -708,7 +708,8 @@ def watch_stats(url: str, every: float) -> None:
 def serve(
     host: str, port: int, token_file: str | None, advertise: str | None, store: str | None
 ) -> None:
-    """Serve every queue of the store over HTTP (native API; /openapi.json).
+    """Serve every queue of the store over HTTP (native API; /openapi.json), with a web
+    dashboard at / (prints its URL once listening).
 
     Run it on several hosts over one store for a cluster: each queue is led by one broker,
     the others forward to it and take over when it dies.
@@ -716,7 +717,13 @@ def serve(
     """
     from .broker import serve as run
 
-    run(store or default_store(), host=host, port=port, token_file=token_file, advertise=advertise)
+    where = store or default_store()
+
+    def ready(url: str) -> None:
+        click.echo(f"s3q broker serving {shown(where)}\ndashboard: {url}")
+        sys.stdout.flush()
+
+    run(where, host=host, port=port, token_file=token_file, advertise=advertise, on_ready=ready)
 
 
 @main.command()

@@ -16,7 +16,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import InvalidArgument, S3QError, StoreError, WriterFenced
-from . import openapi
+from . import dashboard, openapi
 from .metrics import CONTENT_TYPE as METRICS_TYPE
 from .metrics import BrokerMetrics
 from .registry import QueueRegistry
@@ -88,6 +88,9 @@ def create_app(
 
     routes.append(Route("/openapi.json", openapi_json, methods=["GET"]))
     routes.append(Route("/metrics", metrics_text, methods=["GET"]))
+    routes += dashboard.routes(
+        registry, metrics, lambda request: _authorize(request, secrets), auth=bool(secrets)
+    )
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.registry = registry
     return app

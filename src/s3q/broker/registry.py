@@ -50,10 +50,10 @@ class QueueRegistry:
     ) -> None:
         self.store = store
         self.on_commit = on_commit  # (queue, seconds, operations) after each commit here
-        self.address = address
+        self.address: str | None = None
         self.options = dict(options or {})
         if address is not None:
-            self.options["writer_address"] = address
+            self.advertise(address)
         self.failover_timeout = failover_timeout
         self.peers = Peers(token)
         self._queues: dict[str, AsyncQueue] = {}
@@ -61,6 +61,12 @@ class QueueRegistry:
         self._down: dict[str, float] = {}  # broker address -> until when it counts as down
         self._opening: dict[str, asyncio.Lock] = {}
         self._closed = False
+
+    def advertise(self, address: str) -> None:
+        """Name this broker ``address`` in the writer leases of the queues it opens from now on,
+        so the other brokers of the cluster forward to it."""
+        self.address = address
+        self.options["writer_address"] = address
 
     def names(self) -> list[str]:
         """The names of the queues this broker leads now, sorted."""

@@ -5,11 +5,14 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidConfig
+
+if TYPE_CHECKING:
+    from .registry import QueueRegistry
 
 TOKENS_ENV = "S3Q_TOKENS"
 LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
@@ -49,14 +52,14 @@ def check_exposure(host: str, tokens: set[str] | None) -> None:
         )
 
 
-def advertised_address(host: str, port: int) -> str:
-    """Where other brokers reach one listening on ``host:port``: a wildcard address is
-    replaced by this machine's name."""
+def base_url(address: tuple[str, int] | tuple[str, int, int, int]) -> str:
+    """The URL to reach a server bound to ``address`` (a wildcard address: this machine's name)."""
+    host, port = address[0], address[1]
     if host in ("0.0.0.0", "::", ""):
-        host = socket.getfqdn()
-    if ":" in host and not host.startswith("["):
+        host = socket.gethostname()
+    elif ":" in host:
         host = f"[{host}]"
-    return f"http://{host}:{port}"
+    return f"http://{host}:{port}/"
 
 
 def serve(
@@ -70,6 +73,7 @@ def serve(
     advertise: str | None = None,
     graceful_timeout: int = 10,
     log_level: str = "info",
+    on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Serve every queue of ``store`` over HTTP until SIGTERM or Ctrl-C.
 
@@ -78,17 +82,23 @@ def serve(
     SIGTERM uvicorn stops accepting, lets requests in flight finish (``graceful_timeout``
     seconds at most), then every queue is closed: pending commits finish, leases are released.
 
-    ``advertise``: the URL other brokers over the same store reach this one at (default
-    ``http://host:port``); they forward the requests of the queues this broker leads to it.
+    ``advertise``: the URL other brokers over the same store reach this one at (default: the
+    address it listens on); they forward the requests of the queues this broker leads to it.
+    ``on_ready`` is called with the broker's URL (where its dashboard is) once it listens.
     """
-    import uvicorn
+    try:
+        import uvicorn
 
-    from .app import create_app
+        from .app import create_app
+    except ImportError as exc:
+        raise InvalidConfig(
+            f"the broker needs its extra ({exc}): pip install 's3q[broker]'"
+        ) from None
 
     all_tokens = set(tokens or ()) | load_tokens(token_file)
     check_exposure(host, all_tokens)
-    address = advertise or advertised_address(host, port)
-    app = create_app(store, tokens=all_tokens, options=options, address=address)
+    app = create_app(store, tokens=all_tokens, options=options, address=advertise)
+    registry: QueueRegistry = app.state.registry
     config = uvicorn.Config(
         app,
         host=host,
@@ -98,4 +108,16 @@ def serve(
         timeout_graceful_shutdown=graceful_timeout,
         server_header=False,
     )
-    uvicorn.Server(config).run()
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if not self.started:
+                return
+            url = next(base_url(s.getsockname()) for server in self.servers for s in server.sockets)
+            if registry.address is None:  # before any request: no queue is open yet
+                registry.advertise(url.rstrip("/"))
+            if on_ready is not None:
+                on_ready(url)
+
+    Server(config).run()
