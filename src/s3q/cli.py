@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import wraps
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import click
@@ -30,6 +30,9 @@ import s3q
 
 from .errors import InvalidArgument, S3QError, StoreError
 from .validate import item_of
+
+if TYPE_CHECKING:
+    from .client import RemoteQueue
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -202,9 +205,17 @@ def local_path(url: str) -> str | None:
 
 
 @contextmanager
-def opened(url: str, *, create: bool = False) -> Iterator[s3q.Queue]:
-    """The queue at ``url``, opened as its writer; a missing local queue is an error unless
-    ``create`` (reading a mistyped name must not create an empty queue)."""
+def opened(url: str, *, create: bool = False) -> Iterator[s3q.Queue | RemoteQueue]:
+    """The queue at ``url``, opened as its writer, or through the broker of an ``http(s)://``
+    store (with ``$S3Q_TOKEN``); a missing local queue is an error unless ``create``
+    (reading a mistyped name must not create an empty queue)."""
+    from .client import TOKEN_ENV, connect, is_broker_url, split_queue_url
+
+    if is_broker_url(url):
+        broker, name = split_queue_url(url)
+        with connect(broker, token=os.environ.get(TOKEN_ENV)) as client:
+            yield client.queue(name)
+        return
     path = local_path(url)
     if not create and path is not None and not os.path.isdir(path):
         raise click.ClickException(

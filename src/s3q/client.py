@@ -42,6 +42,7 @@ from .errors import InvalidArgument, QueueClosed, S3QError, StoreError, Unavaila
 from .message import Message, MessageStatus, QueueStats
 
 __all__ = [
+    "TOKEN_ENV",
     "AsyncClient",
     "AsyncRemoteQueue",
     "AuthError",
@@ -50,7 +51,12 @@ __all__ = [
     "RemoteQueue",
     "connect",
     "connect_async",
+    "is_broker_url",
+    "split_queue_url",
 ]
+
+#: the bearer token ``s3q worker`` and the CLI send to a broker given by URL
+TOKEN_ENV = "S3Q_TOKEN"
 
 T = TypeVar("T")
 Target = Message | str
@@ -326,6 +332,19 @@ class _Protocol:
 
     def compact(self) -> _Call[CompactionReport]:
         return _Call("POST", f"{self.base}/compact", CompactionReport, None, {})
+
+
+def is_broker_url(url: str) -> bool:
+    """Whether ``url`` names a queue of a broker (``http(s)://host:port/NAME``)."""
+    return url.lower().startswith(("http://", "https://"))
+
+
+def split_queue_url(url: str) -> tuple[str, str]:
+    """``http://host:port/NAME`` as the broker's URL and the queue's name."""
+    base, _, name = url.rstrip("/").rpartition("/")
+    if "://" not in base or not base.split("://", 1)[1]:
+        raise InvalidArgument(f"a broker queue URL looks like http://host:port/NAME, got {url!r}")
+    return base, check_name(name)
 
 
 # --------------------------------------------------------------------------- blocking
