@@ -24,16 +24,12 @@ def shout(msg):
 """
 
 
-def test_worker_command_handles_messages_and_stops_on_sigterm(tmp_path: Path) -> None:
-    (tmp_path / "tasks.py").write_text(HANDLER)
-    store = tmp_path / "store"
-    with s3q.open(str(store / "jobs"), max_attempts=1) as q:
-        ids = q.enqueue_batch([b"hello", b"world", b"boom"])
-    env = {**child_env(), "S3Q_STORE": str(store)}
+def run_until_three_handled(tmp_path: Path, env: dict[str, str]) -> None:
+    """`s3q worker tasks:shout` in ``tmp_path``, stopped by SIGTERM once it handled 3 messages."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "s3q.cli", "worker", "tasks:shout", "--concurrency", "2"],
         cwd=tmp_path,
-        env=env,
+        env={**child_env(), **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -44,6 +40,14 @@ def test_worker_command_handles_messages_and_stops_on_sigterm(tmp_path: Path) ->
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
+
+
+def test_worker_command_handles_messages_and_stops_on_sigterm(tmp_path: Path) -> None:
+    (tmp_path / "tasks.py").write_text(HANDLER)
+    store = tmp_path / "store"
+    with s3q.open(str(store / "jobs"), max_attempts=1) as q:
+        ids = q.enqueue_batch([b"hello", b"world", b"boom"])
+    run_until_three_handled(tmp_path, {"S3Q_STORE": str(store)})
     with s3q.open(str(store / "jobs"), max_attempts=1) as q:
         statuses = [q.status(i) for i in ids]
         dead = q.dead_letters()
@@ -81,21 +85,7 @@ def test_worker_command_through_a_broker(tmp_path: Path) -> None:
     ):
         q = client.queue("jobs")
         ids = q.enqueue_batch([b"hello", b"world", b"boom"])
-        env = {**child_env(), "S3Q_STORE": broker.url, "S3Q_TOKEN": TOKEN}
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "s3q.cli", "worker", "tasks:shout", "--concurrency", "2"],
-            cwd=tmp_path,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        reader = LineReader(proc)
-        try:
-            assert sorted(reader.next() for _ in range(3)) == ["BOOM", "HELLO", "WORLD"]
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=60) == 0
+        run_until_three_handled(tmp_path, {"S3Q_STORE": broker.url, "S3Q_TOKEN": TOKEN})
         statuses = [q.status(i) for i in ids]
         assert statuses[:2] == [s3q.MessageStatus.COMPLETED] * 2
         assert statuses[2] is s3q.MessageStatus.DEAD

@@ -180,21 +180,28 @@ class _Nodes:
     def url(self) -> str:
         return self.urls[self._current]
 
-    def failed(self, url: str) -> None:
-        """``url`` did not serve a call: use the next broker, unless another caller moved on."""
-        if self.url == url:
+    def settle(
+        self,
+        call: _Call[Any],
+        node: str,
+        response: httpx.Response | None,
+        exc: httpx.HTTPError | None,
+        *,
+        last: bool,
+    ) -> None:
+        """After a failed attempt at ``call`` on ``node``: raise its error, unless trying again
+        is safe and allowed; then the next broker is the one to try."""
+        error: S3QError
+        if exc is not None:
+            error, retry = _transport_error(exc, node), _retryable(call, exc, None)
+        else:
+            assert response is not None
+            error = _error(response)
+            retry = _retryable(call, error, response.status_code)
+        if last or not retry:
+            raise error from exc
+        if self.url == node:  # unless another caller moved on already
             self._current = (self._current + 1) % len(self.urls)
-
-
-def _failure(
-    call: _Call[Any], node: str, response: httpx.Response | None, exc: httpx.HTTPError | None
-) -> tuple[S3QError, bool]:
-    """The error a failed attempt stands for, and whether to try again."""
-    if exc is not None:
-        return _transport_error(exc, node), _retryable(call, exc, None)
-    assert response is not None
-    error = _error(response)
-    return error, _retryable(call, error, response.status_code)
 
 
 def _headers(token: str | None) -> dict[str, str]:
@@ -396,16 +403,11 @@ class Client:
                     timeout=_timeout(call, self.timeout),
                 )
             except httpx.HTTPError as exc:
-                error, retry = _failure(call, node, None, exc)
-                if attempt == self.retries or not retry:
-                    raise error from exc
+                self._nodes.settle(call, node, None, exc, last=attempt == self.retries)
             else:
                 if response.status_code == 200:
                     return call.result(response)
-                error, retry = _failure(call, node, response, None)
-                if attempt == self.retries or not retry:
-                    raise error
-            self._nodes.failed(node)
+                self._nodes.settle(call, node, response, None, last=attempt == self.retries)
             time.sleep(_delay(attempt))
         raise AssertionError("unreachable")
 
@@ -597,16 +599,11 @@ class AsyncClient:
                     timeout=_timeout(call, self.timeout),
                 )
             except httpx.HTTPError as exc:
-                error, retry = _failure(call, node, None, exc)
-                if attempt == self.retries or not retry:
-                    raise error from exc
+                self._nodes.settle(call, node, None, exc, last=attempt == self.retries)
             else:
                 if response.status_code == 200:
                     return call.result(response)
-                error, retry = _failure(call, node, response, None)
-                if attempt == self.retries or not retry:
-                    raise error
-            self._nodes.failed(node)
+                self._nodes.settle(call, node, response, None, last=attempt == self.retries)
             await asyncio.sleep(_delay(attempt))
         raise AssertionError("unreachable")
 
