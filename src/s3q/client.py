@@ -20,12 +20,13 @@ import functools
 import random
 import ssl
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
+import aiohttp
 import certifi
 import httpx
 import msgspec
@@ -130,39 +131,49 @@ class _Call(Generic[T]):
         except (TypeError, msgspec.EncodeError) as exc:
             raise InvalidArgument(f"cannot send argument: {exc}") from None
 
-    def result(self, response: httpx.Response) -> T:
+    def result(self, content: bytes) -> T:
         try:
-            decoded = msgspec.msgpack.decode(response.content, type=self.answer)
+            decoded = msgspec.msgpack.decode(content, type=self.answer)
         except msgspec.DecodeError as exc:
-            raise BrokerError(
-                f"unreadable answer from the broker: {exc}", response.status_code
-            ) from None
+            raise BrokerError(f"unreadable answer from the broker: {exc}", 200) from None
         value: T = decoded if self.pick is None else self.pick(decoded)
         return value
 
 
-def _error(response: httpx.Response) -> S3QError:
+def _error(status: int, content: bytes) -> S3QError:
     try:
-        body = msgspec.msgpack.decode(response.content)
+        body = msgspec.msgpack.decode(content)
     except msgspec.DecodeError:
         try:
-            body = msgspec.json.decode(response.content)
+            body = msgspec.json.decode(content)
         except msgspec.DecodeError:
             body = None
-    return exception_of(response.status_code, body)
+    return exception_of(status, body)
 
 
 def _delay(attempt: int) -> float:
     return float(min(BACKOFF_MAX, BACKOFF * 2.0**attempt)) * random.uniform(0.5, 1.0)
 
 
+#: failures of a connection attempt: the request was not sent (httpx: the blocking client;
+#: aiohttp: the async one)
+NOT_SENT = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    aiohttp.ClientConnectorError,
+    aiohttp.ConnectionTimeoutError,
+)
+#: failures of the transport: the request may or may not have been received
+TRANSPORT = (httpx.HTTPError, aiohttp.ClientError, asyncio.TimeoutError)
+
+
 def _retryable(call: _Call[Any], failure: Exception, status: int | None) -> bool:
     """Whether sending ``call`` again is safe and may help."""
-    if isinstance(failure, httpx.ConnectError | httpx.ConnectTimeout | Unavailable | QueueClosed):
+    if isinstance(failure, (*NOT_SENT, Unavailable, QueueClosed)):
         return True  # nothing was done
     if not call.idempotent:
         return False
-    return status == 503 or isinstance(failure, httpx.TimeoutException | httpx.TransportError)
+    return status == 503 or isinstance(failure, TRANSPORT)
 
 
 class _Nodes:
@@ -187,20 +198,22 @@ class _Nodes:
         self,
         call: _Call[Any],
         node: str,
-        response: httpx.Response | None,
-        exc: httpx.HTTPError | None,
+        answer: tuple[int, bytes] | None,
+        exc: BaseException | None,
         *,
         last: bool,
     ) -> None:
-        """After a failed attempt at ``call`` on ``node``: raise its error, unless trying again
-        is safe and allowed; then the next broker is the one to try."""
+        """After a failed attempt at ``call`` on ``node`` (an error ``answer``: status and body,
+        or a transport failure ``exc``): raise its error, unless trying again is safe and
+        allowed; then the next broker is the one to try."""
         error: S3QError
         if exc is not None:
+            assert isinstance(exc, Exception)
             error, retry = _transport_error(exc, node), _retryable(call, exc, None)
         else:
-            assert response is not None
-            error = _error(response)
-            retry = _retryable(call, error, response.status_code)
+            assert answer is not None
+            error = _error(*answer)
+            retry = _retryable(call, error, answer[0])
         if last or not retry:
             raise error from exc
         if self.url == node:  # unless another caller moved on already
@@ -224,8 +237,8 @@ def _timeout(call: _Call[Any], timeout: float) -> httpx.Timeout:
     return httpx.Timeout(timeout, read=timeout + call.extra_timeout)
 
 
-def _transport_error(exc: httpx.HTTPError, url: str) -> StoreError:
-    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+def _transport_error(exc: Exception, url: str) -> StoreError:
+    if isinstance(exc, NOT_SENT):
         return BrokerUnreachable(f"broker {url} unreachable: {type(exc).__name__}: {exc}")
     return StoreError(f"broker {url} failed mid-request: {type(exc).__name__}: {exc}")
 
@@ -416,8 +429,9 @@ class Client:
                 self._nodes.settle(call, node, None, exc, last=attempt == self.retries)
             else:
                 if response.status_code == 200:
-                    return call.result(response)
-                self._nodes.settle(call, node, response, None, last=attempt == self.retries)
+                    return call.result(response.content)
+                answer = (response.status_code, response.content)
+                self._nodes.settle(call, node, answer, None, last=attempt == self.retries)
             time.sleep(_delay(attempt))
         raise AssertionError("unreachable")
 
@@ -565,7 +579,7 @@ class RemoteQueue:
 
 class AsyncClient:
     """An async connection pool to a broker (or to the brokers of a cluster, tried in turn);
-    an async context manager."""
+    an async context manager. ``headers``: sent with every request, besides the token."""
 
     def __init__(
         self,
@@ -573,15 +587,13 @@ class AsyncClient:
         token: str | None = None,
         timeout: float = 30.0,
         retries: int = RETRIES,
+        *,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self._nodes = _Nodes(url)
         self.timeout, self.retries = timeout, retries
-        self._http = httpx.AsyncClient(
-            headers=_headers(token),
-            timeout=timeout,
-            limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
-            verify=_tls(),
-        )
+        self._headers = {**_headers(token), **(headers or {})}
+        self._session: aiohttp.ClientSession | None = None  # made in the loop that uses it
 
     @property
     def url(self) -> str:
@@ -597,29 +609,41 @@ class AsyncClient:
         call: _Call[list[str]] = _Call("GET", f"{API_PREFIX}/queues", _Queues, lambda a: a.queues)
         return await self._run(call)
 
+    def _open(self) -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(limit=100, ssl=_tls())
+        self._session = aiohttp.ClientSession(headers=self._headers, connector=connector)
+        return self._session
+
     async def _run(self, call: _Call[T]) -> T:
         content = call.content()
+        session = self._session or self._open()
+        timeout = aiohttp.ClientTimeout(
+            connect=self.timeout, sock_read=self.timeout + call.extra_timeout
+        )
         for attempt in range(self.retries + 1):
             node = self._nodes.url
             try:
-                response = await self._http.request(
+                async with session.request(
                     call.method,
                     node + call.path,
-                    content=content,
-                    params=call.params,
-                    timeout=_timeout(call, self.timeout),
-                )
-            except httpx.HTTPError as exc:
+                    data=content,
+                    params=call.params or None,
+                    timeout=timeout,
+                ) as response:
+                    status, body = response.status, await response.read()
+            except TRANSPORT as exc:
                 self._nodes.settle(call, node, None, exc, last=attempt == self.retries)
             else:
-                if response.status_code == 200:
-                    return call.result(response)
-                self._nodes.settle(call, node, response, None, last=attempt == self.retries)
+                if status == 200:
+                    return call.result(body)
+                self._nodes.settle(call, node, (status, body), None, last=attempt == self.retries)
             await asyncio.sleep(_delay(attempt))
         raise AssertionError("unreachable")
 
     async def close(self) -> None:
-        await self._http.aclose()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     async def __aenter__(self) -> AsyncClient:
         return self

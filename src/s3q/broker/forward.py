@@ -47,8 +47,9 @@ class Peers:
         client = self._clients.get(address)
         if client is None:
             # no retries of its own: a ForwardedQueue decides, knowing about leases
-            client = AsyncClient(address, self.token, self.timeout, retries=0)
-            client._http.headers[FORWARDED] = "1"
+            client = AsyncClient(
+                address, self.token, self.timeout, retries=0, headers={FORWARDED: "1"}
+            )
             self._clients[address] = client
         return client.queue(name)
 
