@@ -36,6 +36,7 @@ class QueueConfig:
     checkpoint_interval: float = 60.0
     gc_grace: float = 300.0
     clock: Callable[[], float] = time.time
+    attributes: dict[str, str] | None = None  # free-form queue metadata, saved with the queue
 
     def __post_init__(self) -> None:
         _positive_int("max_attempts", self.max_attempts)
@@ -57,6 +58,7 @@ class QueueConfig:
             _seconds(name, getattr(self, name), allow_zero=False)
         if not callable(self.clock):
             raise InvalidConfig("clock must be a callable returning unix seconds")
+        _attributes(self.attributes)
 
 
 _QUEUE_OPTIONS = frozenset(f.name for f in fields(QueueConfig))
@@ -72,8 +74,9 @@ PERSISTED = (
     "max_queue_depth",
     "dedup_window",
     "completed_retention",
+    "attributes",
 )
-Setting = int | float | None
+Setting = int | float | dict[str, str] | None
 
 
 def queue_settings(config: QueueConfig) -> dict[str, Setting]:
@@ -116,3 +119,13 @@ def _seconds(name: str, value: object, *, allow_zero: bool) -> None:
     if not ok:
         bound = ">= 0" if allow_zero else "> 0"
         raise InvalidConfig(f"{name} must be a finite number of seconds {bound}, got {value!r}")
+
+
+def _attributes(value: object) -> None:
+    if value is None:
+        return
+    ok = isinstance(value, dict) and all(
+        isinstance(k, str) and k and isinstance(v, str) for k, v in value.items()
+    )
+    if not ok:
+        raise InvalidConfig(f"attributes must be a dict of non-empty str to str, got {value!r}")
