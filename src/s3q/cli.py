@@ -698,16 +698,30 @@ def watch_stats(url: str, every: float) -> None:
     type=click.Path(exists=True, dir_okay=False),
     help="Bearer tokens, one per line (also $S3Q_TOKENS, comma-separated).",
 )
+@click.option(
+    "--sqs-credentials",
+    type=click.Path(exists=True, dir_okay=False),
+    help="SQS access keys, ACCESS_KEY_ID:SECRET per line (also $S3Q_SQS_CREDENTIALS, "
+    "comma-separated): SQS requests must be SigV4-signed with one.",
+)
 @store_option
 @friendly_errors
-def serve(host: str, port: int, token_file: str | None, store: str | None) -> None:
-    """Serve every queue of the store over HTTP (native API; /openapi.json).
+def serve(
+    host: str, port: int, token_file: str | None, sqs_credentials: str | None, store: str | None
+) -> None:
+    """Serve every queue of the store over HTTP (native API, /openapi.json; SQS API on POST /).
 
     Needs the broker extra: pip install 's3q[broker]'.
     """
     from .broker import serve as run
 
-    run(store or default_store(), host=host, port=port, token_file=token_file)
+    run(
+        store or default_store(),
+        host=host,
+        port=port,
+        token_file=token_file,
+        sqs_credentials=sqs_credentials,
+    )
 
 
 @main.command()

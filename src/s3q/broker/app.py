@@ -16,7 +16,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import InvalidArgument, S3QError, StoreError, WriterFenced
-from . import openapi
+from . import openapi, sqs
 from .metrics import CONTENT_TYPE as METRICS_TYPE
 from .metrics import BrokerMetrics
 from .registry import QueueRegistry
@@ -36,13 +36,18 @@ JSON_TYPES: dict[str, tuple[type, ...]] = {
 
 
 def create_app(
-    store: str, *, tokens: set[str] | None = None, options: dict[str, Any] | None = None
+    store: str,
+    *,
+    tokens: set[str] | None = None,
+    options: dict[str, Any] | None = None,
+    sqs_keys: dict[str, str] | None = None,
 ) -> Starlette:
     """The broker for every queue of ``store`` (queue ``NAME`` is ``<store>/NAME``).
 
     ``tokens``: when given and not empty, every ``/v1`` request needs
     ``Authorization: Bearer <one of them>``. ``options``: passed to ``s3q.open_async`` for
-    every queue opened.
+    every queue opened. ``sqs_keys``: access key id -> secret; when given, every request to
+    the SQS endpoint (``POST /``) must be SigV4-signed with one of them (see docs/sqs.md).
     """
     registry = QueueRegistry(store, options)
     secrets = [t.encode() for t in tokens or () if t]
@@ -73,6 +78,7 @@ def create_app(
 
     routes.append(Route("/openapi.json", openapi_json, methods=["GET"]))
     routes.append(Route("/metrics", metrics_text, methods=["GET"]))
+    routes.append(sqs.route(registry, sqs_keys, deny_unsigned=bool(secrets), metrics=metrics))
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.registry = registry
     return app
