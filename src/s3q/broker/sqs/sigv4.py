@@ -148,7 +148,7 @@ def verify(
         (
             ALGORITHM,
             stamp,
-            "/".join(scope),
+            "/".join(scope[1:]),
             hashlib.sha256(canonical.encode("utf-8")).hexdigest(),
         )
     )
