@@ -498,6 +498,7 @@ def test_redrive_to_dead_letter_queue(sqs: Any) -> None:
             QueueUrl=src, ReceiptHandle=msg["ReceiptHandle"], VisibilityTimeout=0
         )
     assert "Messages" not in sqs.receive_message(QueueUrl=src)  # out of receives: moved
+    assert depth(sqs, dlq)["Messages"] == 1
     [dead] = sqs.receive_message(
         QueueUrl=dlq, MessageAttributeNames=["All"], AttributeNames=["All"]
     )["Messages"]

@@ -382,6 +382,9 @@ class Service:
             visibility = float(seconds) or queues.MIN_VISIBILITY
         await self._redrive(name, settings)
         found = await queue.dequeue(count, visibility, float(wait))
+        target = queues.dead_letter_target(name, settings)
+        if target is not None:  # this receive may have made messages dead: move them now
+            await self._move(name, target)
         if found and await call.request.is_disconnected():
             await queue.release(found)  # a long poll whose client left: give the leases back
             return {}
