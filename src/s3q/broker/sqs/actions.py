@@ -23,7 +23,7 @@ from starlette.requests import Request
 
 from ...api import AsyncQueue
 from ...config import Setting
-from ...errors import InvalidArgument, MessageNotFound, ReceiptExpired
+from ...errors import InvalidArgument, MessageNotFound, ReceiptExpired, S3QError
 from ...message import Message, MessageStatus
 from ..registry import QueueRegistry
 from ..wire import check_name
@@ -531,6 +531,12 @@ class Service:
             await self._move(source, into)
 
     async def _move(self, source: str, target: str) -> None:
+        try:
+            await self._move_now(source, target)
+        except S3QError as exc:  # e.g. too large for the target: they wait in the source
+            log.warning("moving dead letters from %s to %s failed: %s", source, target, exc)
+
+    async def _move_now(self, source: str, target: str) -> None:
         async with self._lock("redrive:" + source):
             if await self.catalog.get(target) is None or await self.catalog.get(source) is None:
                 return
