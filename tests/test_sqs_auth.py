@@ -175,3 +175,19 @@ def test_sqs_keys_alone_do_not_allow_a_public_bind(tmp_path: Path) -> None:
     with pytest.raises(s3q.InvalidConfig, match="native API open"):
         serve(f"file://{tmp_path}/s", host="0.0.0.0", sqs_keys={"AKID": "secret"})
     check_exposure("0.0.0.0", {"tok"})  # tokens: fine (the SQS endpoint then needs keys)
+
+
+def test_serve_command_reads_sqs_credentials(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from s3q.cli import main
+
+    bad = tmp_path / "keys"
+    bad.write_text("missing-the-colon\n")
+    store = f"file://{tmp_path}/s"
+    result = CliRunner().invoke(main, ["serve", "--store", store, "--sqs-credentials", str(bad)])
+    assert result.exit_code != 0 and "ACCESS_KEY_ID:SECRET" in result.output
+    bad.write_text("AKID:secret\n")
+    args = ["serve", "--store", store, "--sqs-credentials", str(bad), "--host", "0.0.0.0"]
+    result = CliRunner().invoke(main, args, env={"S3Q_TOKENS": ""})
+    assert result.exit_code != 0 and "native API open" in result.output

@@ -101,8 +101,8 @@ def serve(
     from .app import create_app
 
     all_tokens = set(tokens or ()) | load_tokens(token_file)
-    check_exposure(host, all_tokens)
     keys = {**load_sqs_keys(sqs_credentials), **(sqs_keys or {})}
+    check_exposure(host, all_tokens)
     app = create_app(store, tokens=all_tokens, options=options, sqs_keys=keys)
     config = uvicorn.Config(
         app,
