@@ -42,7 +42,8 @@ def test_configure_refuses_unknown_and_bad_settings(tmp_path: Path) -> None:
 
 
 def test_discard_removes_dead_letters_only(tmp_path: Path) -> None:
-    with s3q.open(f"file://{tmp_path}/q", max_attempts=1) as q:
+    url = f"file://{tmp_path}/q"
+    with s3q.open(url, max_attempts=1) as q:
         q.enqueue(b"dead")
         live = q.enqueue(b"live")
         [msg] = q.dequeue()
@@ -56,6 +57,12 @@ def test_discard_removes_dead_letters_only(tmp_path: Path) -> None:
         with pytest.raises(s3q.MessageNotFound):
             q.status(dead.id)
         assert q.stats().pending == 1
+    for _ in range(2):  # replayed from the log, then from a checkpoint
+        with s3q.open(url) as q:
+            assert q.dead_letters() == []
+            stats = q.stats()
+            assert (stats.pending, stats.dead) == (1, 0)
+            q.compact()
 
 
 def test_client_has_configure_and_discard(tmp_path: Path) -> None:
