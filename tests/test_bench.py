@@ -81,3 +81,40 @@ def test_bench_rejects_bad_options_without_a_traceback() -> None:
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert "--messages" in done.stderr
+
+
+def test_bench_through_a_broker_it_starts_with_a_paced_phase() -> None:
+    done = run_bench(
+        "--server",
+        "--messages",
+        "600",
+        "--size",
+        "100",
+        "--batch",
+        "50",
+        "--producers",
+        "8",
+        "--rate",
+        "600",
+        "--json",
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["config"]["server"] == "start"
+    phases = [p["phase"] for p in report["phases"]]
+    assert phases == [*PHASES, "paced enqueue 600/s"]
+    for phase in report["phases"]:
+        assert phase["messages"] == 600, phase
+        # the figures come from the broker's writer: its commits and requests, its memory
+        assert phase["commits"] > 0 and phase["puts_per_msg"] > 0 and phase["peak_rss_mib"] > 0
+    paced = report["phases"][-1]
+    # 600 single enqueues on a 600/s schedule take about a second, not the time of a burst
+    assert paced["seconds"] >= 0.9
+    assert paced["puts_per_msg"] <= 1.0
+    assert report["storage"] is None  # the broker keeps its queue open: no reopen figures
+
+
+def test_bench_rejects_a_broker_url_with_a_store() -> None:
+    done = run_bench("--server", "http://127.0.0.1:9", "--store", "file:///tmp/x")
+    assert done.returncode == 2
+    assert "not both" in done.stderr and "Traceback" not in done.stderr

@@ -370,6 +370,11 @@ def test_metrics_expose_operations_depth_and_commits(broker: Broker, client: Cli
     assert value("s3q_queue_messages", queue="metered", status="completed") == 1
     assert value("s3q_queue_commits", queue="metered") >= 3
     assert value("s3q_queue_store_requests", queue="metered", kind="put") >= 3
+    # every commit after the opening one is timed and sized: 3 enqueues, 1 lease, 1 ack
+    commits = value("s3q_queue_commit_seconds_count", queue="metered")
+    assert commits == value("s3q_queue_commits", queue="metered") - 1 == 3
+    assert value("s3q_queue_commit_seconds_sum", queue="metered") > 0
+    assert value("s3q_queue_commit_operations_sum", queue="metered") == 5
     ok = [
         v
         for (n, labels), v in samples.items()

@@ -626,3 +626,38 @@ def test_bad_worker_arguments() -> None:
         Worker("memory://x", 42)  # type: ignore[arg-type]
     with pytest.raises(s3q.InvalidConfig):
         Worker("memory://x", handle, options={"bogus": 1})
+
+
+def test_worker_on_a_broker_queue_retries_and_dead_letters(tmp_path: Path) -> None:
+    from test_broker import Broker
+
+    from s3q.client import connect_async
+
+    with Broker(f"file://{tmp_path}/store", **FAST_RETRY) as broker:
+
+        async def main() -> None:
+            async with connect_async(broker.url) as client:
+                q = client.queue("remote")
+                bad = await q.enqueue(b"bad")
+                good = await q.enqueue_batch([b"a", b"b", b"c"])
+
+                async def handle(msg: s3q.Message) -> bytes:
+                    if msg.payload == b"bad":
+                        raise ValueError(f"boom {msg.attempts}")
+                    return msg.payload
+
+                events = Events()
+                worker = Worker(q, handle, concurrency=2, on_event=events, poll_wait=0.05)
+                await serving(worker, events.finished(4))
+                [retry] = events.of(Retry)
+                # the broker says when the retry comes, and that the second failure is final
+                assert retry.id == bad and retry.next_visible_at > time.time() - 1
+                [dead] = events.of(Dead)
+                assert (dead.id, dead.attempts) == (bad, 2)
+                assert sorted(e.id for e in events.of(Completed)) == sorted(good)
+                started = events.all[0]
+                assert isinstance(started, WorkerStarted) and started.visibility_timeout == 30.0
+                stats = await q.stats()
+                assert (stats.completed, stats.dead, stats.processing) == (3, 1, 0)
+
+        asyncio.run(main())

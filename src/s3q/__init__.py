@@ -15,6 +15,7 @@ from .errors import (
     ReceiptExpired,
     S3QError,
     StoreError,
+    Unavailable,
     WriterFenced,
 )
 from .message import Message, MessageStatus, QueueStats
@@ -40,6 +41,7 @@ __all__ = [
     "ReceiptExpired",
     "S3QError",
     "StoreError",
+    "Unavailable",
     "WriterFenced",
     "open",
     "open_async",

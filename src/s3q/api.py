@@ -7,7 +7,7 @@ import atexit
 import contextlib
 import threading
 import weakref
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -50,6 +50,12 @@ class AsyncQueue:
     @property
     def config(self) -> QueueConfig:
         return self._engine.config
+
+    def on_commit(self, listener: Callable[[float, int], None]) -> None:
+        """Call ``listener(seconds, operations)`` after each durable commit of the queue's
+        writer (for metrics: commit latency and group-commit batch size). It runs on the
+        writer's event loop and must be quick."""
+        self._engine.commit_listeners.append(listener)
 
     async def enqueue(
         self,

@@ -1,21 +1,34 @@
 """``s3q bench``: throughput, latency and cost per message of one queue, phase by phase.
 
 Phases: ``enqueue`` (producers enqueue N messages, in batches of ``batch``), ``dequeue+complete``
-(consumers lease and acknowledge them), ``mixed`` (producers and consumers together, N more).
+(consumers lease and acknowledge them), ``mixed`` (producers and consumers together, N more),
+and with a ``rate``, ``paced enqueue`` (single enqueues sent on a fixed schedule, latency taken
+from each one's scheduled time, so a stall is not hidden by the senders waiting it out).
+
+The queue is embedded in the benchmark's process, or served by a broker (``server``): one
+started on the store in a child process, or one already running at a URL.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import resource
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .api import AsyncQueue, open_async
+from .errors import InvalidConfig
+
+if TYPE_CHECKING:
+    from .client import AsyncRemoteQueue
 
 
 @dataclass
@@ -55,6 +68,9 @@ class BenchConfig:
     batch: int
     producers: int
     consumers: int
+    server: str | None = None  # "start": a broker in a child process; else a broker's URL
+    rate: float | None = None  # paced single enqueues per second, in total
+    queue: str = "bench"  # the queue's name on a broker
 
 
 class _Meter:
@@ -88,7 +104,7 @@ def _peak_rss_mib() -> float:
 
 
 async def _produce(
-    q: AsyncQueue, meter: _Meter, quota: list[int], batch: int, payload: bytes
+    q: AsyncQueue | AsyncRemoteQueue, meter: _Meter, quota: list[int], batch: int, payload: bytes
 ) -> None:
     while quota[0] > 0:
         n = min(batch, quota[0])
@@ -99,7 +115,23 @@ async def _produce(
             await meter.timed(q.enqueue_batch([payload] * n), n)
 
 
-async def _consume(q: AsyncQueue, meter: _Meter, target: int, batch: int) -> None:
+async def _paced(
+    q: AsyncQueue | AsyncRemoteQueue, meter: _Meter, times: list[float], payload: bytes
+) -> None:
+    """Single enqueues, each sent at its time (loop clock); latency counted from that time."""
+    loop = asyncio.get_running_loop()
+    for due in times:
+        delay = due - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        await q.enqueue(payload)
+        meter.latencies.append(loop.time() - due)
+        meter.done += 1
+
+
+async def _consume(
+    q: AsyncQueue | AsyncRemoteQueue, meter: _Meter, target: int, batch: int
+) -> None:
     async def round_trip() -> int:
         msgs = await q.dequeue(max_messages=batch, wait=0.05)
         if msgs:
@@ -114,100 +146,227 @@ async def _consume(q: AsyncQueue, meter: _Meter, target: int, batch: int) -> Non
             meter.done += got
 
 
-async def run(
-    config: BenchConfig, progress: Callable[[str, int, int], None]
-) -> tuple[list[PhaseResult], Storage]:
-    """Run every phase; ``progress(phase, done, total)`` is called a few times a second."""
-    tmp = None
-    url = config.store
-    if url is None:
-        tmp = tempfile.mkdtemp(prefix="s3q-bench-")
-        url = f"file://{tmp}/bench"
-    # Completed ids are not kept and garbage has no grace: the figures show storage at rest.
-    options = dict(
+# Completed ids are not kept and garbage has no grace: the figures show storage at rest.
+def _options(config: BenchConfig) -> dict[str, Any]:
+    return dict(
         max_message_size=max(config.size, 1),
         visibility_timeout=300.0,
         completed_retention=0.0,
         gc_grace=0.0,
     )
-    q = await open_async(url, **options)
-    try:
-        await q.purge()
-        payload = b"x" * config.size
-        n = config.messages
-        results = []
 
-        async def phase(
-            name: str, work: Callable[[_Meter], list[Awaitable[Any]]], total: int
-        ) -> None:
-            meter = _Meter()
-            before = await q.stats()
-            started = time.perf_counter()
-            tasks = [asyncio.ensure_future(w) for w in work(meter)]
-            while not all(t.done() for t in tasks):
-                await asyncio.wait(tasks, timeout=0.25)
-                progress(name, min(meter.done, total), total)
-            for t in tasks:
-                t.result()  # re-raise a failure
-            seconds = time.perf_counter() - started
-            after = await q.stats()
-            count = max(meter.done, 1)
-            results.append(
-                PhaseResult(
-                    phase=name,
-                    messages=meter.done,
-                    seconds=round(seconds, 4),
-                    msg_per_s=round(meter.done / seconds, 1),
-                    mib_per_s=round(meter.done * config.size / seconds / 2**20, 2),
-                    latency_ms={k: round(v, 3) for k, v in _percentiles(meter.latencies).items()},
-                    puts_per_msg=round((after.store_puts - before.store_puts) / count, 6),
-                    gets_per_msg=round((after.store_gets - before.store_gets) / count, 6),
-                    bytes_written_per_msg=round(
-                        (after.store_bytes_written - before.store_bytes_written) / count, 1
-                    ),
-                    commits=after.commits - before.commits,
-                    peak_rss_mib=round(_peak_rss_mib(), 1),
-                )
-            )
 
-        def producers(meter: _Meter, quota: list[int]) -> list[Awaitable[Any]]:
-            return [
-                _produce(q, meter, quota, config.batch, payload) for _ in range(config.producers)
-            ]
+class _Embedded:
+    """The queue in this process."""
 
-        def consumers(meter: _Meter, target: int) -> list[Awaitable[Any]]:
-            return [_consume(q, meter, target, config.batch) for _ in range(config.consumers)]
+    def __init__(self, url: str, options: dict[str, Any]) -> None:
+        self.url, self.options = url, options
+        self.queue: AsyncQueue | AsyncRemoteQueue
+        self.pid: int | None = None  # the process that serves the queue, if not this one
 
-        await phase("enqueue", lambda m: producers(m, [n]), n)
-        await q.close()
+    async def open(self) -> None:
+        self.queue = await open_async(self.url, **self.options)
+
+    def for_task(self) -> AsyncQueue | AsyncRemoteQueue:
+        """The queue as one producer or consumer task sees it."""
+        return self.queue
+
+    async def reopen(self) -> float | None:
+        """Close and open again; the seconds the open took."""
+        await self.queue.close()
         started = time.perf_counter()
-        q = await open_async(url, **options)
-        reopen = time.perf_counter() - started
-        reopen_rss = _peak_rss_mib()
-        await phase("dequeue+complete", lambda m: consumers(m, n), n)
+        await self.open()
+        return time.perf_counter() - started
 
-        def mixed(meter: _Meter) -> list[Awaitable[Any]]:
-            sent = _Meter()  # producers' latencies are not the consumers' figures
-            return [*producers(sent, [n]), *consumers(meter, n)]
+    async def close(self) -> None:
+        await self.queue.close()
 
-        await phase("mixed", mixed, n)
-        while batch := await q.dequeue(max_messages=1000):  # none expected; be sure
-            await q.complete_batch(batch)
-        first = await q.compact()
-        second = await q.compact()  # collects what the first pass relocated, if anything
-        storage = Storage(
-            reopen_seconds=round(reopen, 3),
-            reopen_rss_mib=round(reopen_rss, 1),
-            objects_after_one_gc=first.objects,
-            bytes_after_one_gc=first.bytes,
-            objects_after_two_gc=second.objects,
-            bytes_after_two_gc=second.bytes,
+
+class _Served(_Embedded):
+    """The queue behind a broker: one at ``url``, or one started here on ``store`` (url None)."""
+
+    def __init__(self, url: str | None, store: str, name: str, options: dict[str, Any]) -> None:
+        super().__init__(store, options)
+        self.broker, self.name = url, name
+        self._child: subprocess.Popen[bytes] | None = None
+        self._clients: list[Any] = []
+
+    async def open(self) -> None:
+
+        if self.broker is None:
+            self.broker = await asyncio.to_thread(self._start)
+        self.queue = self.for_task()
+
+    def for_task(self) -> AsyncQueue | AsyncRemoteQueue:
+        """A client of its own: each task is one client of the broker, as in production."""
+        from .client import connect_async
+
+        assert self.broker is not None
+        client = connect_async(self.broker)
+        self._clients.append(client)
+        return client.queue(self.name)
+
+    def _start(self) -> str:
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        code = (
+            "from s3q.broker import serve; "
+            f"serve({self.url!r}, port={port}, options={self.options!r}, log_level='warning')"
         )
-        return results, storage
+        self._child = subprocess.Popen([sys.executable, "-c", code])
+        self.pid = self._child.pid
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            if self._child.poll() is not None:
+                raise InvalidConfig(f"the broker exited at start ({self._child.returncode})")
+            with (
+                contextlib.suppress(OSError),
+                urllib.request.urlopen(url + "/openapi.json", timeout=1),
+            ):
+                return url
+            if time.monotonic() > deadline:
+                raise InvalidConfig("the broker did not answer within 30 s")
+            time.sleep(0.05)  # a child process we do not control: poll
+
+    async def reopen(self) -> float | None:
+        return None  # the broker keeps the queue open
+
+    async def close(self) -> None:
+        await asyncio.gather(*(c.close() for c in self._clients))
+        if self._child is not None:
+            self._child.terminate()
+            await asyncio.to_thread(self._child.wait, 30)
+
+
+def _peak_rss_of(pid: int | None) -> float:
+    """Peak RSS of process ``pid`` (this one if None), MiB."""
+    if pid is None:
+        return _peak_rss_mib()
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def run(
+    config: BenchConfig, progress: Callable[[str, int, int], None]
+) -> tuple[list[PhaseResult], Storage | None]:
+    """Run every phase; ``progress(phase, done, total)`` is called a few times a second.
+    Storage figures (reopen, objects at rest) only for an embedded queue."""
+    tmp = None
+    url = config.store
+    if url is None and config.server in (None, "start"):
+        tmp = tempfile.mkdtemp(prefix="s3q-bench-")
+        url = f"file://{tmp}/bench"
+    options = _options(config)
+    target: _Embedded
+    if config.server is None:
+        assert url is not None
+        target = _Embedded(url, options)
+    else:
+        broker = None if config.server == "start" else config.server
+        target = _Served(broker, url or "", config.queue, options)
+    await target.open()
+    try:
+        return await _phases(config, target, progress)
     finally:
-        await q.close()
+        await target.close()
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+async def _phases(
+    config: BenchConfig, target: _Embedded, progress: Callable[[str, int, int], None]
+) -> tuple[list[PhaseResult], Storage | None]:
+    await target.queue.purge()
+    payload = b"x" * config.size
+    n = config.messages
+    results = []
+
+    async def phase(name: str, work: Callable[[_Meter], list[Awaitable[Any]]], total: int) -> None:
+        q = target.queue
+        meter = _Meter()
+        before = await q.stats()
+        started = time.perf_counter()
+        tasks = [asyncio.ensure_future(w) for w in work(meter)]
+        while not all(t.done() for t in tasks):
+            await asyncio.wait(tasks, timeout=0.25)
+            progress(name, min(meter.done, total), total)
+        for t in tasks:
+            t.result()  # re-raise a failure
+        seconds = time.perf_counter() - started
+        after = await q.stats()
+        count = max(meter.done, 1)
+        results.append(
+            PhaseResult(
+                phase=name,
+                messages=meter.done,
+                seconds=round(seconds, 4),
+                msg_per_s=round(meter.done / seconds, 1),
+                mib_per_s=round(meter.done * config.size / seconds / 2**20, 2),
+                latency_ms={k: round(v, 3) for k, v in _percentiles(meter.latencies).items()},
+                puts_per_msg=round((after.store_puts - before.store_puts) / count, 6),
+                gets_per_msg=round((after.store_gets - before.store_gets) / count, 6),
+                bytes_written_per_msg=round(
+                    (after.store_bytes_written - before.store_bytes_written) / count, 1
+                ),
+                commits=after.commits - before.commits,
+                peak_rss_mib=round(_peak_rss_of(target.pid), 1),
+            )
+        )
+
+    def queues(count: int) -> list[AsyncQueue | AsyncRemoteQueue]:
+        return [target.for_task() for _ in range(count)]
+
+    def producers(meter: _Meter, quota: list[int]) -> list[Awaitable[Any]]:
+        return [_produce(q, meter, quota, config.batch, payload) for q in queues(config.producers)]
+
+    def consumers(meter: _Meter, target_count: int) -> list[Awaitable[Any]]:
+        return [_consume(q, meter, target_count, config.batch) for q in queues(config.consumers)]
+
+    await phase("enqueue", lambda m: producers(m, [n]), n)
+    reopen = await target.reopen()
+    reopen_rss = _peak_rss_mib()
+    await phase("dequeue+complete", lambda m: consumers(m, n), n)
+
+    def mixed(meter: _Meter) -> list[Awaitable[Any]]:
+        sent = _Meter()  # producers' latencies are not the consumers' figures
+        return [*producers(sent, [n]), *consumers(meter, n)]
+
+    await phase("mixed", mixed, n)
+    if config.rate:
+        rate = config.rate
+
+        def paced(meter: _Meter) -> list[Awaitable[Any]]:
+            start = asyncio.get_running_loop().time() + 0.1
+            times = [start + i / rate for i in range(n)]
+            return [
+                _paced(q, meter, times[i :: config.producers], payload)
+                for i, q in enumerate(queues(config.producers))
+            ]
+
+        await phase(f"paced enqueue {rate:g}/s", paced, n)
+    q = target.queue
+    while batch := await q.dequeue(max_messages=1000):  # leftovers of the paced phase
+        await q.complete_batch(batch)
+    if reopen is None:
+        return results, None
+    first = await q.compact()
+    second = await q.compact()  # collects what the first pass relocated, if anything
+    storage = Storage(
+        reopen_seconds=round(reopen, 3),
+        reopen_rss_mib=round(reopen_rss, 1),
+        objects_after_one_gc=first.objects,
+        bytes_after_one_gc=first.bytes,
+        objects_after_two_gc=second.objects,
+        bytes_after_two_gc=second.bytes,
+    )
+    return results, storage
 
 
 def as_dicts(results: list[PhaseResult]) -> list[dict[str, Any]]:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import wraps
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import click
@@ -30,6 +30,9 @@ import s3q
 
 from .errors import InvalidArgument, S3QError, StoreError
 from .validate import item_of
+
+if TYPE_CHECKING:
+    from .client import RemoteQueue
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -202,9 +205,17 @@ def local_path(url: str) -> str | None:
 
 
 @contextmanager
-def opened(url: str, *, create: bool = False) -> Iterator[s3q.Queue]:
-    """The queue at ``url``, opened as its writer; a missing local queue is an error unless
-    ``create`` (reading a mistyped name must not create an empty queue)."""
+def opened(url: str, *, create: bool = False) -> Iterator[s3q.Queue | RemoteQueue]:
+    """The queue at ``url``, opened as its writer, or through the broker of an ``http(s)://``
+    store (with ``$S3Q_TOKEN``); a missing local queue is an error unless ``create``
+    (reading a mistyped name must not create an empty queue)."""
+    from .client import TOKEN_ENV, connect, is_broker_url, split_queue_url
+
+    if is_broker_url(url):
+        broker, name = split_queue_url(url)
+        with connect(broker, token=os.environ.get(TOKEN_ENV)) as client:
+            yield client.queue(name)
+        return
     path = local_path(url)
     if not create and path is not None and not os.path.isdir(path):
         raise click.ClickException(
@@ -699,6 +710,11 @@ def watch_stats(url: str, every: float) -> None:
     help="Bearer tokens, one per line (also $S3Q_TOKENS, comma-separated).",
 )
 @click.option(
+    "--advertise",
+    metavar="URL",
+    help="URL the other brokers of a cluster reach this one at [default: http://HOST:PORT].",
+)
+@click.option(
     "--sqs-credentials",
     type=click.Path(exists=True, dir_okay=False),
     help="SQS access keys, ACCESS_KEY_ID:SECRET per line (also $S3Q_SQS_CREDENTIALS, "
@@ -707,20 +723,36 @@ def watch_stats(url: str, every: float) -> None:
 @store_option
 @friendly_errors
 def serve(
-    host: str, port: int, token_file: str | None, sqs_credentials: str | None, store: str | None
+    host: str,
+    port: int,
+    token_file: str | None,
+    advertise: str | None,
+    sqs_credentials: str | None,
+    store: str | None,
 ) -> None:
-    """Serve every queue of the store over HTTP (native API, /openapi.json; SQS API on POST /).
+    """Serve every queue of the store over HTTP (native API; /openapi.json), with a web
+    dashboard at / (prints its URL once listening) and an SQS-compatible API on POST /.
 
+    Run it on several hosts over one store for a cluster: each queue is led by one broker,
+    the others forward to it and take over when it dies.
     Needs the broker extra: pip install 's3q[broker]'.
     """
     from .broker import serve as run
 
+    where = store or default_store()
+
+    def ready(url: str) -> None:
+        click.echo(f"s3q broker serving {shown(where)}\ndashboard: {url}")
+        sys.stdout.flush()
+
     run(
-        store or default_store(),
+        where,
         host=host,
         port=port,
         token_file=token_file,
+        advertise=advertise,
         sqs_credentials=sqs_credentials,
+        on_ready=ready,
     )
 
 
@@ -874,6 +906,20 @@ def purge(name: str, yes: bool, as_json: bool, store: str | None) -> None:
 @click.option("--batch", default=1000, show_default=True, help="Messages per call (1: single).")
 @click.option("--producers", default=4, show_default=True, help="Concurrent producer tasks.")
 @click.option("--consumers", default=4, show_default=True, help="Concurrent consumer tasks.")
+@click.option(
+    "--server",
+    is_flag=False,
+    flag_value="start",
+    default=None,
+    metavar="[URL]",
+    help="Through a broker: alone, start one on the store in a child process; or a broker's URL.",
+)
+@click.option(
+    "--rate",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Add a paced phase: single enqueues at this many per second, spread over the producers.",
+)
+@click.option("--queue", "queue_name", default="bench", show_default=True, help="With --server.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object, nothing else.")
 @friendly_errors
 def bench(
@@ -883,9 +929,15 @@ def bench(
     batch: int,
     producers: int,
     consumers: int,
+    server: str | None,
+    rate: float | None,
+    queue_name: str,
     as_json: bool,
 ) -> None:
-    """Measure throughput, latency and requests per message: enqueue, dequeue+complete, mixed."""
+    """Measure throughput, latency and requests per message: enqueue, dequeue+complete, mixed.
+
+    Embedded by default; --server measures the same through a broker (the native API).
+    """
     import asyncio
     import json
     import sys
@@ -903,7 +955,11 @@ def bench(
     ):
         if value < low:
             raise click.BadParameter(f"must be >= {low}", param_hint=name)
-    config = BenchConfig(store, messages, size, batch, producers, consumers)
+    if server is not None and server != "start" and store is not None:
+        raise click.BadParameter("give a broker URL or a --store to start one on, not both")
+    config = BenchConfig(
+        store, messages, size, batch, producers, consumers, server, rate, queue_name
+    )
     command = re.sub(  # the command as run, minus secrets a store URL may carry
         r"(secret_access_key|session_token)=[^&\s]*", r"\1=***", "s3q " + shlex.join(sys.argv[1:])
     )
@@ -930,12 +986,13 @@ def bench(
             "command": command,
             "config": vars(config),
             "phases": as_dicts(results),
-            "storage": vars(storage),
+            "storage": None if storage is None else vars(storage),
         }
         click.echo(json.dumps(summary))
         return
+    where = "" if server is None else " through a broker"
     table = Table(
-        title=f"s3q bench: {messages:,} x {size} B, batch {batch}, "
+        title=f"s3q bench{where}: {messages:,} x {size} B, batch {batch}, "
         f"{producers} producers, {consumers} consumers"
     )
     for col in (
@@ -970,6 +1027,12 @@ def bench(
             f"{r.peak_rss_mib:,.0f}",
         )
     console.print(table)
+    if storage is not None:
+        _print_storage(messages, storage)
+    console.print(f"command: {command}")
+
+
+def _print_storage(messages: int, storage: Any) -> None:
     console.print(
         f"reopen with {messages:,} pending: {storage.reopen_seconds:.2f} s "
         f"(peak RSS {storage.reopen_rss_mib:,.0f} MiB); after all completed and one GC pass: "
@@ -977,7 +1040,6 @@ def bench(
         f"after two: {storage.objects_after_two_gc} objects, "
         f"{storage.bytes_after_two_gc / 2**20:.2f} MiB"
     )
-    console.print(f"command: {command}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Generic, TypeVar
@@ -33,15 +33,17 @@ from .broker.wire import (
     MSGPACK,
     AuthError,
     BrokerError,
+    BrokerUnreachable,
     check_name,
     exception_of,
 )
 from .collector import CompactionReport
 from .config import Setting
-from .errors import InvalidArgument, S3QError, StoreError
+from .errors import InvalidArgument, QueueClosed, S3QError, StoreError, Unavailable
 from .message import Message, MessageStatus, QueueStats
 
 __all__ = [
+    "TOKEN_ENV",
     "AsyncClient",
     "AsyncRemoteQueue",
     "AuthError",
@@ -50,7 +52,12 @@ __all__ = [
     "RemoteQueue",
     "connect",
     "connect_async",
+    "is_broker_url",
+    "split_queue_url",
 ]
+
+#: the bearer token ``s3q worker`` and the CLI send to a broker given by URL
+TOKEN_ENV = "S3Q_TOKEN"
 
 T = TypeVar("T")
 Target = Message | str
@@ -95,6 +102,10 @@ class _Queues(msgspec.Struct):
 
 class _Empty(msgspec.Struct):
     pass
+
+
+class _RetryAt(msgspec.Struct):
+    retry_at: float | None = None
 
 
 @dataclass
@@ -147,12 +158,55 @@ def _delay(attempt: int) -> float:
     return float(min(BACKOFF_MAX, BACKOFF * 2.0**attempt)) * random.uniform(0.5, 1.0)
 
 
-def _retryable(call: _Call[Any], exc: Exception | None, status: int | None) -> bool:
-    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
-        return True  # nothing was sent
+def _retryable(call: _Call[Any], failure: Exception, status: int | None) -> bool:
+    """Whether sending ``call`` again is safe and may help."""
+    if isinstance(failure, httpx.ConnectError | httpx.ConnectTimeout | Unavailable | QueueClosed):
+        return True  # nothing was done
     if not call.idempotent:
         return False
-    return status == 503 or isinstance(exc, httpx.TimeoutException | httpx.TransportError)
+    return status == 503 or isinstance(failure, httpx.TimeoutException | httpx.TransportError)
+
+
+class _Nodes:
+    """The brokers a client may send to (one, or several of one cluster), and the current one.
+
+    Any broker of a cluster serves any queue, so a call that could not be sent to one, or that
+    one refused with 503, moves on to the next.
+    """
+
+    def __init__(self, url: str | Sequence[str]) -> None:
+        given = [url] if isinstance(url, str) else list(url)
+        self.urls = [u.strip().rstrip("/") for part in given for u in part.split(",") if u.strip()]
+        if not self.urls:
+            raise InvalidArgument("no broker URL given")
+        self._current = 0
+
+    @property
+    def url(self) -> str:
+        return self.urls[self._current]
+
+    def settle(
+        self,
+        call: _Call[Any],
+        node: str,
+        response: httpx.Response | None,
+        exc: httpx.HTTPError | None,
+        *,
+        last: bool,
+    ) -> None:
+        """After a failed attempt at ``call`` on ``node``: raise its error, unless trying again
+        is safe and allowed; then the next broker is the one to try."""
+        error: S3QError
+        if exc is not None:
+            error, retry = _transport_error(exc, node), _retryable(call, exc, None)
+        else:
+            assert response is not None
+            error = _error(response)
+            retry = _retryable(call, error, response.status_code)
+        if last or not retry:
+            raise error from exc
+        if self.url == node:  # unless another caller moved on already
+            self._current = (self._current + 1) % len(self.urls)
 
 
 def _headers(token: str | None) -> dict[str, str]:
@@ -167,7 +221,9 @@ def _timeout(call: _Call[Any], timeout: float) -> httpx.Timeout:
 
 
 def _transport_error(exc: httpx.HTTPError, url: str) -> StoreError:
-    return StoreError(f"broker {url} unreachable: {type(exc).__name__}: {exc}")
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+        return BrokerUnreachable(f"broker {url} unreachable: {type(exc).__name__}: {exc}")
+    return StoreError(f"broker {url} failed mid-request: {type(exc).__name__}: {exc}")
 
 
 # --------------------------------------------------------------------------- the protocol, once
@@ -231,9 +287,9 @@ class _Protocol:
             "POST", f"{self.base}/complete", _Empty, lambda a: None, {"receipts": receipts}
         )
 
-    def fail(self, target: Target, error: str | None) -> _Call[None]:
+    def fail(self, target: Target, error: str | None) -> _Call[float | None]:
         body = {"receipt": validate.receipt_of(target), "error": error}
-        return _Call("POST", f"{self.base}/fail", _Empty, lambda a: None, body)
+        return _Call("POST", f"{self.base}/fail", _RetryAt, lambda a: a.retry_at, body)
 
     def release(self, targets: Target | Iterable[Target]) -> _Call[None]:
         items = [targets] if isinstance(targets, Message | str) else list(targets)
@@ -300,21 +356,45 @@ class _Protocol:
         return _Call("POST", f"{self.base}/compact", CompactionReport, None, {})
 
 
+def is_broker_url(url: str) -> bool:
+    """Whether ``url`` names a queue of a broker (``http(s)://host:port/NAME``)."""
+    return url.lower().startswith(("http://", "https://"))
+
+
+def split_queue_url(url: str) -> tuple[str, str]:
+    """``http://host:port/NAME`` as the broker's URL and the queue's name."""
+    base, _, name = url.rstrip("/").rpartition("/")
+    if "://" not in base or not base.split("://", 1)[1]:
+        raise InvalidArgument(f"a broker queue URL looks like http://host:port/NAME, got {url!r}")
+    return base, check_name(name)
+
+
 # --------------------------------------------------------------------------- blocking
 
 
 class Client:
-    """A connection pool to one broker. Thread-safe; a context manager."""
+    """A connection pool to a broker (or to the brokers of a cluster, tried in turn).
+    Thread-safe; a context manager."""
 
-    def __init__(self, url: str, token: str | None = None, timeout: float = 30.0) -> None:
-        self.url = url.rstrip("/")
-        self.timeout = timeout
+    def __init__(
+        self,
+        url: str | Sequence[str],
+        token: str | None = None,
+        timeout: float = 30.0,
+        retries: int = RETRIES,
+    ) -> None:
+        self._nodes = _Nodes(url)
+        self.timeout, self.retries = timeout, retries
         self._http = httpx.Client(
-            base_url=self.url,
             headers=_headers(token),
             timeout=timeout,
             limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
         )
+
+    @property
+    def url(self) -> str:
+        """The broker calls go to now."""
+        return self._nodes.url
 
     def queue(self, name: str) -> RemoteQueue:
         """The queue ``name`` of the broker's store (opened by the broker on first use)."""
@@ -327,25 +407,22 @@ class Client:
 
     def _run(self, call: _Call[T]) -> T:
         content = call.content()
-        for attempt in range(RETRIES + 1):
-            last = attempt == RETRIES
+        for attempt in range(self.retries + 1):
+            node = self._nodes.url
             try:
                 response = self._http.request(
                     call.method,
-                    call.path,
+                    node + call.path,
                     content=content,
                     params=call.params,
                     timeout=_timeout(call, self.timeout),
                 )
             except httpx.HTTPError as exc:
-                if last or not _retryable(call, exc, None):
-                    raise _transport_error(exc, self.url) from exc
-                time.sleep(_delay(attempt))
-                continue
-            if response.status_code == 200:
-                return call.result(response)
-            if last or not _retryable(call, None, response.status_code):
-                raise _error(response)
+                self._nodes.settle(call, node, None, exc, last=attempt == self.retries)
+            else:
+                if response.status_code == 200:
+                    return call.result(response)
+                self._nodes.settle(call, node, response, None, last=attempt == self.retries)
             time.sleep(_delay(attempt))
         raise AssertionError("unreachable")
 
@@ -367,8 +444,9 @@ class Client:
         return f"<s3q.client.Client {self.url}>"
 
 
-def connect(url: str, token: str | None = None, timeout: float = 30.0) -> Client:
-    """A client of the broker at ``url`` (e.g. ``http://127.0.0.1:8765``)."""
+def connect(url: str | Sequence[str], token: str | None = None, timeout: float = 30.0) -> Client:
+    """A client of the broker at ``url`` (e.g. ``http://127.0.0.1:8765``), or of a cluster:
+    several URLs (a list, or comma-separated), tried in turn when one cannot serve."""
     return Client(url, token, timeout)
 
 
@@ -421,9 +499,10 @@ class RemoteQueue:
         if call.body and call.body["receipts"]:
             self._client._run(call)
 
-    def fail(self, target: Target, error: str | None = None) -> None:
-        """Give a delivered message back: retried after a backoff, or dead if out of attempts."""
-        self._client._run(self._p.fail(target, error))
+    def fail(self, target: Target, error: str | None = None) -> float | None:
+        """Give a delivered message back: retried after a backoff, or dead if out of attempts.
+        When it will be retried (unix time), or None if it is dead."""
+        return self._client._run(self._p.fail(target, error))
 
     def release(self, targets: Target | Iterable[Target]) -> None:
         """Give delivered messages back unprocessed: visible at once, the delivery uncounted."""
@@ -498,17 +577,28 @@ class RemoteQueue:
 
 
 class AsyncClient:
-    """An async connection pool to one broker; an async context manager."""
+    """An async connection pool to a broker (or to the brokers of a cluster, tried in turn);
+    an async context manager."""
 
-    def __init__(self, url: str, token: str | None = None, timeout: float = 30.0) -> None:
-        self.url = url.rstrip("/")
-        self.timeout = timeout
+    def __init__(
+        self,
+        url: str | Sequence[str],
+        token: str | None = None,
+        timeout: float = 30.0,
+        retries: int = RETRIES,
+    ) -> None:
+        self._nodes = _Nodes(url)
+        self.timeout, self.retries = timeout, retries
         self._http = httpx.AsyncClient(
-            base_url=self.url,
             headers=_headers(token),
             timeout=timeout,
             limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
         )
+
+    @property
+    def url(self) -> str:
+        """The broker calls go to now."""
+        return self._nodes.url
 
     def queue(self, name: str) -> AsyncRemoteQueue:
         """The queue ``name`` of the broker's store (opened by the broker on first use)."""
@@ -521,25 +611,22 @@ class AsyncClient:
 
     async def _run(self, call: _Call[T]) -> T:
         content = call.content()
-        for attempt in range(RETRIES + 1):
-            last = attempt == RETRIES
+        for attempt in range(self.retries + 1):
+            node = self._nodes.url
             try:
                 response = await self._http.request(
                     call.method,
-                    call.path,
+                    node + call.path,
                     content=content,
                     params=call.params,
                     timeout=_timeout(call, self.timeout),
                 )
             except httpx.HTTPError as exc:
-                if last or not _retryable(call, exc, None):
-                    raise _transport_error(exc, self.url) from exc
-                await asyncio.sleep(_delay(attempt))
-                continue
-            if response.status_code == 200:
-                return call.result(response)
-            if last or not _retryable(call, None, response.status_code):
-                raise _error(response)
+                self._nodes.settle(call, node, None, exc, last=attempt == self.retries)
+            else:
+                if response.status_code == 200:
+                    return call.result(response)
+                self._nodes.settle(call, node, response, None, last=attempt == self.retries)
             await asyncio.sleep(_delay(attempt))
         raise AssertionError("unreachable")
 
@@ -561,8 +648,10 @@ class AsyncClient:
         return f"<s3q.client.AsyncClient {self.url}>"
 
 
-def connect_async(url: str, token: str | None = None, timeout: float = 30.0) -> AsyncClient:
-    """An async client of the broker at ``url``."""
+def connect_async(
+    url: str | Sequence[str], token: str | None = None, timeout: float = 30.0
+) -> AsyncClient:
+    """An async client of the broker at ``url``, or of a cluster (as :func:`connect`)."""
     return AsyncClient(url, token, timeout)
 
 
@@ -615,9 +704,10 @@ class AsyncRemoteQueue:
         if call.body and call.body["receipts"]:
             await self._client._run(call)
 
-    async def fail(self, target: Target, error: str | None = None) -> None:
-        """Give a delivered message back: retried after a backoff, or dead if out of attempts."""
-        await self._client._run(self._p.fail(target, error))
+    async def fail(self, target: Target, error: str | None = None) -> float | None:
+        """Give a delivered message back: retried after a backoff, or dead if out of attempts.
+        When it will be retried (unix time), or None if it is dead."""
+        return await self._client._run(self._p.fail(target, error))
 
     async def release(self, targets: Target | Iterable[Target]) -> None:
         """Give delivered messages back unprocessed: visible at once, the delivery uncounted."""

@@ -37,6 +37,9 @@ class QueueConfig:
     gc_grace: float = 300.0
     clock: Callable[[], float] = time.time
     attributes: dict[str, str] | None = None  # free-form queue metadata, saved with the queue
+    #: where this writer's broker answers (``http://host:port``), written into the writer lease
+    #: so that other brokers over the same store forward the queue's requests there
+    writer_address: str | None = None
 
     def __post_init__(self) -> None:
         _positive_int("max_attempts", self.max_attempts)

@@ -21,7 +21,7 @@ import logging
 import random
 import secrets
 import time
-from collections.abc import Awaitable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
 import msgspec
@@ -110,11 +110,13 @@ class Engine:
         self.clock = config.clock
         self.state = QueueState()
         self.token = secrets.token_hex(8)
-        self.holder = describe_holder()
+        self.holder = describe_holder(config.writer_address)
         self.commits = 0
         self.ops_committed = 0
+        #: called with (seconds, operations) after each durable commit
+        self.commit_listeners: list[Callable[[float, int], None]] = []
         self._lease: WriterLease = writer_lease(
-            store, self.holder, self.token, config.lease_ttl, self.clock
+            store, self.holder, self.token, config.lease_ttl, self.clock, config.writer_address
         )
         self._cache = PayloadCache(config.payload_cache_bytes)
         self._durable = 0  # sequence number of the last durable log object
@@ -327,6 +329,7 @@ class Engine:
                 self._filling = _Batch(batch.seq + 1)
                 self._ops_since_checkpoint += len(batch.ops)
                 snapshot = self._snapshot_if_due(batch.seq)
+                started = time.perf_counter()
                 try:
                     await self._write(batch)
                 except S3QError as exc:
@@ -340,12 +343,20 @@ class Engine:
                 self._durable = batch.seq
                 self.commits += 1
                 self.ops_committed += len(batch.ops)
+                self._tell_listeners(time.perf_counter() - started, len(batch.ops))
                 if not batch.done.done():
                     batch.done.set_result(None)
                 if snapshot is not None and self._failure is None:
                     self._background(self._write_checkpoint(batch.seq, snapshot))
         finally:
             self._committer = None
+
+    def _tell_listeners(self, seconds: float, ops: int) -> None:
+        for listener in self.commit_listeners:
+            try:
+                listener(seconds, ops)
+            except Exception:  # a metrics hook must never stop the writer
+                logger.exception("commit listener %r failed", listener)
 
     # -- checkpoints and garbage collection -------------------------------------------------------
 

@@ -41,10 +41,13 @@ class ReceiptExpired(S3QError):
 class QueueLocked(S3QError):
     """Another live writer holds the queue."""
 
-    def __init__(self, message: str, holder: str, expires_at: float | None) -> None:
+    def __init__(
+        self, message: str, holder: str, expires_at: float | None, address: str | None = None
+    ) -> None:
         super().__init__(message)
         self.holder = holder
         self.expires_at = expires_at
+        self.address = address  # the holder's broker, when a broker holds it
 
 
 class WriterFenced(S3QError):
@@ -57,3 +60,8 @@ class StoreError(S3QError):
 
 class QueueClosed(S3QError):
     """The queue object was closed."""
+
+
+class Unavailable(S3QError):
+    """The queue cannot be served right now (its writer is moving to another broker, or the
+    broker is stopping). Nothing was done: the same call may be sent again, to any broker."""

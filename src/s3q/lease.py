@@ -29,7 +29,8 @@ class LeaseRecord(msgspec.Struct):
 
     holder: str  # who, for people: host, pid, address
     token: str  # which writer, for machines
-    expires_at: float
+    expires_at: float | None  # None: held for as long as the holding process lives
+    address: str | None = None  # the holder's broker, where other brokers forward requests
 
 
 def describe_holder(address: str | None = None) -> str:
@@ -59,36 +60,45 @@ class WriterLease(abc.ABC):
 
 
 def writer_lease(
-    store: Store, holder: str, token: str, ttl: float, clock: Callable[[], float]
+    store: Store,
+    holder: str,
+    token: str,
+    ttl: float,
+    clock: Callable[[], float],
+    address: str | None = None,
 ) -> WriterLease:
     if isinstance(store, LocalStore):
-        return FileLockLease(store, holder, token)
-    return CasLease(store, holder, token, ttl, clock)
+        return FileLockLease(store, holder, token, address)
+    return CasLease(store, holder, token, ttl, clock, address)
 
 
 class FileLockLease(WriterLease):
     """An exclusive ``flock`` on ``writer.lock``; the holder is described in ``writer.lease``."""
 
-    def __init__(self, store: LocalStore, holder: str, token: str) -> None:
-        self.store, self.holder, self.token = store, holder, token
+    def __init__(
+        self, store: LocalStore, holder: str, token: str, address: str | None = None
+    ) -> None:
+        self.store, self.holder, self.token, self.address = store, holder, token, address
         self._fd: int | None = None
 
     async def acquire(self) -> None:
         fd = self.store.lock(LOCK_KEY)
         if fd is None:
             other = await self.store.get_versioned(KEY)
-            who = "another process"
+            who, address = "another process", None
             if other is not None:
                 with contextlib.suppress(msgspec.DecodeError):
-                    who = msgspec.json.decode(other[0], type=LeaseRecord).holder
+                    record = msgspec.json.decode(other[0], type=LeaseRecord)
+                    who, address = record.holder, record.address
             raise QueueLocked(
                 f"queue {self.store.url} is open in {who}; its lock lasts until that process "
                 "closes the queue or exits",
                 holder=who,
                 expires_at=None,
+                address=address,
             )
         self._fd = fd
-        record = LeaseRecord(self.holder, self.token, float("inf"))
+        record = LeaseRecord(self.holder, self.token, None, self.address)
         await self.store.put(KEY, msgspec.json.encode(record))
 
     async def release(self) -> None:
@@ -101,9 +111,16 @@ class CasLease(WriterLease):
     """A lease object replaced with If-Match, renewed every ``ttl / 3`` seconds."""
 
     def __init__(
-        self, store: Store, holder: str, token: str, ttl: float, clock: Callable[[], float]
+        self,
+        store: Store,
+        holder: str,
+        token: str,
+        ttl: float,
+        clock: Callable[[], float],
+        address: str | None = None,
     ) -> None:
         self.store, self.holder, self.token, self.ttl, self.clock = store, holder, token, ttl, clock
+        self.address = address
         self.renew_every = ttl / 3
         self._version: str | None = None
         self._expires_at = 0.0  # as far as this writer knows
@@ -120,12 +137,19 @@ class CasLease(WriterLease):
                 except msgspec.DecodeError:
                     other = None
                 now = self.clock()
-                if other is not None and other.token != self.token and other.expires_at > now:
+                live = other is not None and (other.expires_at is None or other.expires_at > now)
+                if other is not None and live and other.token != self.token:
+                    left = (
+                        ""
+                        if other.expires_at is None
+                        else f" for another {other.expires_at - now:.1f} s"
+                    )
                     raise QueueLocked(
-                        f"queue {self.store.url} is held by {other.holder} for another "
-                        f"{other.expires_at - now:.1f} s (until its lease lapses or it closes)",
+                        f"queue {self.store.url} is held by {other.holder}{left} "
+                        "(until its lease lapses or it closes)",
                         holder=other.holder,
                         expires_at=other.expires_at,
+                        address=other.address,
                     )
             expires_at = self.clock() + self.ttl
             try:
@@ -172,11 +196,11 @@ class CasLease(WriterLease):
     async def release(self) -> None:
         if self._version is None:
             return
-        record = LeaseRecord(self.holder, self.token, 0.0)
+        record = LeaseRecord(self.holder, self.token, 0.0, self.address)
         async with self._renewing:
             with contextlib.suppress(Conflict):  # already someone else's
                 await self.store.put_versioned(KEY, msgspec.json.encode(record), self._version)
             self._version = None
 
     def _record(self, expires_at: float) -> bytes:
-        return msgspec.json.encode(LeaseRecord(self.holder, self.token, expires_at))
+        return msgspec.json.encode(LeaseRecord(self.holder, self.token, expires_at, self.address))

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from .api import AsyncQueue, Queue, open_async
 from .config import split_options
@@ -57,10 +57,14 @@ __all__ = [
 logger = logging.getLogger("s3q.worker")
 
 Handler: TypeAlias = Callable[[Message], Any]
+if TYPE_CHECKING:
+    from .client import AsyncRemoteQueue
+
 H = TypeVar("H", bound=Callable[..., Any])
 
 ADAPTIVE_PREFETCH_MAX = 1000  # the most an adaptive buffer holds
 ACK_BATCH = 500  # acknowledgements that are flushed without waiting for ack_interval
+REMOTE_VISIBILITY = 30.0  # seconds of lease through a broker, unless visibility_timeout is given
 
 
 # --------------------------------------------------------------------------- events
@@ -311,7 +315,11 @@ class Worker:
     """Runs ``handler`` on each message of ``queue``; :meth:`serve` or :meth:`run` it.
 
     ``queue``: an :class:`~s3q.AsyncQueue`, an :class:`~s3q.Queue` (the worker runs on that
-    queue's event-loop thread) or a URL (opened with ``options`` and closed by the worker).
+    queue's event-loop thread), a broker's :class:`~s3q.client.AsyncRemoteQueue`, or a URL:
+    a store's (opened with ``options`` and closed by the worker) or a broker's
+    ``http(s)://host:port/NAME`` (its bearer token: ``options={"token": ...}`` or
+    ``$S3Q_TOKEN``). Through a broker the lease defaults to 30 s unless
+    ``visibility_timeout`` is given.
     ``handler(message)``: sync (run on ``concurrency`` threads) or async (``concurrency``
     awaited at once). Returning completes the message; raising fails it with
     ``"ExcType: text"``, so the queue retries it with backoff and then dead-letters it.
@@ -326,7 +334,7 @@ class Worker:
 
     def __init__(
         self,
-        queue: AsyncQueue | Queue | str,
+        queue: AsyncQueue | Queue | AsyncRemoteQueue | str,
         handler: Handler,
         *,
         concurrency: int = 8,
@@ -339,10 +347,10 @@ class Worker:
         options: Mapping[str, Any] | None = None,
         poll_wait: float = 1.0,
     ) -> None:
-        if not isinstance(queue, AsyncQueue | Queue | str):
+        if not isinstance(queue, AsyncQueue | Queue | str) and not _is_remote(queue):
             raise InvalidArgument(
-                "queue must be an s3q.AsyncQueue, an s3q.Queue or a URL, "
-                f"not {type(queue).__name__}"
+                "queue must be an s3q.AsyncQueue, an s3q.Queue, an s3q.client.AsyncRemoteQueue "
+                f"or a URL, not {type(queue).__name__}"
             )
         if not callable(handler):
             raise InvalidArgument(f"handler must be callable, not {type(handler).__name__}")
@@ -353,7 +361,13 @@ class Worker:
         if options and not isinstance(queue, str):
             raise InvalidArgument("options apply only when the worker opens the queue from a URL")
         _check_settings(concurrency, prefetch, visibility_timeout, ack_interval, grace, poll_wait)
-        if isinstance(queue, str):
+        if isinstance(queue, str) and _is_broker(queue):
+            unknown = set(options or {}) - {"token"}
+            if unknown:
+                raise InvalidArgument(
+                    f"through a broker the only option is token, not {', '.join(sorted(unknown))}"
+                )
+        elif isinstance(queue, str):
             split_options(options or {})
         self.queue = queue
         self.handler = handler
@@ -397,9 +411,7 @@ class Worker:
                 raise RuntimeError("a Worker serves once; create another one")
             self._started = True
         queue = self.queue
-        if isinstance(queue, AsyncQueue):
-            await self._serve(queue)
-        elif isinstance(queue, Queue):
+        if isinstance(queue, Queue):
             runner = queue._runner
             if runner is None:
                 raise QueueClosed(f"queue {queue.url} is closed")
@@ -408,6 +420,15 @@ class Worker:
             else:
                 fut = asyncio.run_coroutine_threadsafe(self._serve(queue._aq), runner.loop)
                 await asyncio.wrap_future(fut)
+        elif not isinstance(queue, str):
+            await self._serve(queue)  # an AsyncQueue, or a broker's AsyncRemoteQueue
+        elif _is_broker(queue):
+            from .client import TOKEN_ENV, connect_async, split_queue_url
+
+            broker, name = split_queue_url(queue)
+            token = self._options.get("token") or os.environ.get(TOKEN_ENV)
+            async with connect_async(broker, token=token) as client:
+                await self._serve(client.queue(name))
         else:
             aq = await open_async(queue, **self._options)
             try:
@@ -422,9 +443,9 @@ class Worker:
         without waiting out the grace.
         """
         queue = self.queue
-        if isinstance(queue, AsyncQueue):
+        if isinstance(queue, AsyncQueue) or _is_remote(queue):
             raise InvalidArgument(
-                "run() needs a queue URL or an s3q.Queue; with an AsyncQueue, await serve()"
+                "run() needs a queue URL or an s3q.Queue; with an async queue, await serve()"
             )
         asyncio.run(self._serve_with_signals())
 
@@ -461,17 +482,15 @@ class Worker:
 
     # -- the serving loop -------------------------------------------------------------------
 
-    async def _serve(self, aq: AsyncQueue) -> None:
+    async def _serve(self, aq: AsyncQueue | AsyncRemoteQueue) -> None:
         with self._lock:
             self._loop = asyncio.get_running_loop()
             early = self._early_stop
         self._aq = aq
-        self._vt = (
-            aq.config.visibility_timeout
-            if self.visibility_timeout is None
-            else float(self.visibility_timeout)
-        )
-        self._max_attempts = aq.config.max_attempts
+        config = aq.config if isinstance(aq, AsyncQueue) else None
+        default_vt = REMOTE_VISIBILITY if config is None else config.visibility_timeout
+        self._vt = default_vt if self.visibility_timeout is None else float(self.visibility_timeout)
+        self._max_attempts = None if config is None else config.max_attempts
         low = 2 * self.concurrency
         self._window = self.prefetch or low
         self._window_range = (
@@ -705,17 +724,6 @@ class Worker:
 
     async def _fail(self, msg: Message, exc: Exception, duration: float) -> None:
         error = f"{type(exc).__name__}: {exc}"
-        dead = msg.attempts >= self._max_attempts
-        logger.log(
-            logging.ERROR if dead else logging.WARNING,
-            "handler failed on message %s (attempt %d of %d)%s: %s",
-            msg.id,
-            msg.attempts,
-            self._max_attempts,
-            ", dead-lettered" if dead else "",
-            error,
-            exc_info=exc,
-        )
         self._held.pop(msg.receipt or "", None)
         try:
             retry_at = await self._aq.fail(msg, error)
@@ -725,6 +733,18 @@ class Worker:
         except Exception as fatal:
             self._fatal(fatal)
             return
+        dead = retry_at is None
+        of = "" if self._max_attempts is None else f" of {self._max_attempts}"
+        logger.log(
+            logging.ERROR if dead else logging.WARNING,
+            "handler failed on message %s (attempt %d%s)%s: %s",
+            msg.id,
+            msg.attempts,
+            of,
+            ", dead-lettered" if dead else "",
+            error,
+            exc_info=exc,
+        )
         if dead:
             self._counts["dead"] += 1
             if self.metrics is not None:
@@ -736,6 +756,7 @@ class Worker:
             if self.metrics is not None:
                 self.metrics.retried.inc()
             if self.on_event is not None:
+                assert retry_at is not None
                 self._emit(Retry(msg.id, error, msg.attempts, duration, retry_at, msg))
 
     # -- acknowledging ----------------------------------------------------------------------
@@ -847,6 +868,16 @@ class Worker:
     def __repr__(self) -> str:
         queue = self.queue if isinstance(self.queue, str) else self.queue.url
         return f"<s3q.worker.Worker {queue} concurrency={self.concurrency}>"
+
+
+def _is_broker(url: str) -> bool:
+    return url.lower().startswith(("http://", "https://"))
+
+
+def _is_remote(queue: object) -> bool:
+    """Whether ``queue`` is a broker's queue (the client module is loaded if it is one)."""
+    client = sys.modules.get("s3q.client")
+    return client is not None and isinstance(queue, client.AsyncRemoteQueue)
 
 
 # --------------------------------------------------------------------------- running by path

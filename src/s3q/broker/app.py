@@ -16,7 +16,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import InvalidArgument, S3QError, StoreError, WriterFenced
-from . import openapi, sqs
+from . import dashboard, openapi, sqs
 from .metrics import CONTENT_TYPE as METRICS_TYPE
 from .metrics import BrokerMetrics
 from .registry import QueueRegistry
@@ -41,15 +41,29 @@ def create_app(
     tokens: set[str] | None = None,
     options: dict[str, Any] | None = None,
     sqs_keys: dict[str, str] | None = None,
+    address: str | None = None,
+    failover_timeout: float = 30.0,
 ) -> Starlette:
     """The broker for every queue of ``store`` (queue ``NAME`` is ``<store>/NAME``).
 
     ``tokens``: when given and not empty, every ``/v1`` request needs
-    ``Authorization: Bearer <one of them>``. ``options``: passed to ``s3q.open_async`` for
-    every queue opened. ``sqs_keys``: access key id -> secret; when given, every request to
-    the SQS endpoint (``POST /``) must be SigV4-signed with one of them (see docs/sqs.md).
+    ``Authorization: Bearer <one of them>``; the brokers of a cluster share them. ``options``:
+    passed to ``s3q.open_async`` for every queue opened. ``address``: the URL other brokers of
+    the cluster reach this one at; a queue another broker leads is served by forwarding to it,
+    and taken over when that broker is gone (waiting up to ``failover_timeout`` seconds).
+    ``sqs_keys``: access key id -> secret; when given, every request to the SQS endpoint
+    (``POST /``) must be SigV4-signed with one of them (see docs/sqs.md).
     """
-    registry = QueueRegistry(store, options)
+    peer_token = min(t for t in tokens) if tokens else None
+    metrics = BrokerMetrics()
+    registry = QueueRegistry(
+        store,
+        options,
+        address=address,
+        token=peer_token,
+        failover_timeout=failover_timeout,
+        on_commit=metrics.commit,
+    )
     secrets = [t.encode() for t in tokens or () if t]
 
     @contextlib.asynccontextmanager
@@ -59,7 +73,6 @@ def create_app(
         finally:
             await registry.close()
 
-    metrics = BrokerMetrics()
     routes = [
         Route(API_PREFIX + e.path, _endpoint(e, registry, secrets, metrics), methods=[e.method])
         for e in ENDPOINTS
@@ -78,6 +91,9 @@ def create_app(
 
     routes.append(Route("/openapi.json", openapi_json, methods=["GET"]))
     routes.append(Route("/metrics", metrics_text, methods=["GET"]))
+    routes += dashboard.routes(
+        registry, metrics, lambda request: _authorize(request, secrets), auth=bool(secrets)
+    )
     routes.append(sqs.route(registry, sqs_keys, deny_unsigned=bool(secrets), metrics=metrics))
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.registry = registry
@@ -184,9 +200,10 @@ def _endpoint(
             result = await endpoint.handler(call)
         except S3QError as exc:
             outcome = type(exc).__name__
-            if isinstance(exc, WriterFenced | StoreError) and name in registry.names():
+            local = registry.local(name) if name is not None else None
+            if isinstance(exc, WriterFenced | StoreError) and local is not None:
                 assert name is not None
-                await registry.evict(name, await registry.get(name))
+                await registry.evict(name, local)
             return _answer(request, status_of(exc), error_body(exc))
         except Exception as exc:
             outcome = "internal"

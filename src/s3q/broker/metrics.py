@@ -6,12 +6,101 @@ requests) are read from every open queue when the endpoint is scraped.
 
 from __future__ import annotations
 
+import math
+import random
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from .registry import QueueRegistry
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 STATUSES = ("pending", "delayed", "processing", "retry", "completed", "dead")
+# Operations answered once a commit made them durable: their time is the commit latency seen
+# by clients. (A dequeue's time is mostly its long poll, so it is left out.)
+COMMITTING = frozenset(
+    {"enqueue", "enqueueBatch", "complete", "fail", "extend", "release", "redrive", "purge"}
+)
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile (0 < q <= 1) of sorted, non-empty ``ordered``."""
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+@dataclass
+class _Step:
+    start: int  # index of the step: its start time is start * step seconds
+    samples: list[float] = field(default_factory=list)
+    count: int = 0
+
+
+class LatencyWindow:
+    """Request times of the last ``span`` seconds in steps of ``step`` seconds, for percentiles.
+
+    Each step keeps at most ``per_step`` samples (a uniform reservoir sample of its requests),
+    so memory stays bounded whatever the request rate.
+    """
+
+    def __init__(
+        self,
+        span: float = 300.0,
+        step: float = 5.0,
+        per_step: int = 1000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.span, self.step, self.per_step, self.clock = span, step, per_step, clock
+        self._steps: deque[_Step] = deque()
+
+    def record(self, seconds: float) -> None:
+        index = int(self.clock() // self.step)
+        if not self._steps or self._steps[-1].start != index:
+            self._steps.append(_Step(index))
+            self._trim(index)
+        current = self._steps[-1]
+        current.count += 1
+        if len(current.samples) < self.per_step:
+            current.samples.append(seconds)
+        else:
+            slot = random.randrange(current.count)
+            if slot < self.per_step:
+                current.samples[slot] = seconds
+
+    def _trim(self, index: int) -> None:
+        oldest = index - int(self.span // self.step)
+        while self._steps and self._steps[0].start <= oldest:
+            self._steps.popleft()
+
+    def summary(self) -> dict[str, Any]:
+        """``{span, step, p50, p99, count, series: [{t, count, p50, p99}]}`` (seconds; the
+        percentiles are null when no request was answered)."""
+        self._trim(int(self.clock() // self.step))
+        series: list[dict[str, Any]] = []
+        everything: list[float] = []
+        for s in self._steps:
+            ordered = sorted(s.samples)
+            everything.extend(ordered)
+            series.append(
+                {
+                    "t": s.start * self.step,
+                    "count": s.count,
+                    "p50": percentile(ordered, 0.5),
+                    "p99": percentile(ordered, 0.99),
+                }
+            )
+        everything.sort()
+        return {
+            "span": self.span,
+            "step": self.step,
+            "count": sum(s.count for s in self._steps),
+            "p50": percentile(everything, 0.5) if everything else None,
+            "p99": percentile(everything, 0.99) if everything else None,
+            "series": series,
+        }
 
 
 class BrokerMetrics:
@@ -47,21 +136,46 @@ class BrokerMetrics:
             ["queue"],
             registry=r,
         )
+        self.commit_seconds = Histogram(
+            "s3q_queue_commit_seconds",
+            "Time to make one log object durable (one group commit), by queue.",
+            ["queue"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0),
+            registry=r,
+        )
+        self.commit_ops = Histogram(
+            "s3q_queue_commit_operations",
+            "Operations per group commit, by queue.",
+            ["queue"],
+            buckets=(1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 10000),
+            registry=r,
+        )
         self.requests = Gauge(
             "s3q_queue_store_requests",
             "Object-store requests since the queue opened, by kind.",
             ["queue", "kind"],
             registry=r,
         )
+        self.commit_latency = LatencyWindow()  # for the dashboard
 
     def observe(self, queue: str | None, operation: str, outcome: str, seconds: float) -> None:
         self.operations.labels(queue or "", operation, outcome).inc()
         self.seconds.labels(operation).observe(seconds)
+        if outcome == "ok" and operation in COMMITTING:
+            self.commit_latency.record(seconds)
+
+    def commit(self, queue: str, seconds: float, ops: int) -> None:
+        """One durable commit of ``queue``'s writer."""
+        self.commit_seconds.labels(queue).observe(seconds)
+        self.commit_ops.labels(queue).observe(ops)
 
     async def render(self, queues: QueueRegistry) -> bytes:
         """The exposition, with every open queue's figures read now."""
         for name in queues.names():
-            stats = await (await queues.get(name)).stats()
+            queue = queues.local(name)
+            if queue is None:
+                continue
+            stats = await queue.stats()
             for status in STATUSES:
                 self.depth.labels(name, status).set(getattr(stats, status))
             self.commits.labels(name).set(stats.commits)

@@ -15,6 +15,7 @@ from starlette.requests import Request
 
 from ..api import AsyncQueue
 from ..errors import InvalidArgument
+from .forward import FORWARDED, ForwardedQueue
 from .registry import QueueRegistry
 from .wire import QUEUE_NAME_PATTERN
 
@@ -28,9 +29,10 @@ class Call:
     name: str | None
     args: dict[str, Any]
 
-    async def queue(self) -> AsyncQueue:
+    async def queue(self) -> AsyncQueue | ForwardedQueue:
         assert self.name is not None
-        return await self.registry.get(self.name)
+        forwarded = FORWARDED in self.request.headers
+        return await self.registry.get(self.name, forwarded=forwarded)
 
 
 Handler = Callable[[Call], Awaitable[Any]]
@@ -128,8 +130,8 @@ async def complete(call: Call) -> Any:
 
 
 async def fail(call: Call) -> Any:
-    await (await call.queue()).fail(call.args["receipt"], call.args.get("error"))
-    return {}
+    retry_at = await (await call.queue()).fail(call.args["receipt"], call.args.get("error"))
+    return {"retry_at": retry_at}
 
 
 async def extend(call: Call) -> Any:
@@ -253,7 +255,12 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "Give a message back: retried with backoff, or dead",
         fail,
         (NAME, body("receipt", STR, True), body("error", STR_OR_NULL)),
-        EMPTY,
+        obj(
+            retry_at={
+                "type": ["number", "null"],
+                "description": "unix time of the retry; null: dead",
+            }
+        ),
     ),
     Endpoint(
         "POST",

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from collections.abc import Mapping
+import socket
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidConfig
+
+if TYPE_CHECKING:
+    from .registry import QueueRegistry
 
 TOKENS_ENV = "S3Q_TOKENS"
 SQS_CREDENTIALS_ENV = "S3Q_SQS_CREDENTIALS"
@@ -74,6 +78,16 @@ def check_exposure(host: str, tokens: set[str] | None) -> None:
         )
 
 
+def base_url(address: tuple[str, int] | tuple[str, int, int, int]) -> str:
+    """The URL to reach a server bound to ``address`` (a wildcard address: this machine's name)."""
+    host, port = address[0], address[1]
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.gethostname()
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}/"
+
+
 def serve(
     store: str,
     host: str = "127.0.0.1",
@@ -84,8 +98,10 @@ def serve(
     sqs_keys: dict[str, str] | None = None,
     sqs_credentials: str | os.PathLike[str] | None = None,
     options: dict[str, Any] | None = None,
+    advertise: str | None = None,
     graceful_timeout: int = 10,
     log_level: str = "info",
+    on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Serve every queue of ``store`` over HTTP until SIGTERM or Ctrl-C.
 
@@ -95,15 +111,25 @@ def serve(
     id -> secret; when any, requests to the SQS endpoint must be SigV4-signed with one. On
     SIGTERM uvicorn stops accepting, lets requests in flight finish (``graceful_timeout``
     seconds at most), then every queue is closed: pending commits finish, leases are released.
-    """
-    import uvicorn
 
-    from .app import create_app
+    ``advertise``: the URL other brokers over the same store reach this one at (default: the
+    address it listens on); they forward the requests of the queues this broker leads to it.
+    ``on_ready`` is called with the broker's URL (where its dashboard is) once it listens.
+    """
+    try:
+        import uvicorn
+
+        from .app import create_app
+    except ImportError as exc:
+        raise InvalidConfig(
+            f"the broker needs its extra ({exc}): pip install 's3q[broker]'"
+        ) from None
 
     all_tokens = set(tokens or ()) | load_tokens(token_file)
     keys = {**load_sqs_keys(sqs_credentials), **(sqs_keys or {})}
     check_exposure(host, all_tokens)
-    app = create_app(store, tokens=all_tokens, options=options, sqs_keys=keys)
+    app = create_app(store, tokens=all_tokens, options=options, address=advertise, sqs_keys=keys)
+    registry: QueueRegistry = app.state.registry
     config = uvicorn.Config(
         app,
         host=host,
@@ -113,4 +139,16 @@ def serve(
         timeout_graceful_shutdown=graceful_timeout,
         server_header=False,
     )
-    uvicorn.Server(config).run()
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if not self.started:
+                return
+            url = next(base_url(s.getsockname()) for server in self.servers for s in server.sockets)
+            if registry.address is None:  # before any request: no queue is open yet
+                registry.advertise(url.rstrip("/"))
+            if on_ready is not None:
+                on_ready(url)
+
+    Server(config).run()

@@ -23,6 +23,7 @@ from ..errors import (
     ReceiptExpired,
     S3QError,
     StoreError,
+    Unavailable,
     WriterFenced,
 )
 
@@ -42,6 +43,10 @@ class BrokerError(S3QError):
         self.status = status
 
 
+class BrokerUnreachable(StoreError):
+    """No connection to the broker could be made: the request was not sent."""
+
+
 class AuthError(BrokerError):
     """The broker refused the request: no bearer token (401) or a wrong one (403)."""
 
@@ -58,6 +63,7 @@ STATUS_OF: tuple[tuple[type[S3QError], int], ...] = (
     (StoreError, 503),
     (WriterFenced, 503),
     (QueueClosed, 503),
+    (Unavailable, 503),
 )
 
 ERRORS: dict[str, type[S3QError]] = {
@@ -74,6 +80,7 @@ ERRORS: dict[str, type[S3QError]] = {
         StoreError,
         WriterFenced,
         QueueClosed,
+        Unavailable,
         AuthError,
         BrokerError,
     )
@@ -107,6 +114,7 @@ def error_body(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, QueueLocked):
         body["holder"] = exc.holder
         body["expires_at"] = exc.expires_at
+        body["address"] = exc.address
     return body
 
 
@@ -117,11 +125,12 @@ def exception_of(status: int, body: object) -> S3QError:
     name, message = str(body.get("error", "")), str(body.get("message", ""))
     cls = ERRORS.get(name)
     if cls is QueueLocked:
-        expires = body.get("expires_at")
+        expires, address = body.get("expires_at"), body.get("address")
         return QueueLocked(
             message,
             str(body.get("holder", "")),
             float(expires) if isinstance(expires, int | float) else None,
+            address if isinstance(address, str) else None,
         )
     if cls is not None and issubclass(cls, BrokerError):
         return cls(message, status)

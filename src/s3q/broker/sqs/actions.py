@@ -25,6 +25,7 @@ from ...api import AsyncQueue
 from ...config import Setting
 from ...errors import InvalidArgument, MessageNotFound, ReceiptExpired, S3QError
 from ...message import Message, MessageStatus
+from ..forward import ForwardedQueue
 from ..registry import QueueRegistry
 from ..wire import check_name
 from . import handles, messages, queues, shapes
@@ -33,6 +34,8 @@ from .digest import md5_of_attributes, md5_of_body
 from .protocol import SqsError, invalid
 
 log = logging.getLogger("s3q.broker.sqs")
+
+AnyQueue = AsyncQueue | ForwardedQueue  # a queue this broker leads, or one another broker does
 
 MAX_BATCH = 10
 MAX_BATCH_BYTES = 1024 * 1024
@@ -72,7 +75,7 @@ class Service:
         host = request.headers.get("host") or f"{request.url.hostname}:{request.url.port}"
         return f"{request.url.scheme}://{host}/{queues.ACCOUNT}/{name}"
 
-    async def _named(self, call: Call, name: str) -> tuple[str, AsyncQueue]:
+    async def _named(self, call: Call, name: str) -> tuple[str, AnyQueue]:
         try:
             check_name(name)
         except InvalidArgument:
@@ -82,7 +85,7 @@ class Service:
             raise does_not_exist()
         return name, await self.registry.get(name)
 
-    async def _by_url(self, call: Call, url: str) -> tuple[str, AsyncQueue]:
+    async def _by_url(self, call: Call, url: str) -> tuple[str, AnyQueue]:
         return await self._named(call, url.rstrip("/").rsplit("/", 1)[-1])
 
     # -- queue actions ---------------------------------------------------------------------------
@@ -164,7 +167,12 @@ class Service:
         )
 
     async def delete_queue(self, call: Call, req: shapes.ByUrl) -> Any:
-        name, _ = await self._by_url(call, req.QueueUrl)
+        name, queue = await self._by_url(call, req.QueueUrl)
+        if isinstance(queue, ForwardedQueue):
+            raise SqsError(
+                "UnsupportedOperation",
+                f"queue {name} is led by the broker at {queue.leader}: send DeleteQueue there",
+            )
         async with self._lock(name):
             await self.catalog.remove(name)
             await self.registry.close_queue(name)
@@ -436,7 +444,7 @@ class Service:
         await self._delete(queue, *handles.decode(name, req.ReceiptHandle))
         return {}
 
-    async def _delete(self, queue: AsyncQueue, mid: str, receipt: str) -> None:
+    async def _delete(self, queue: AnyQueue, mid: str, receipt: str) -> None:
         try:
             await queue.complete(receipt)
         except ReceiptExpired:
@@ -479,7 +487,7 @@ class Service:
             return {"Successful": [{"Id": eid} for eid in done], "Failed": failed}
         return {"Successful": [{"Id": eid} for eid, _, _ in ready], "Failed": failed}
 
-    async def _change(self, queue: AsyncQueue, handle: str, receipt: str, seconds: int) -> None:
+    async def _change(self, queue: AnyQueue, handle: str, receipt: str, seconds: int) -> None:
         _within("VisibilityTimeout", seconds, 0, 43200, 0)
         try:
             await queue.extend(receipt, float(seconds))

@@ -27,6 +27,7 @@ from ...errors import (
     ReceiptExpired,
     S3QError,
     StoreError,
+    Unavailable,
     WriterFenced,
 )
 from ..metrics import BrokerMetrics
@@ -49,7 +50,7 @@ def sqs_error(exc: S3QError) -> SqsError:
         return SqsError("OverLimit", str(exc), 403)
     if isinstance(exc, ReceiptExpired | MessageNotFound):
         return SqsError("ReceiptHandleIsInvalid", str(exc))
-    if isinstance(exc, StoreError | WriterFenced | QueueClosed | QueueLocked):
+    if isinstance(exc, StoreError | WriterFenced | QueueClosed | QueueLocked | Unavailable):
         return SqsError("ServiceUnavailable", str(exc), 503)
     return SqsError("InternalFailure", str(exc), 500)
 
@@ -126,9 +127,10 @@ class Endpoint:
         except S3QError as exc:
             error = sqs_error(exc)
             outcome = error.name
-            if isinstance(exc, WriterFenced | StoreError) and call.queue in self.registry.names():
+            local = self.registry.local(call.queue) if call.queue is not None else None
+            if isinstance(exc, WriterFenced | StoreError) and local is not None:
                 assert call.queue is not None
-                await self.registry.evict(call.queue, await self.registry.get(call.queue))
+                await self.registry.evict(call.queue, local)
             return _error(error)
         except Exception as exc:
             outcome = "internal"

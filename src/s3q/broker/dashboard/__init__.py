@@ -1,0 +1,121 @@
+"""The broker's web dashboard: a page at ``GET /`` and the one JSON summary it polls.
+
+The page (HTML, CSS and JS shipped in ``static/``, no network needed) holds no queue data: it
+reads everything with ``fetch`` from ``GET /dashboard/summary`` and the ``/v1`` API
+(dead letters, redrive), sending the bearer token the user typed, kept in ``sessionStorage``.
+So the summary is guarded exactly like ``/v1``; no cookie is used, hence no CSRF to mind.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from importlib import resources
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ...errors import S3QError
+from ..metrics import STATUSES, BrokerMetrics
+from ..registry import QueueRegistry
+from ..wire import error_body, status_of
+
+STATIC = resources.files(__package__) / "static"
+MEDIA_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".svg": "image/svg+xml",
+}
+# The page runs only its own script and style and talks only to this broker.
+HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+STAT_FIELDS = (*STATUSES, "total_enqueued", "commits", "mean_ops_per_commit", "store_requests")
+
+
+def public_url(store: str) -> str:
+    """``store`` without its query, which may hold credentials."""
+    if "://" not in store:
+        return store
+    return urlunsplit(urlsplit(store)._replace(query="", fragment=""))
+
+
+def _static(name: str) -> bytes:
+    return (STATIC / name).read_bytes()
+
+
+def routes(
+    registry: QueueRegistry,
+    metrics: BrokerMetrics,
+    authorize: Callable[[Request], None],
+    *,
+    auth: bool,
+) -> list[Route]:
+    """The dashboard's routes; ``authorize`` raises the same AuthError as the API would."""
+    assets = {
+        name: (_static(name), MEDIA_TYPES["." + name.rsplit(".", 1)[-1]])
+        for name in ("dashboard.css", "dashboard.js")
+    }
+    page = _static("index.html")
+
+    async def index(request: Request) -> Response:
+        return Response(page, media_type=MEDIA_TYPES[".html"], headers=HEADERS)
+
+    async def asset(request: Request) -> Response:
+        found = assets.get(request.path_params["file"])
+        if found is None:
+            return Response("not found", 404, media_type="text/plain")
+        return Response(found[0], media_type=found[1], headers=HEADERS)
+
+    async def summary(request: Request) -> Response:
+        try:
+            authorize(request)
+        except S3QError as exc:
+            return JSONResponse(error_body(exc), status_of(exc), headers=HEADERS)
+        return JSONResponse(await build_summary(registry, metrics, auth=auth), headers=HEADERS)
+
+    return [
+        Route("/", index, methods=["GET"]),
+        Route("/dashboard/static/{file}", asset, methods=["GET"]),
+        Route("/dashboard/summary", summary, methods=["GET"]),
+    ]
+
+
+async def build_summary(
+    registry: QueueRegistry, metrics: BrokerMetrics, *, auth: bool
+) -> dict[str, Any]:
+    """Every open queue's figures now, and the commit latency of the last minutes.
+
+    A queue whose figures cannot be read (its writer stopped) is listed with its ``error``.
+    Throughput is left to the page: it differentiates ``total_enqueued`` and ``finished``
+    (messages that left the queue's live states: completed, or purged) between two polls.
+    """
+    queues: list[dict[str, Any]] = []
+    for name in registry.names():
+        entry: dict[str, Any] = {"name": name, "error": None}
+        try:
+            stats = await (await registry.get(name)).stats()
+        except S3QError as exc:
+            entry["error"] = f"{type(exc).__name__}: {exc}"
+        else:
+            entry.update({f: getattr(stats, f) for f in STAT_FIELDS})
+            live = sum(getattr(stats, s) for s in STATUSES if s != "completed")
+            entry["finished"] = stats.total_enqueued - live
+        queues.append(entry)
+    return {
+        "store": public_url(registry.store),
+        "time": time.time(),
+        "auth": auth,
+        "queues": queues,
+        "commit_latency": metrics.commit_latency.summary(),
+    }

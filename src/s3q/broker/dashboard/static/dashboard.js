@@ -1,0 +1,420 @@
+// The s3q broker dashboard. Polls GET /dashboard/summary every second, reads dead letters and
+// redrives them through the /v1 API. The bearer token, if the broker wants one, is kept in
+// sessionStorage and sent as "Authorization: Bearer"; without it no data is shown.
+"use strict";
+
+(() => {
+  const STATES = ["pending", "delayed", "processing", "retry", "completed", "dead"];
+  const POLL_MS = 1000;
+  const WINDOW_S = 300; // seconds of history on the charts
+  const TOKEN_KEY = "s3q.token";
+  const SVG = "http://www.w3.org/2000/svg";
+  const $ = (id) => document.getElementById(id);
+
+  let token = sessionStorage.getItem(TOKEN_KEY);
+  let selected = null; // the queue whose throughput and dead letters are shown
+  let timer = null;
+  let locked = false; // waiting for a token: no polling
+  let deadShown = null; // dead count of the selected queue when its dead letters were read
+  let figures = new Map(); // queue -> its entry in the last summary
+  const last = new Map(); // queue -> {t, enq, fin}: the previous poll's cumulative counters
+  const rates = new Map(); // queue -> [{t, enq, fin}]: per-second rates, oldest first
+
+  class HttpError extends Error {
+    constructor(status, body) {
+      super((body && body.message) || `HTTP ${status}`);
+      this.status = status;
+    }
+  }
+
+  async function api(path, method = "GET", body = undefined) {
+    const headers = { Accept: "application/json" };
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    if (token) headers.Authorization = `Bearer ${token}`;
+    const res = await fetch(path, {
+      method, headers, cache: "no-store",
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    let data = null;
+    try { data = await res.json(); } catch { /* not JSON */ }
+    if (!res.ok) throw new HttpError(res.status, data);
+    return data;
+  }
+
+  const queuePath = (name, rest) => `/v1/queues/${encodeURIComponent(name)}/${rest}`;
+
+  function el(tag, attrs = {}, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs)) {
+      if (k === "class") node.className = v;
+      else if (k === "text") node.textContent = v;
+      else node.setAttribute(k, v);
+    }
+    node.append(...children);
+    return node;
+  }
+
+  const fmtInt = (n) => (n == null ? "–" : Number(n).toLocaleString("en-US"));
+  const fmtRate = (r) => (r == null ? "–" : r >= 100 ? r.toFixed(0) : r.toFixed(1));
+  function fmtMs(seconds) {
+    if (seconds == null) return "–";
+    const ms = seconds * 1000;
+    return ms >= 100 ? `${ms.toFixed(0)} ms` : `${ms.toFixed(1)} ms`;
+  }
+
+  // ------------------------------------------------------------------ auth
+
+  function showLogin(message) {
+    locked = true;
+    stopPolling();
+    clearData();
+    $("content").hidden = true;
+    $("login").hidden = false;
+    $("signout").hidden = true;
+    $("login-error").textContent = message || "";
+    setConn("locked", "");
+    $("token").focus();
+  }
+
+  function clearData() {
+    $("queues").tBodies[0].replaceChildren();
+    $("dead").tBodies[0].replaceChildren();
+    $("dead").hidden = true;
+    $("store").textContent = "";
+    last.clear();
+    rates.clear();
+    deadShown = null;
+    figures = new Map();
+  }
+
+  $("login-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    token = $("token").value.trim();
+    $("token").value = "";
+    sessionStorage.setItem(TOKEN_KEY, token);
+    startPolling();
+  });
+
+  $("signout").addEventListener("click", () => {
+    sessionStorage.removeItem(TOKEN_KEY);
+    token = null;
+    showLogin("");
+  });
+
+  function authFailed(err) {
+    if (!(err instanceof HttpError) || (err.status !== 401 && err.status !== 403)) return false;
+    if (token) {
+      sessionStorage.removeItem(TOKEN_KEY);
+      token = null;
+      showLogin("That token was refused.");
+    } else {
+      showLogin("");
+    }
+    return true;
+  }
+
+  function setConn(kind, text) {
+    const pill = $("conn");
+    pill.className = `pill ${kind}`;
+    pill.textContent = text || kind;
+  }
+
+  // ------------------------------------------------------------------ polling
+
+  function stopPolling() {
+    clearTimeout(timer);
+    timer = null;
+  }
+
+  function startPolling() {
+    locked = false;
+    poll();
+  }
+
+  async function poll() {
+    try {
+      const summary = await api("/dashboard/summary");
+      if (locked) return; // signed out while this poll was under way
+      $("login").hidden = true;
+      $("content").hidden = false;
+      $("signout").hidden = !summary.auth;
+      setConn("live", "live");
+      render(summary);
+    } catch (err) {
+      if (authFailed(err)) return;
+      setConn("down", `offline: ${err.message}`);
+    }
+    stopPolling(); // one timer, however many polls ran at once
+    if (!locked) timer = setTimeout(poll, POLL_MS);
+  }
+
+  function render(summary) {
+    $("store").textContent = summary.store;
+    figures = new Map(summary.queues.map((q) => [q.name, q]));
+    const names = [...figures.keys()];
+    if (!names.includes(selected)) selectQueue(names.length ? names[0] : null);
+    for (const q of summary.queues) if (!q.error) track(q, summary.time);
+    for (const name of [...rates.keys()]) if (!names.includes(name)) rates.delete(name);
+    renderQueues(summary.queues);
+    renderThroughput(summary.time);
+    renderLatency(summary.commit_latency, summary.time);
+    const current = figures.get(selected);
+    if (current && !current.error && current.dead !== deadShown) {
+      deadShown = current.dead;
+      loadDead();
+    }
+  }
+
+  function track(q, now) {
+    const prev = last.get(q.name);
+    last.set(q.name, { t: now, enq: q.total_enqueued, fin: q.finished });
+    if (!prev || now <= prev.t) return;
+    const dt = now - prev.t;
+    const series = rates.get(q.name) || [];
+    series.push({
+      t: now,
+      enq: Math.max(0, (q.total_enqueued - prev.enq) / dt),
+      fin: Math.max(0, (q.finished - prev.fin) / dt),
+    });
+    while (series.length && series[0].t < now - WINDOW_S) series.shift();
+    rates.set(q.name, series);
+  }
+
+  // ------------------------------------------------------------------ queues table
+
+  function renderQueues(queues) {
+    const body = $("queues").tBodies[0];
+    $("no-queues").hidden = queues.length > 0;
+    body.replaceChildren(...queues.map((q) => {
+      const row = el("tr", { "data-queue": q.name });
+      if (q.name === selected) row.classList.add("selected");
+      row.addEventListener("click", () => selectQueue(q.name));
+      row.append(el("td", { class: "name", text: q.name }));
+      if (q.error) {
+        row.append(el("td", { class: "failed", colspan: "12", text: q.error }));
+        return row;
+      }
+      for (const state of STATES) {
+        const cls = q[state] === 0 ? "num zero" : state === "dead" ? "num bad" : "num";
+        row.append(el("td", { class: cls, "data-field": state, text: fmtInt(q[state]) }));
+      }
+      row.append(el("td", {}, depthBar(q)));
+      const r = (rates.get(q.name) || []).at(-1);
+      row.append(
+        el("td", { class: "num", "data-field": "enqueued_rate", text: fmtRate(r && r.enq) }),
+        el("td", { class: "num", "data-field": "completed_rate", text: fmtRate(r && r.fin) }),
+        el("td", { class: "num", "data-field": "total_enqueued", text: fmtInt(q.total_enqueued) }),
+        el("td", { class: "num", "data-field": "commits", text: fmtInt(q.commits) }),
+        el("td", { class: "num", text: q.mean_ops_per_commit.toFixed(1) }),
+      );
+      return row;
+    }));
+  }
+
+  function depthBar(q) {
+    const total = STATES.reduce((sum, s) => sum + q[s], 0);
+    const bar = el("div", { class: "bar", title: STATES.map((s) => `${s} ${q[s]}`).join(", ") });
+    if (total) {
+      for (const s of STATES) {
+        if (!q[s]) continue;
+        const seg = el("span", { class: `seg ${s}` });
+        seg.style.flex = String(q[s] / total); // CSSOM, which the page's CSP allows
+        bar.append(seg);
+      }
+    }
+    return bar;
+  }
+
+  function selectQueue(name) {
+    if (name === selected) return;
+    selected = name;
+    deadShown = figures.has(name) ? figures.get(name).dead : null;
+    for (const row of $("queues").tBodies[0].rows) {
+      row.classList.toggle("selected", row.dataset.queue === name);
+    }
+    $("tp-queue").textContent = name || "";
+    $("dlq-queue").textContent = name || "";
+    $("dead").tBodies[0].replaceChildren();
+    $("dead").hidden = true;
+    $("dlq-note").textContent = name ? "Loading…" : "Select a queue.";
+    $("dlq-result").textContent = "";
+    renderThroughput(null);
+    if (name) loadDead();
+  }
+
+  $("open-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const name = $("open-name").value.trim();
+    $("open-error").textContent = "";
+    try {
+      await api(queuePath(name, "stats"));
+      $("open-name").value = "";
+      selected = null;
+      await poll();
+      selectQueue(name);
+    } catch (err) {
+      if (!authFailed(err)) $("open-error").textContent = err.message;
+    }
+  });
+
+  // ------------------------------------------------------------------ charts
+
+  function svgEl(tag, attrs) {
+    const node = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+    return node;
+  }
+
+  // series: [{cls, points: [[t, value]]}]; a gap longer than maxGap seconds breaks a line.
+  function drawChart(svg, now, series, format, maxGap) {
+    const W = 640, H = 200, left = 56, right = 8, top = 10, bottom = 22;
+    const start = now - WINDOW_S;
+    let max = 0;
+    for (const s of series) for (const [, v] of s.points) max = Math.max(max, v);
+    max = niceMax(max);
+    const x = (t) => left + ((t - start) / WINDOW_S) * (W - left - right);
+    const y = (v) => top + (1 - v / max) * (H - top - bottom);
+    const nodes = [];
+    for (const frac of [0, 0.5, 1]) {
+      const v = max * frac;
+      nodes.push(svgEl("line", { class: "grid", x1: left, x2: W - right, y1: y(v), y2: y(v) }));
+      const label = svgEl("text", { class: "axis", x: left - 6, y: y(v) + 4, "text-anchor": "end" });
+      label.textContent = format(v);
+      nodes.push(label);
+    }
+    for (const [t, text, anchor] of [[start, "-5 min", "start"], [now, "now", "end"]]) {
+      const label = svgEl("text", { class: "axis", x: x(t), y: H - 6, "text-anchor": anchor });
+      label.textContent = text;
+      nodes.push(label);
+    }
+    for (const s of series) {
+      let d = "";
+      let prev = null;
+      for (const [t, v] of s.points) {
+        if (t < start) continue;
+        const move = prev === null || t - prev > maxGap;
+        d += `${move ? "M" : "L"}${x(t).toFixed(1)},${y(v).toFixed(1)}`;
+        prev = t;
+      }
+      if (d) nodes.push(svgEl("path", { class: s.cls, d }));
+    }
+    svg.replaceChildren(...nodes);
+  }
+
+  function niceMax(v) {
+    if (!(v > 0)) return 1;
+    const p = 10 ** Math.floor(Math.log10(v));
+    for (const m of [1, 2, 2.5, 5, 10]) if (v <= m * p) return m * p;
+    return 10 * p;
+  }
+
+  let lastNow = null;
+  function renderThroughput(now) {
+    now = now ?? lastNow ?? Date.now() / 1000;
+    lastNow = now;
+    const points = rates.get(selected) || [];
+    const latest = points.at(-1);
+    $("tp-enq").textContent = fmtRate(latest && latest.enq);
+    $("tp-fin").textContent = fmtRate(latest && latest.fin);
+    drawChart($("chart-throughput"), now, [
+      { cls: "enq", points: points.map((p) => [p.t, p.enq]) },
+      { cls: "fin", points: points.map((p) => [p.t, p.fin]) },
+    ], (v) => (Number.isInteger(v) ? String(v) : v.toFixed(1)), 5);
+  }
+
+  function renderLatency(latency, now) {
+    $("lat-p50").textContent = fmtMs(latency.p50);
+    $("lat-p99").textContent = fmtMs(latency.p99);
+    const mid = latency.step / 2; // a step's figures are drawn at its middle
+    drawChart($("chart-latency"), now, [
+      { cls: "p50", points: latency.series.map((s) => [s.t + mid, s.p50 * 1000]) },
+      { cls: "p99", points: latency.series.map((s) => [s.t + mid, s.p99 * 1000]) },
+    ], (v) => `${v >= 10 ? v.toFixed(0) : v.toFixed(1)} ms`, latency.step * 1.5);
+  }
+
+  // ------------------------------------------------------------------ dead letters
+
+  function preview(base64) {
+    const bytes = Uint8Array.from(atob(base64), (c) => c.charCodeAt(0));
+    try {
+      const text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+      return text.length > 200 ? `${text.slice(0, 200)}…` : text;
+    } catch {
+      const hex = Array.from(bytes.slice(0, 32), (b) => b.toString(16).padStart(2, "0")).join(" ");
+      return `binary, ${bytes.length} bytes: ${hex}${bytes.length > 32 ? " …" : ""}`;
+    }
+  }
+
+  async function loadDead() {
+    const name = selected;
+    if (!name) return;
+    let found;
+    try {
+      found = (await api(`${queuePath(name, "dead-letters")}?limit=100`)).messages;
+    } catch (err) {
+      if (!authFailed(err)) $("dlq-note").textContent = `Could not read them: ${err.message}`;
+      return;
+    }
+    if (name !== selected || locked) return;
+    const checked = new Set(checkedIds());
+    const body = $("dead").tBodies[0];
+    body.replaceChildren(...found.map((m) => {
+      const box = el("input", { type: "checkbox", value: m.id, "aria-label": `select ${m.id}` });
+      box.checked = checked.has(m.id);
+      box.addEventListener("change", updateButtons);
+      return el("tr", { "data-id": m.id },
+        el("td", { class: "check" }, box),
+        el("td", { class: "id", text: m.id }),
+        el("td", { class: "num", text: String(m.attempts) }),
+        el("td", { text: new Date(m.enqueued_at * 1000).toLocaleString() }),
+        el("td", { class: "err", text: m.last_error || "" }),
+        el("td", { class: "payload", text: preview(m.payload) }),
+      );
+    }));
+    $("dead").hidden = found.length === 0;
+    $("dead-all").checked = false;
+    $("dlq-note").textContent = found.length
+      ? `${found.length}${found.length === 100 ? " (the oldest 100)" : ""} dead letter(s).`
+      : "No dead letters.";
+    updateButtons();
+  }
+
+  function checkedIds() {
+    return Array.from($("dead").tBodies[0].querySelectorAll("input:checked"), (b) => b.value);
+  }
+
+  function updateButtons() {
+    const rows = $("dead").tBodies[0].rows.length;
+    $("redrive-selected").disabled = checkedIds().length === 0;
+    $("redrive-all").disabled = rows === 0;
+  }
+
+  $("dead-all").addEventListener("change", () => {
+    for (const box of $("dead").tBodies[0].querySelectorAll("input[type=checkbox]")) {
+      box.checked = $("dead-all").checked;
+    }
+    updateButtons();
+  });
+
+  async function redrive(ids) {
+    const name = selected;
+    $("redrive-selected").disabled = $("redrive-all").disabled = true;
+    try {
+      const { moved } = await api(queuePath(name, "redrive"), "POST", ids ? { ids } : {});
+      $("dlq-result").textContent = `Moved ${moved} message(s) of ${name} back to pending.`;
+      await loadDead();
+      await poll();
+    } catch (err) {
+      if (!authFailed(err)) $("dlq-result").textContent = `Redrive failed: ${err.message}`;
+      updateButtons();
+    }
+  }
+
+  $("redrive-selected").addEventListener("click", () => redrive(checkedIds()));
+  $("redrive-all").addEventListener("click", () => {
+    if (confirm(`Move every dead letter of ${selected} back to pending?`)) redrive(null);
+  });
+  $("dlq-refresh").addEventListener("click", () => loadDead());
+
+  startPolling();
+})();

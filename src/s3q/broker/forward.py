@@ -1,0 +1,172 @@
+"""Queues another broker leads: calls are sent on to it, and follow the queue when it moves.
+
+Brokers over one store form a cluster without a coordinator: the writer lease of a queue names
+the broker that holds it (its ``writer_address``). A broker asked for a queue that another broker
+leads answers through a :class:`ForwardedQueue`, which has the coroutines of
+:class:`s3q.AsyncQueue` and sends each call to the leader over the native API. When the leader
+cannot be reached, the call waits for its lease to lapse, for this broker (or another) to take
+the queue over, and then goes to the new leader, all within ``failover_timeout``.
+
+Only calls that certainly did nothing are sent again: those that could not connect, and those
+the leader refused with ``Unavailable``. A call whose leader died after receiving it ends with
+a ``StoreError``, as with an embedded queue whose commit failed: its outcome is unknown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..client import AsyncClient, AsyncRemoteQueue
+from ..collector import CompactionReport
+from ..config import Setting
+from ..errors import QueueClosed, Unavailable
+from ..message import Message, MessageStatus, QueueStats
+from .wire import BrokerUnreachable
+
+if TYPE_CHECKING:
+    from ..api import AsyncQueue
+    from .registry import QueueRegistry
+
+T = TypeVar("T")
+Target = Message | str
+
+#: a header on calls one broker forwards to another: the receiver must lead the queue itself
+FORWARDED = "x-s3q-forwarded"
+RETRY_PAUSE = 0.2  # seconds between two attempts to reach a queue's leader
+
+
+class Peers:
+    """One connection pool per other broker of the cluster, with this broker's token."""
+
+    def __init__(self, token: str | None, timeout: float = 30.0) -> None:
+        self.token, self.timeout = token, timeout
+        self._clients: dict[str, AsyncClient] = {}
+
+    def queue(self, address: str, name: str) -> AsyncRemoteQueue:
+        client = self._clients.get(address)
+        if client is None:
+            # no retries of its own: a ForwardedQueue decides, knowing about leases
+            client = AsyncClient(address, self.token, self.timeout, retries=0)
+            client._http.headers[FORWARDED] = "1"
+            self._clients[address] = client
+        return client.queue(name)
+
+    async def close(self) -> None:
+        clients, self._clients = list(self._clients.values()), {}
+        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+
+
+class ForwardedQueue:
+    """A queue led by another broker of the cluster; the coroutines of :class:`s3q.AsyncQueue`."""
+
+    def __init__(self, registry: QueueRegistry, name: str, leader: str) -> None:
+        self._registry = registry
+        self.name = name
+        self.leader = leader  # the address calls go to now
+
+    @property
+    def url(self) -> str:
+        return f"{self.leader} (queue {self.name})"
+
+    async def _call(self, method: Callable[[AsyncQueue | AsyncRemoteQueue], Awaitable[T]]) -> T:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._registry.failover_timeout
+        while True:
+            target = await self._registry.leader(self.name, deadline)
+            if isinstance(target, str):
+                self.leader = target
+                queue: AsyncQueue | AsyncRemoteQueue = self._registry.peers.queue(target, self.name)
+            else:
+                queue = target  # this broker took the queue over
+            try:
+                return await method(queue)
+            except (BrokerUnreachable, Unavailable, QueueClosed) as exc:
+                if queue is target:
+                    raise  # this broker's own queue: nothing to fail over to
+                # nothing was done: find the leader again (a dead one's lease lapses)
+                self._registry.unreachable(self.leader, exc)
+                if loop.time() >= deadline:
+                    raise Unavailable(
+                        f"queue {self.name}: its broker {self.leader} cannot be reached and no "
+                        "other broker has taken the queue over yet; try again"
+                    ) from exc
+                await asyncio.sleep(RETRY_PAUSE)
+
+    async def enqueue(
+        self,
+        payload: bytes,
+        priority: int = 0,
+        delay: float = 0.0,
+        dedup_id: str | None = None,
+        group: str | None = None,
+        attributes: dict[str, str] | None = None,
+    ) -> str:
+        return await self._call(
+            lambda q: q.enqueue(payload, priority, delay, dedup_id, group, attributes)
+        )
+
+    async def enqueue_batch(self, items: Iterable[bytes | dict[str, Any]]) -> list[str]:
+        listed = list(items)
+        return await self._call(lambda q: q.enqueue_batch(listed))
+
+    async def dequeue(
+        self, max_messages: int = 1, visibility_timeout: float | None = None, wait: float = 0.0
+    ) -> list[Message]:
+        return await self._call(lambda q: q.dequeue(max_messages, visibility_timeout, wait))
+
+    async def complete(self, target: Target) -> None:
+        await self._call(lambda q: q.complete(target))
+
+    async def complete_batch(self, targets: Iterable[Target]) -> None:
+        listed = list(targets)
+        await self._call(lambda q: q.complete_batch(listed))
+
+    async def fail(self, target: Target, error: str | None = None) -> float | None:
+        return await self._call(lambda q: q.fail(target, error))
+
+    async def release(self, targets: Target | Iterable[Target]) -> None:
+        listed = [targets] if isinstance(targets, Message | str) else list(targets)
+        await self._call(lambda q: q.release(listed))
+
+    async def extend(self, target: Target, seconds: float) -> None:
+        await self._call(lambda q: q.extend(target, seconds))
+
+    async def status(self, id: str) -> MessageStatus:
+        return await self._call(lambda q: q.status(id))
+
+    async def stats(self) -> QueueStats:
+        return await self._call(lambda q: q.stats())
+
+    async def peek(self, limit: int = 10) -> list[Message]:
+        return await self._call(lambda q: q.peek(limit))
+
+    async def dead_letters(self, limit: int = 100) -> list[Message]:
+        return await self._call(lambda q: q.dead_letters(limit))
+
+    async def redrive(self, ids: Iterable[str] | None = None) -> int:
+        listed = None if ids is None else list(ids)
+        return await self._call(lambda q: q.redrive(listed))
+
+    async def discard(self, ids: Iterable[str]) -> int:
+        listed = list(ids)
+        return await self._call(lambda q: q.discard(listed))
+
+    async def configure(self, **settings: Any) -> dict[str, Setting]:
+        return await self._call(lambda q: q.configure(**settings))
+
+    async def cleanup(self) -> int:
+        return await self._call(lambda q: q.cleanup())
+
+    async def purge(self) -> int:
+        return await self._call(lambda q: q.purge())
+
+    async def compact(self) -> CompactionReport:
+        return await self._call(lambda q: q.compact())
+
+    async def close(self) -> None:
+        """Nothing to close: the leader owns the queue."""
+
+    def __repr__(self) -> str:
+        return f"<s3q.broker.ForwardedQueue {self.name} led by {self.leader}>"

@@ -1,0 +1,240 @@
+"""Several brokers over one store: each queue led by one, the others forwarding to it, and a
+takeover when the leader is killed with SIGKILL. Brokers are real processes on 127.0.0.1."""
+
+from __future__ import annotations
+
+import collections
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from conftest import MotoServer, child_env, free_port
+
+import s3q
+from s3q.client import Client, connect
+
+
+class Node:
+    """``s3q.broker.serve`` in a child process."""
+
+    def __init__(self, store: str, options: dict[str, Any]) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        code = (
+            "from s3q.broker import serve; "
+            f"serve({store!r}, port={self.port}, options={options!r}, log_level='warning')"
+        )
+        self.proc = subprocess.Popen([sys.executable, "-c", code], env=child_env())
+        deadline = time.monotonic() + 30
+        while True:
+            assert self.proc.poll() is None, f"broker exited with {self.proc.returncode}"
+            try:
+                with urllib.request.urlopen(self.url + "/openapi.json", timeout=1):
+                    return
+            except OSError:
+                assert time.monotonic() < deadline, "broker did not start"
+                time.sleep(0.05)  # polling a child process we do not control
+
+    def led(self) -> list[str]:
+        """The queues this broker leads."""
+        return list(httpx.get(self.url + "/v1/queues").json()["queues"])
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture(params=["file", "s3"])
+def cluster_store(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    if request.param == "file":
+        yield f"file://{tmp_path}/store", {}
+    else:
+        server: MotoServer = request.getfixturevalue("moto_server")
+        bucket: str = request.getfixturevalue("s3_bucket")
+        # a short lease, so that the takeover after a SIGKILL comes quickly
+        yield f"s3://{bucket}/{tmp_path.name}", {**server.store_options(), "lease_ttl": 2.0}
+
+
+@pytest.fixture
+def two_nodes(cluster_store: tuple[str, dict[str, Any]]) -> Iterator[tuple[Node, Node]]:
+    store, options = cluster_store
+    a = Node(store, {**options, "visibility_timeout": 3.0})
+    b = Node(store, {**options, "visibility_timeout": 3.0})
+    try:
+        yield a, b
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_any_node_serves_a_queue_its_leader_holds(two_nodes: tuple[Node, Node]) -> None:
+    a, b = two_nodes
+    with connect(a.url) as ca, connect(b.url) as cb:
+        qa, qb = ca.queue("shared"), cb.queue("shared")
+        first = qa.enqueue(b"via a")  # a opens the queue: it leads it
+        second = qb.enqueue(b"via b", priority=5)
+        assert a.led() == ["shared"] and b.led() == []  # b forwarded, it did not open it
+        got = qb.dequeue(2)
+        assert [(m.id, m.payload) for m in got] == [(second, b"via b"), (first, b"via a")]
+        qb.complete(got[0])
+        assert qa.fail(got[1], "boom") is not None  # the retry time comes back through b
+        assert qb.status(second) is s3q.MessageStatus.COMPLETED
+        assert qa.stats() == qb.stats()
+        # an error raised by the leader reaches the client of the other node as itself
+        with pytest.raises(s3q.ReceiptExpired):
+            qb.complete(got[0])
+        with pytest.raises(s3q.InvalidPriority):
+            qb.enqueue(b"x", priority=10**9)
+
+
+def test_queues_spread_over_nodes(two_nodes: tuple[Node, Node]) -> None:
+    a, b = two_nodes
+    with connect(a.url) as ca, connect(b.url) as cb:
+        ca.queue("one").enqueue(b"1")
+        cb.queue("two").enqueue(b"2")
+        ca.queue("two").enqueue(b"2 again")
+        cb.queue("one").enqueue(b"1 again")
+        assert (a.led(), b.led()) == (["one"], ["two"])
+        assert ca.queue("two").stats().pending == cb.queue("one").stats().pending == 2
+
+
+class Ledger:
+    """What the producers and consumers of the failover test saw acknowledged."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.acked: dict[str, str] = {}  # payload -> id, once its enqueue was answered
+        self.completed: collections.Counter[str] = collections.Counter()  # id -> completes
+        self.payload_of: dict[str, str] = {}
+        self.after_kill = collections.Counter[str]()
+        self.killed = threading.Event()
+        self.errors = collections.Counter[str]()
+
+    def note_error(self, exc: Exception) -> None:
+        with self.lock:
+            self.errors[type(exc).__name__] += 1
+
+
+def produce(client: Client, ledger: Ledger, names: list[str], stop: threading.Event) -> None:
+    q = client.queue("work")
+    for name in names:
+        while not stop.is_set():
+            try:
+                # the dedup id makes sending again after an unknown outcome safe
+                id = q.enqueue(name.encode(), dedup_id=name)
+            except s3q.S3QError as exc:
+                ledger.note_error(exc)
+                continue
+            with ledger.lock:
+                ledger.acked[name] = id
+                if ledger.killed.is_set():
+                    ledger.after_kill["enqueued"] += 1
+            break
+
+
+def consume(client: Client, ledger: Ledger, stop: threading.Event) -> None:
+    q = client.queue("work")
+    while not stop.is_set():
+        try:
+            messages = q.dequeue(10, wait=0.5)
+        except s3q.S3QError as exc:
+            ledger.note_error(exc)
+            continue
+        for m in messages:
+            try:
+                q.complete(m)
+            except s3q.S3QError as exc:  # redelivered later; not counted
+                ledger.note_error(exc)
+                continue
+            with ledger.lock:
+                ledger.completed[m.id] += 1
+                ledger.payload_of[m.id] = m.payload.decode()
+                if ledger.killed.is_set():
+                    ledger.after_kill["completed"] += 1
+
+
+def test_leader_killed_work_goes_on_and_nothing_acknowledged_is_lost(
+    two_nodes: tuple[Node, Node],
+) -> None:
+    a, b = two_nodes
+    with connect(a.url) as warm:
+        warm.queue("work").enqueue(b"warm-up", dedup_id="warm-up")  # a leads "work"
+    assert a.led() == ["work"]
+    ledger = Ledger()
+    ledger.acked["warm-up"] = "?"
+    total, producers = 1200, 4
+    names = [f"m{i:05d}" for i in range(total)]
+    stop_producing, stop_consuming = threading.Event(), threading.Event()
+    # clients know both brokers; some prefer the leader, some the other one
+    clients = [connect([a.url, b.url]) if i % 2 else connect([b.url, a.url]) for i in range(6)]
+    threads = [
+        threading.Thread(
+            target=produce, args=(clients[i], ledger, names[i::producers], stop_producing)
+        )
+        for i in range(producers)
+    ] + [
+        threading.Thread(target=consume, args=(clients[producers + i], ledger, stop_consuming))
+        for i in range(2)
+    ]
+    for t in threads:
+        t.start()
+    try:
+        deadline = time.monotonic() + 60
+        while len(ledger.acked) < total // 3:
+            assert time.monotonic() < deadline, "producers made no progress"
+            time.sleep(0.01)  # watching threads' progress: no event to await
+        a.proc.kill()  # SIGKILL: no lease released, commits cut short
+        a.proc.wait()
+        ledger.killed.set()
+        for t in threads[:producers]:
+            t.join(90)
+            assert not t.is_alive(), "a producer is stuck"
+        assert len(ledger.acked) == total + 1
+        with connect(b.url) as cb:
+            queue = cb.queue("work")
+            while True:  # consumers drain what is left, redeliveries included
+                stats = queue.stats()
+                if stats.completed == total + 1 or time.monotonic() > deadline + 60:
+                    break
+                time.sleep(0.05)  # watching threads' progress: no event to await
+    finally:
+        stop_producing.set()
+        stop_consuming.set()
+        for t in threads:
+            t.join(30)
+        for c in clients:
+            c.close()
+
+    assert ledger.after_kill["enqueued"] > 0 and ledger.after_kill["completed"] > 0
+    assert b.led() == ["work"]  # b took the queue over
+    twice = {i: n for i, n in ledger.completed.items() if n != 1}
+    assert not twice, f"completed more than once: {twice}"
+    for id in ledger.completed:  # completed under the id its enqueue was answered with
+        assert ledger.acked[ledger.payload_of[id]] in (id, "?")
+    with connect(b.url) as cb:
+        queue = cb.queue("work")
+        stats = queue.stats()
+        # nothing enqueued twice (retries carried a dedup id), nothing left over
+        counts = (stats.pending, stats.delayed, stats.processing, stats.retry, stats.dead)
+        assert counts == (0, 0, 0, 0, 0) and stats.completed == total + 1, stats
+        # every acknowledged message is completed (a consumer whose complete was cut short by
+        # the kill did not count it, but the broker had made it durable: completed all the same)
+        statuses = {
+            name: queue.status(id) for name, id in ledger.acked.items() if name != "warm-up"
+        }
+        wrong = {n: s for n, s in statuses.items() if s is not s3q.MessageStatus.COMPLETED}
+        assert not wrong, wrong
+    print(f"\nerrors seen by clients during the failover: {dict(ledger.errors)}")
