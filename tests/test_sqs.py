@@ -126,6 +126,7 @@ def test_create_queue_again(sqs: Any) -> None:
         url
     )
     assert sqs.create_queue(QueueName="q")["QueueUrl"] == url
+    assert sqs.create_queue(QueueName="q", Attributes={"FifoQueue": "false"})["QueueUrl"] == url
     with pytest.raises(sqs.exceptions.QueueNameExists) as exc:
         sqs.create_queue(QueueName="q", Attributes={"VisibilityTimeout": "41"})
     assert error_code(exc) == "QueueAlreadyExists"

@@ -109,7 +109,8 @@ class Service:
             if entry is not None:
                 now_values = queues.current(name, settings)
                 for attribute, value in checked.items():
-                    if now_values.get(attribute, "") != value:
+                    unset = "false" if attribute == "FifoQueue" else ""
+                    if now_values.get(attribute, unset) != value:
                         raise SqsError(
                             "QueueNameExists",
                             "A queue already exists with the same name and a different value "
