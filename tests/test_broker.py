@@ -29,10 +29,16 @@ def free_port() -> int:
 
 
 class Broker:
-    def __init__(self, store: str, tokens: set[str] | None = None, **options: Any) -> None:
+    def __init__(
+        self,
+        store: str,
+        tokens: set[str] | None = None,
+        sqs_keys: dict[str, str] | None = None,
+        **options: Any,
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        app = create_app(store, tokens=tokens, options=options or None)
+        app = create_app(store, tokens=tokens, options=options or None, sqs_keys=sqs_keys)
         config = uvicorn.Config(
             app, host="127.0.0.1", port=self.port, lifespan="on", log_level="warning"
         )
@@ -252,7 +258,7 @@ def test_openapi_lists_every_route(broker: Broker) -> None:
     assert "post" in paths["/v1/queues/{name}/enqueue-batch"]
     assert "get" in paths["/v1/queues/{name}/messages/{id}/status"]
     assert "Message" in doc["components"]["schemas"]
-    assert len(paths) == 16
+    assert len(paths) == 18  # incl. configure and discard
 
 
 def test_long_poll_wakes_on_enqueue_from_another_client(broker: Broker) -> None:

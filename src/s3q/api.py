@@ -13,9 +13,9 @@ from typing import Any, TypeVar
 
 from . import validate
 from .collector import CompactionReport
-from .config import QueueConfig, split_options
+from .config import PERSISTED, QueueConfig, Setting, split_options
 from .engine import MAX_DEQUEUE, Engine
-from .errors import InvalidArgument
+from .errors import InvalidArgument, InvalidConfig
 from .message import Message, MessageStatus, QueueStats
 from .store import open_store
 
@@ -143,13 +143,19 @@ class AsyncQueue:
 
     async def redrive(self, ids: Iterable[str] | None = None) -> int:
         """Move dead messages (all, or those named) back to pending; how many moved."""
-        if ids is not None:
-            if isinstance(ids, str):
-                raise InvalidArgument("redrive takes a list of ids, not a single string")
-            ids = list(ids)
-            if not all(isinstance(i, str) for i in ids):
-                raise InvalidArgument("redrive ids must be strings")
-        return await self._engine.redrive(ids)
+        return await self._engine.redrive(None if ids is None else _ids(ids, "redrive"))
+
+    async def discard(self, ids: Iterable[str]) -> int:
+        """Remove dead letters for good (e.g. once copied to another queue); how many.
+        MessageNotFound, and nothing removed, if one of ``ids`` is not a dead letter."""
+        return await self._engine.discard(_ids(ids, "discard"))
+
+    async def configure(self, **settings: Any) -> dict[str, Setting]:
+        """Change queue settings (those of ``s3q.config.PERSISTED``: ``max_attempts``,
+        ``visibility_timeout``, ``max_message_size``, ``attributes``, …) of the open queue, in
+        force at once and saved with it; the saved settings now in force (call it with no
+        argument to read them)."""
+        return await self._engine.configure(_settings(settings))
 
     async def cleanup(self) -> int:
         """Forget completed messages past ``completed_retention``; how many were forgotten."""
@@ -180,6 +186,24 @@ class AsyncQueue:
 
     def __repr__(self) -> str:
         return f"<s3q.AsyncQueue {self.url}>"
+
+
+def _ids(ids: object, what: str) -> list[str]:
+    if isinstance(ids, str) or not isinstance(ids, Iterable):
+        raise InvalidArgument(f"{what} takes a list of ids, not a single string")
+    checked = list(ids)
+    if not all(isinstance(i, str) for i in checked):
+        raise InvalidArgument(f"{what} ids must be strings")
+    return checked
+
+
+def _settings(settings: dict[str, Any]) -> dict[str, Setting]:
+    unknown = set(settings) - set(PERSISTED)
+    if unknown:
+        raise InvalidConfig(
+            f"not queue setting(s): {', '.join(sorted(unknown))}; known: {', '.join(PERSISTED)}"
+        )
+    return settings
 
 
 class _LoopThread:
@@ -301,6 +325,16 @@ class Queue:
     def redrive(self, ids: Iterable[str] | None = None) -> int:
         """Move dead messages (all, or those named) back to pending; how many moved."""
         return self._run(self._aq.redrive(ids))
+
+    def discard(self, ids: Iterable[str]) -> int:
+        """Remove dead letters for good (e.g. once copied to another queue); how many.
+        MessageNotFound, and nothing removed, if one of ``ids`` is not a dead letter."""
+        return self._run(self._aq.discard(ids))
+
+    def configure(self, **settings: Any) -> dict[str, Setting]:
+        """Change queue settings (those of ``s3q.config.PERSISTED``) of the open queue, in
+        force at once and saved with it; the saved settings now in force."""
+        return self._run(self._aq.configure(**settings))
 
     def cleanup(self) -> int:
         """Forget completed messages past ``completed_retention``; how many were forgotten."""

@@ -714,13 +714,24 @@ def watch_stats(url: str, every: float) -> None:
     metavar="URL",
     help="URL the other brokers of a cluster reach this one at [default: http://HOST:PORT].",
 )
+@click.option(
+    "--sqs-credentials",
+    type=click.Path(exists=True, dir_okay=False),
+    help="SQS access keys, ACCESS_KEY_ID:SECRET per line (also $S3Q_SQS_CREDENTIALS, "
+    "comma-separated): SQS requests must be SigV4-signed with one.",
+)
 @store_option
 @friendly_errors
 def serve(
-    host: str, port: int, token_file: str | None, advertise: str | None, store: str | None
+    host: str,
+    port: int,
+    token_file: str | None,
+    advertise: str | None,
+    sqs_credentials: str | None,
+    store: str | None,
 ) -> None:
     """Serve every queue of the store over HTTP (native API; /openapi.json), with a web
-    dashboard at / (prints its URL once listening).
+    dashboard at / (prints its URL once listening) and an SQS-compatible API on POST /.
 
     Run it on several hosts over one store for a cluster: each queue is led by one broker,
     the others forward to it and take over when it dies.
@@ -734,7 +745,15 @@ def serve(
         click.echo(f"s3q broker serving {shown(where)}\ndashboard: {url}")
         sys.stdout.flush()
 
-    run(where, host=host, port=port, token_file=token_file, advertise=advertise, on_ready=ready)
+    run(
+        where,
+        host=host,
+        port=port,
+        token_file=token_file,
+        advertise=advertise,
+        sqs_credentials=sqs_credentials,
+        on_ready=ready,
+    )
 
 
 @main.command()

@@ -42,6 +42,7 @@ from .broker.wire import (
     exception_of,
 )
 from .collector import CompactionReport
+from .config import Setting
 from .errors import InvalidArgument, QueueClosed, S3QError, StoreError, Unavailable
 from .message import Message, MessageStatus, QueueStats
 
@@ -93,6 +94,10 @@ class _Moved(msgspec.Struct):
 
 class _Removed(msgspec.Struct):
     removed: int
+
+
+class _Settings(msgspec.Struct):
+    settings: dict[str, Setting]
 
 
 class _Queues(msgspec.Struct):
@@ -353,6 +358,16 @@ class _Protocol:
         body = {"ids": None if ids is None else list(ids)}
         return _Call("POST", f"{self.base}/redrive", _Moved, lambda a: a.moved, body)
 
+    def discard(self, ids: Iterable[str]) -> _Call[int]:
+        if isinstance(ids, str):
+            raise InvalidArgument("discard takes a list of ids, not a single string")
+        body = {"ids": list(ids)}
+        return _Call("POST", f"{self.base}/discard", _Removed, lambda a: a.removed, body)
+
+    def configure(self, settings: dict[str, Any]) -> _Call[dict[str, Setting]]:
+        body = {"settings": settings}
+        return _Call("POST", f"{self.base}/configure", _Settings, lambda a: a.settings, body)
+
     def cleanup(self) -> _Call[int]:
         return _Call("POST", f"{self.base}/cleanup", _Removed, lambda a: a.removed, {})
 
@@ -542,6 +557,14 @@ class RemoteQueue:
     def redrive(self, ids: Iterable[str] | None = None) -> int:
         """Move dead messages (all, or those named) back to pending; how many moved."""
         return self._client._run(self._p.redrive(ids))
+
+    def discard(self, ids: Iterable[str]) -> int:
+        """Remove dead letters for good (e.g. once copied to another queue); how many."""
+        return self._client._run(self._p.discard(ids))
+
+    def configure(self, **settings: Any) -> dict[str, Setting]:
+        """Change saved queue settings (``s3q.config.PERSISTED``); the settings now in force."""
+        return self._client._run(self._p.configure(settings))
 
     def cleanup(self) -> int:
         """Forget completed messages past ``completed_retention``; how many were forgotten."""
@@ -750,6 +773,14 @@ class AsyncRemoteQueue:
     async def redrive(self, ids: Iterable[str] | None = None) -> int:
         """Move dead messages (all, or those named) back to pending; how many moved."""
         return await self._client._run(self._p.redrive(ids))
+
+    async def discard(self, ids: Iterable[str]) -> int:
+        """Remove dead letters for good (e.g. once copied to another queue); how many."""
+        return await self._client._run(self._p.discard(ids))
+
+    async def configure(self, **settings: Any) -> dict[str, Setting]:
+        """Change saved queue settings (``s3q.config.PERSISTED``); the settings now in force."""
+        return await self._client._run(self._p.configure(settings))
 
     async def cleanup(self) -> int:
         """Forget completed messages past ``completed_retention``; how many were forgotten."""

@@ -36,6 +36,7 @@ class QueueConfig:
     checkpoint_interval: float = 60.0
     gc_grace: float = 300.0
     clock: Callable[[], float] = time.time
+    attributes: dict[str, str] | None = None  # free-form queue metadata, saved with the queue
     #: where this writer's broker answers (``http://host:port``), written into the writer lease
     #: so that other brokers over the same store forward the queue's requests there
     writer_address: str | None = None
@@ -60,6 +61,7 @@ class QueueConfig:
             _seconds(name, getattr(self, name), allow_zero=False)
         if not callable(self.clock):
             raise InvalidConfig("clock must be a callable returning unix seconds")
+        _attributes(self.attributes)
 
 
 _QUEUE_OPTIONS = frozenset(f.name for f in fields(QueueConfig))
@@ -75,8 +77,9 @@ PERSISTED = (
     "max_queue_depth",
     "dedup_window",
     "completed_retention",
+    "attributes",
 )
-Setting = int | float | None
+Setting = int | float | dict[str, str] | None
 
 
 def queue_settings(config: QueueConfig) -> dict[str, Setting]:
@@ -119,3 +122,13 @@ def _seconds(name: str, value: object, *, allow_zero: bool) -> None:
     if not ok:
         bound = ">= 0" if allow_zero else "> 0"
         raise InvalidConfig(f"{name} must be a finite number of seconds {bound}, got {value!r}")
+
+
+def _attributes(value: object) -> None:
+    if value is None:
+        return
+    ok = isinstance(value, dict) and all(
+        isinstance(k, str) and k and isinstance(v, str) for k, v in value.items()
+    )
+    if not ok:
+        raise InvalidConfig(f"attributes must be a dict of non-empty str to str, got {value!r}")

@@ -45,6 +45,7 @@ from .ops import (
     Bury,
     Complete,
     Configure,
+    Discard,
     Enqueue,
     Extend,
     Fail,
@@ -754,6 +755,32 @@ class Engine:
         self._cache.clear()
         await self._durable_after(batch)
         return count
+
+    async def discard(self, ids: list[str]) -> int:
+        self._check()
+        await self._sweep()
+        chosen = list(dict.fromkeys(ids))
+        for mid in chosen:
+            if mid not in self.state.dead:
+                raise MessageNotFound(f"message {mid!r} is not a dead letter of {self.store.url}")
+        if not chosen:
+            return 0
+        for mid in chosen:
+            self._cache.pop(mid)
+        await self._durable_after(self._add(Discard(chosen, self.clock())))
+        return len(chosen)
+
+    async def configure(self, settings: dict[str, Setting]) -> dict[str, Setting]:
+        """Change persisted settings of the open queue: in force at once, logged like those
+        an ``open`` gives. The persisted settings now in force."""
+        self._check()
+        config = dataclasses.replace(self.config, **settings)  # type: ignore[arg-type]
+        changed = {k: v for k, v in settings.items() if getattr(self.config, k) != v}
+        self.config = config
+        if changed:
+            self._notify()  # a long poll re-reads the settings it depends on
+            await self._durable_after(self._add(Configure(changed)))
+        return queue_settings(self.config)
 
     # -- payloads --------------------------------------------------------------------------------
 

@@ -100,14 +100,22 @@ class Prune(Op, tag="z", frozen=True):
 
 
 class Configure(Op, tag="k", frozen=True):
-    """Queue settings (``s3q.config.PERSISTED``) given by an ``open``, in force from here on."""
+    """Queue settings (``s3q.config.PERSISTED``) given by an ``open`` or a ``configure``, in
+    force from here on."""
 
-    settings: dict[str, int | float | None]
+    settings: dict[str, int | float | dict[str, str] | None]
 
 
 class Purge(Op, tag="p", frozen=True):
     """Every message not completed is removed."""
 
+    at: float
+
+
+class Discard(Op, tag="d", frozen=True):
+    """Dead letters removed for good (e.g. once moved to another queue)."""
+
+    ids: list[str]
     at: float
 
 
@@ -125,4 +133,5 @@ AnyOp = (
     | Prune
     | Configure
     | Purge
+    | Discard
 )

@@ -20,6 +20,7 @@ from .ops import (
     Bury,
     Complete,
     Configure,
+    Discard,
     Enqueue,
     Extend,
     Fail,
@@ -74,7 +75,7 @@ class Snapshot(msgspec.Struct, array_like=True):
     dedup: list[tuple[str, str, float]]  # (dedup_id, message id, enqueued_at)
     seg_bytes: dict[int, int]
     garbage: list[tuple[int, str]]
-    settings: dict[str, int | float | None] = {}
+    settings: dict[str, int | float | dict[str, str] | None] = {}
 
 
 class QueueState:
@@ -104,7 +105,7 @@ class QueueState:
         self.garbage: list[tuple[int, str]] = []  # (seq it became garbage at, object key)
         self.pruned = 0  # how much the last Prune forgot
         self._sizes: dict[int, int] = {}
-        self.settings: dict[str, int | float | None] = {}  # saved with the queue
+        self.settings: dict[str, int | float | dict[str, str] | None] = {}  # saved with the queue
 
     # -- folding the log -------------------------------------------------------------------------
 
@@ -165,6 +166,9 @@ class QueueState:
             self.settings.update(op.settings)
         elif isinstance(op, Purge):
             self._purge()
+        elif isinstance(op, Discard):
+            for mid in op.ids:
+                self._discard(self.messages[mid])
         elif not isinstance(op, Open):  # pragma: no cover - the union is closed
             raise TypeError(f"unknown operation {op!r}")
 
@@ -248,6 +252,10 @@ class QueueState:
         if rec.group is not None:
             self._groups.setdefault(rec.group, deque()).append(rec.id)
         self._schedule(rec)
+
+    def _discard(self, rec: Rec) -> None:
+        del self.dead[rec.id], self.messages[rec.id]
+        self._release(rec)
 
     def _purge(self) -> None:
         for mid in [m for m, r in self.messages.items() if r.state != DONE]:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .server import check_exposure, load_tokens, serve
+from .server import check_exposure, load_sqs_keys, load_tokens, serve
 
 if TYPE_CHECKING:
     from .app import create_app
     from .registry import QueueRegistry
 
-__all__ = ["QueueRegistry", "check_exposure", "create_app", "load_tokens", "serve"]
+__all__ = ["QueueRegistry", "check_exposure", "create_app", "load_sqs_keys", "load_tokens", "serve"]
 
 
 def __getattr__(name: str) -> Any:

@@ -16,7 +16,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import InvalidArgument, S3QError, StoreError, WriterFenced
-from . import dashboard, openapi
+from . import dashboard, openapi, sqs
 from .metrics import CONTENT_TYPE as METRICS_TYPE
 from .metrics import BrokerMetrics
 from .registry import QueueRegistry
@@ -40,6 +40,7 @@ def create_app(
     *,
     tokens: set[str] | None = None,
     options: dict[str, Any] | None = None,
+    sqs_keys: dict[str, str] | None = None,
     address: str | None = None,
     failover_timeout: float = 30.0,
 ) -> Starlette:
@@ -50,6 +51,8 @@ def create_app(
     passed to ``s3q.open_async`` for every queue opened. ``address``: the URL other brokers of
     the cluster reach this one at; a queue another broker leads is served by forwarding to it,
     and taken over when that broker is gone (waiting up to ``failover_timeout`` seconds).
+    ``sqs_keys``: access key id -> secret; when given, every request to the SQS endpoint
+    (``POST /``) must be SigV4-signed with one of them (see docs/sqs.md).
     """
     peer_token = min(t for t in tokens) if tokens else None
     metrics = BrokerMetrics()
@@ -91,6 +94,7 @@ def create_app(
     routes += dashboard.routes(
         registry, metrics, lambda request: _authorize(request, secrets), auth=bool(secrets)
     )
+    routes.append(sqs.route(registry, sqs_keys, deny_unsigned=bool(secrets), metrics=metrics))
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.registry = registry
     return app

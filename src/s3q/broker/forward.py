@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..client import AsyncClient, AsyncRemoteQueue
 from ..collector import CompactionReport
+from ..config import Setting
 from ..errors import QueueClosed, Unavailable
 from ..message import Message, MessageStatus, QueueStats
 from .wire import BrokerUnreachable
@@ -148,6 +149,13 @@ class ForwardedQueue:
     async def redrive(self, ids: Iterable[str] | None = None) -> int:
         listed = None if ids is None else list(ids)
         return await self._call(lambda q: q.redrive(listed))
+
+    async def discard(self, ids: Iterable[str]) -> int:
+        listed = list(ids)
+        return await self._call(lambda q: q.discard(listed))
+
+    async def configure(self, **settings: Any) -> dict[str, Setting]:
+        return await self._call(lambda q: q.configure(**settings))
 
     async def cleanup(self) -> int:
         return await self._call(lambda q: q.cleanup())

@@ -163,6 +163,12 @@ class QueueRegistry:
             with contextlib.suppress(Exception):
                 await queue.close()
 
+    async def close_queue(self, name: str) -> None:
+        """Close queue ``name`` if it is open here, and forget it (e.g. before deleting it)."""
+        queue = self._queues.pop(name, None)
+        if queue is not None:
+            await queue.close()
+
     async def close(self) -> None:
         """Close every queue: pending commits finish and the writer leases are released."""
         self._closed = True

@@ -14,8 +14,10 @@ from typing import Any, Literal
 from starlette.requests import Request
 
 from ..api import AsyncQueue
+from ..errors import InvalidArgument
 from .forward import FORWARDED, ForwardedQueue
 from .registry import QueueRegistry
+from .wire import QUEUE_NAME_PATTERN
 
 
 @dataclass
@@ -90,7 +92,7 @@ ITEM = {
 MESSAGES = obj(messages={"type": "array", "items": ref("Message")})
 EMPTY: dict[str, Any] = {"type": "object"}
 
-NAME = Param("name", "path", {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,80}$"}, True)
+NAME = Param("name", "path", {"type": "string", "pattern": QUEUE_NAME_PATTERN}, True)
 
 
 def body(name: str, schema: dict[str, Any], required: bool = False, doc: str = "") -> Param:
@@ -161,6 +163,17 @@ async def dead_letters(call: Call) -> Any:
 
 async def redrive(call: Call) -> Any:
     return {"moved": await (await call.queue()).redrive(**call.args)}
+
+
+async def discard(call: Call) -> Any:
+    return {"removed": await (await call.queue()).discard(call.args["ids"])}
+
+
+async def configure(call: Call) -> Any:
+    settings = call.args.get("settings") or {}
+    if not isinstance(settings, dict):
+        raise InvalidArgument("settings must be a map of setting names to values")
+    return {"settings": await (await call.queue()).configure(**settings)}
 
 
 async def cleanup(call: Call) -> Any:
@@ -314,6 +327,24 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         redrive,
         (NAME, body("ids", {"type": ["array", "null"], "items": STR})),
         obj(moved=INT),
+    ),
+    Endpoint(
+        "POST",
+        f"{Q}/discard",
+        "discard",
+        "Remove dead letters for good",
+        discard,
+        (NAME, body("ids", STRS, True)),
+        obj(removed=INT),
+    ),
+    Endpoint(
+        "POST",
+        f"{Q}/configure",
+        "configure",
+        "Change saved queue settings; the settings in force",
+        configure,
+        (NAME, body("settings", {"type": "object"}, doc="max_attempts, attributes, …")),
+        obj(settings={"type": "object"}),
     ),
     Endpoint(
         "POST",

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .registry import QueueRegistry
 
 TOKENS_ENV = "S3Q_TOKENS"
+SQS_CREDENTIALS_ENV = "S3Q_SQS_CREDENTIALS"
 LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 
 
@@ -33,6 +34,27 @@ def load_tokens(
     return tokens
 
 
+def load_sqs_keys(
+    credentials_file: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """SQS access keys (id -> secret) from ``credentials_file`` (``ACCESS_KEY_ID:SECRET`` per
+    line; blank lines and ``#`` comments skipped) and ``$S3Q_SQS_CREDENTIALS``
+    (``AKID:SECRET,AKID2:SECRET2``). InvalidConfig for a malformed entry."""
+    env = os.environ if env is None else env
+    entries = [e for e in env.get(SQS_CREDENTIALS_ENV, "").split(",") if e.strip()]
+    if credentials_file is not None:
+        for line in Path(credentials_file).read_text().splitlines():
+            if line.strip() and not line.strip().startswith("#"):
+                entries.append(line)
+    keys: dict[str, str] = {}
+    for entry in entries:
+        key_id, sep, secret = entry.strip().partition(":")
+        if not sep or not key_id or not secret:
+            raise InvalidConfig("SQS credentials must be ACCESS_KEY_ID:SECRET entries")
+        keys[key_id] = secret
+    return keys
+
+
 def is_loopback(host: str) -> bool:
     """Whether ``host`` only listens on this machine."""
     if host.lower() in LOOPBACK_NAMES:
@@ -44,11 +66,15 @@ def is_loopback(host: str) -> bool:
 
 
 def check_exposure(host: str, tokens: set[str] | None) -> None:
-    """Refuse to serve a non-loopback address without authentication."""
+    """Refuse to serve a non-loopback address without authentication.
+
+    Only bearer tokens count: SQS access keys protect the SQS endpoint alone, and a broker with
+    tokens but no SQS keys refuses every SQS request, so no API is left open.
+    """
     if not tokens and not is_loopback(host):
         raise InvalidConfig(
-            f"refusing to listen on {host} without tokens: give --token-file or ${TOKENS_ENV}, "
-            "or listen on 127.0.0.1"
+            f"refusing to listen on {host} without tokens: give --token-file or ${TOKENS_ENV} "
+            "(SQS access keys alone leave the native API open), or listen on 127.0.0.1"
         )
 
 
@@ -69,6 +95,8 @@ def serve(
     tokens: set[str] | None = None,
     *,
     token_file: str | os.PathLike[str] | None = None,
+    sqs_keys: dict[str, str] | None = None,
+    sqs_credentials: str | os.PathLike[str] | None = None,
     options: dict[str, Any] | None = None,
     advertise: str | None = None,
     graceful_timeout: int = 10,
@@ -78,7 +106,9 @@ def serve(
     """Serve every queue of ``store`` over HTTP until SIGTERM or Ctrl-C.
 
     ``tokens`` (plus those of ``token_file`` and ``$S3Q_TOKENS``): when any, every request needs
-    one as a bearer token; listening beyond loopback without any raises InvalidConfig. On
+    one as a bearer token; listening beyond loopback without any raises InvalidConfig.
+    ``sqs_keys`` (plus those of ``sqs_credentials`` and ``$S3Q_SQS_CREDENTIALS``): access key
+    id -> secret; when any, requests to the SQS endpoint must be SigV4-signed with one. On
     SIGTERM uvicorn stops accepting, lets requests in flight finish (``graceful_timeout``
     seconds at most), then every queue is closed: pending commits finish, leases are released.
 
@@ -96,8 +126,9 @@ def serve(
         ) from None
 
     all_tokens = set(tokens or ()) | load_tokens(token_file)
+    keys = {**load_sqs_keys(sqs_credentials), **(sqs_keys or {})}
     check_exposure(host, all_tokens)
-    app = create_app(store, tokens=all_tokens, options=options, address=advertise)
+    app = create_app(store, tokens=all_tokens, options=options, address=advertise, sqs_keys=keys)
     registry: QueueRegistry = app.state.registry
     config = uvicorn.Config(
         app,

@@ -30,7 +30,9 @@ from ..errors import (
 MSGPACK = "application/msgpack"
 JSON = "application/json"
 API_PREFIX = "/v1"
-QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
+# 1 to 80 of A-Z a-z 0-9 _ -, or up to 75 of them and ".fifo" (an SQS FIFO queue's name)
+QUEUE_NAME_PATTERN = r"^(?:[A-Za-z0-9_-]{1,80}|[A-Za-z0-9_-]{1,75}\.fifo)$"
+QUEUE_NAME = re.compile(QUEUE_NAME_PATTERN)
 
 
 class BrokerError(S3QError):
@@ -86,9 +88,12 @@ ERRORS: dict[str, type[S3QError]] = {
 
 
 def check_name(name: object) -> str:
-    """A queue name: 1 to 80 of ``A-Z a-z 0-9 _ -``; InvalidArgument otherwise."""
+    """A queue name: 1 to 80 of ``A-Z a-z 0-9 _ -``, the last 5 possibly ``.fifo`` (as SQS
+    names FIFO queues); InvalidArgument otherwise."""
     if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
-        raise InvalidArgument(f"queue name must match [A-Za-z0-9_-]{{1,80}}, got {name!r}")
+        raise InvalidArgument(
+            f"queue name must be 1 to 80 of A-Z a-z 0-9 _ - (the last 5 may be .fifo), got {name!r}"
+        )
     return name
 
 

@@ -1,0 +1,681 @@
+"""The SQS actions, each on top of the queue registry and the public AsyncQueue methods.
+
+Semantics (see docs/sqs.md): MessageGroupId is the s3q group (FIFO queues), a deduplication id
+the s3q dedup id, ApproximateReceiveCount the attempts, SentTimestamp the enqueue time, and a
+receipt handle wraps the s3q receipt. Dead letters of a queue with a RedrivePolicy are moved
+to its dead-letter queue lazily: on ReceiveMessage and GetQueueAttributes of either queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+
+from ...api import AsyncQueue
+from ...config import Setting
+from ...errors import InvalidArgument, MessageNotFound, ReceiptExpired, S3QError
+from ...message import Message, MessageStatus
+from ..forward import ForwardedQueue
+from ..registry import QueueRegistry
+from ..wire import check_name
+from . import handles, messages, queues, shapes
+from .catalog import Catalog, Entry
+from .digest import md5_of_attributes, md5_of_body
+from .protocol import SqsError, invalid
+
+log = logging.getLogger("s3q.broker.sqs")
+
+AnyQueue = AsyncQueue | ForwardedQueue  # a queue this broker leads, or one another broker does
+
+MAX_BATCH = 10
+MAX_BATCH_BYTES = 1024 * 1024
+MAX_LIST = 1000
+MAX_MOVE = 1000  # dead letters moved to a dead-letter queue at a time
+BATCH_ID = re.compile(r"[A-Za-z0-9_-]{1,80}")
+TAG = "sqstag."  # queue tags, in the queue's saved attributes
+
+
+def does_not_exist() -> SqsError:
+    return SqsError("QueueDoesNotExist", "The specified queue does not exist.")
+
+
+@dataclass
+class Call:
+    """One SQS request: its HTTP request, and the queue it named once known."""
+
+    request: Request
+    queue: str | None = None
+
+
+@dataclass
+class Service:
+    """Every SQS action over the queues of one broker."""
+
+    registry: QueueRegistry
+    catalog: Catalog
+    _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+
+    def _lock(self, key: str) -> asyncio.Lock:
+        return self._locks.setdefault(key, asyncio.Lock())
+
+    # -- queues by name and URL ----------------------------------------------------------------
+
+    def url_of(self, call: Call, name: str) -> str:
+        request = call.request
+        host = request.headers.get("host") or f"{request.url.hostname}:{request.url.port}"
+        return f"{request.url.scheme}://{host}/{queues.ACCOUNT}/{name}"
+
+    async def _named(self, call: Call, name: str) -> tuple[str, AnyQueue]:
+        try:
+            check_name(name)
+        except InvalidArgument:
+            raise does_not_exist() from None
+        call.queue = name
+        if await self.catalog.get(name) is None:
+            raise does_not_exist()
+        return name, await self.registry.get(name)
+
+    async def _by_url(self, call: Call, url: str) -> tuple[str, AnyQueue]:
+        return await self._named(call, url.rstrip("/").rsplit("/", 1)[-1])
+
+    # -- queue actions ---------------------------------------------------------------------------
+
+    async def create_queue(self, call: Call, req: shapes.CreateQueue) -> Any:
+        name = req.QueueName
+        try:
+            check_name(name)
+        except InvalidArgument:
+            raise invalid(
+                "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in "
+                "length (a FIFO queue's name ends with .fifo)."
+            ) from None
+        call.queue = name
+        checked = queues.check(name, req.Attributes, creating=True)
+        target = await self._check_target(name, checked)
+        async with self._lock(name):
+            entry = await self.catalog.get(name)
+            queue = await self.registry.get(name)
+            settings = await queue.configure()
+            if entry is not None:
+                now_values = queues.current(name, settings)
+                for attribute, value in checked.items():
+                    unset = "false" if attribute == "FifoQueue" else ""
+                    if now_values.get(attribute, unset) != value:
+                        raise SqsError(
+                            "QueueNameExists",
+                            "A queue already exists with the same name and a different value "
+                            f"for attribute {attribute}",
+                        )
+                return {"QueueUrl": self.url_of(call, name)}
+            stamp = str(int(time.time()))
+            saved = {
+                k: v
+                for k, v in queues.saved_of(settings).items()
+                if not k.startswith((queues.KEY, TAG))
+            }
+            saved[queues.KEY + "CreatedTimestamp"] = saved[queues.KEY + "LastModifiedTimestamp"] = (
+                stamp
+            )
+            saved.update((TAG + k, v) for k, v in req.tags.items())
+            full = {
+                "VisibilityTimeout": queues.DEFAULTS["VisibilityTimeout"],
+                "MaximumMessageSize": queues.DEFAULTS["MaximumMessageSize"],
+                "RedrivePolicy": "",
+                **checked,
+            }
+            await queue.configure(**queues.settings_for(full, saved), dedup_window=300.0)
+            await self.catalog.put(name, Entry(time.time(), target))
+        return {"QueueUrl": self.url_of(call, name)}
+
+    async def _check_target(self, name: str, checked: dict[str, str]) -> str | None:
+        policy = queues.redrive_policy(checked.get("RedrivePolicy", ""))
+        if policy is None:
+            return None
+        target = policy[0]
+        if await self.catalog.get(target) is None:
+            raise invalid(
+                f"Value {checked['RedrivePolicy']} for parameter RedrivePolicy is invalid. "
+                "Reason: Dead-letter target does not exist."
+            )
+        if queues.is_fifo(target) != queues.is_fifo(name) or target == name:
+            raise invalid(
+                f"Value {checked['RedrivePolicy']} for parameter RedrivePolicy is invalid. "
+                "Reason: the dead-letter queue must be another queue of the same type."
+            )
+        return target
+
+    async def get_queue_url(self, call: Call, req: shapes.ByName) -> Any:
+        name, _ = await self._named(call, req.QueueName)
+        return {"QueueUrl": self.url_of(call, name)}
+
+    async def list_queues(self, call: Call, req: shapes.ListQueues) -> Any:
+        prefix = req.QueueNamePrefix or ""
+        names = [
+            n for n in sorted(await self.catalog.entries(refresh=True)) if n.startswith(prefix)
+        ]
+        return _page(
+            names, req.MaxResults, req.NextToken, "QueueUrls", lambda n: self.url_of(call, n)
+        )
+
+    async def delete_queue(self, call: Call, req: shapes.ByUrl) -> Any:
+        name, queue = await self._by_url(call, req.QueueUrl)
+        if isinstance(queue, ForwardedQueue):
+            raise SqsError(
+                "UnsupportedOperation",
+                f"queue {name} is led by the broker at {queue.leader}: send DeleteQueue there",
+            )
+        async with self._lock(name):
+            await self.catalog.remove(name)
+            await self.registry.close_queue(name)
+            await self.catalog.delete_objects(name)
+        return {}
+
+    async def purge_queue(self, call: Call, req: shapes.ByUrl) -> Any:
+        _, queue = await self._by_url(call, req.QueueUrl)
+        await queue.purge()
+        return {}
+
+    async def get_queue_attributes(self, call: Call, req: shapes.GetQueueAttributes) -> Any:
+        name, queue = await self._by_url(call, req.QueueUrl)
+        wanted = set(req.AttributeNames)
+        unknown = wanted - queues.ALL - {"All"}
+        if unknown:
+            raise SqsError("InvalidAttributeName", f"Unknown Attribute {sorted(unknown)[0]}.")
+        if not wanted:
+            return {}
+        settings = await queue.configure()
+        values = queues.current(name, settings)
+        if "All" in wanted or wanted & queues.COUNTS:
+            await self._redrive(name, settings)
+            stats = await queue.stats()
+            values["ApproximateNumberOfMessages"] = str(stats.pending)
+            values["ApproximateNumberOfMessagesNotVisible"] = str(stats.processing)
+            values["ApproximateNumberOfMessagesDelayed"] = str(stats.delayed + stats.retry)
+        values["QueueArn"] = queues.arn(name)
+        for which in ("CreatedTimestamp", "LastModifiedTimestamp"):
+            stamp = queues.timestamp(settings, which)
+            if stamp is not None:
+                values[which] = stamp
+        if "All" not in wanted:
+            values = {k: v for k, v in values.items() if k in wanted}
+        return {"Attributes": values} if values else {}
+
+    async def set_queue_attributes(self, call: Call, req: shapes.SetQueueAttributes) -> Any:
+        name, queue = await self._by_url(call, req.QueueUrl)
+        checked = queues.check(name, req.Attributes, creating=False)
+        target = await self._check_target(name, checked)
+        async with self._lock(name):
+            saved = queues.saved_of(await queue.configure())
+            saved[queues.KEY + "LastModifiedTimestamp"] = str(int(time.time()))
+            await queue.configure(**queues.settings_for(checked, saved))
+            if "RedrivePolicy" in checked:
+                entry = await self.catalog.get(name)
+                created = entry.created if entry is not None else time.time()
+                await self.catalog.put(name, Entry(created, target))
+        return {}
+
+    async def list_dead_letter_source_queues(self, call: Call, req: shapes.ListSources) -> Any:
+        name, _ = await self._by_url(call, req.QueueUrl)
+        await self.catalog.entries(refresh=True)
+        sources = self.catalog.sources(name)
+        return _page(
+            sources, req.MaxResults, req.NextToken, "queueUrls", lambda n: self.url_of(call, n)
+        )
+
+    async def tag_queue(self, call: Call, req: shapes.TagQueue) -> Any:
+        await self._retag(
+            call,
+            req.QueueUrl,
+            lambda saved: saved.update((TAG + k, v) for k, v in req.Tags.items()),
+        )
+        return {}
+
+    async def untag_queue(self, call: Call, req: shapes.UntagQueue) -> Any:
+        def untag(saved: dict[str, str]) -> None:
+            for key in req.TagKeys:
+                saved.pop(TAG + key, None)
+
+        await self._retag(call, req.QueueUrl, untag)
+        return {}
+
+    async def _retag(self, call: Call, url: str, change: Callable[[dict[str, str]], None]) -> None:
+        name, queue = await self._by_url(call, url)
+        async with self._lock(name):
+            saved = queues.saved_of(await queue.configure())
+            change(saved)
+            await queue.configure(attributes=saved)
+
+    async def list_queue_tags(self, call: Call, req: shapes.ByUrl) -> Any:
+        _, queue = await self._by_url(call, req.QueueUrl)
+        saved = queues.saved_of(await queue.configure())
+        tags = {k[len(TAG) :]: v for k, v in saved.items() if k.startswith(TAG)}
+        return {"Tags": tags} if tags else {}
+
+    # -- sending ---------------------------------------------------------------------------------
+
+    def _item(
+        self, name: str, settings: dict[str, Setting], fields: shapes.MessageFields
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What to enqueue for one message, and the digests to answer with."""
+        body = fields.MessageBody
+        messages.check_body(body)
+        attributes, system = fields.MessageAttributes, fields.MessageSystemAttributes
+        messages.check_attributes(attributes)
+        messages.check_attributes(system, system=True)
+        limit = settings.get("max_message_size")
+        if isinstance(limit, int) and messages.size_of(body, attributes) > limit:
+            raise invalid(
+                f"One or more parameters are invalid. Reason: Message must be shorter than "
+                f"{limit} bytes."
+            )
+        values = queues.current(name, settings)
+        fifo = queues.is_fifo(name)
+        delay = fields.DelaySeconds
+        if delay is not None:
+            if not 0 <= delay <= 900:
+                raise invalid(
+                    f"Value {delay} for parameter DelaySeconds is invalid. Reason: must be >= 0 "
+                    "and <= 900."
+                )
+            if fifo:
+                raise invalid(
+                    f"Value {delay} for parameter DelaySeconds is invalid. Reason: The request "
+                    "include parameter that is not valid for this queue type."
+                )
+        else:
+            delay = int(values.get("DelaySeconds", "0"))
+        group = dedup = None
+        extra: dict[str, str] = {}
+        if fifo:
+            if fields.MessageGroupId is None:
+                raise SqsError(
+                    "MissingParameter", "The request must contain the parameter MessageGroupId."
+                )
+            group = messages.check_id_text("MessageGroupId", fields.MessageGroupId)
+            if fields.MessageDeduplicationId is not None:
+                dedup = messages.check_id_text(
+                    "MessageDeduplicationId", fields.MessageDeduplicationId
+                )
+            elif values.get("ContentBasedDeduplication") == "true":
+                dedup = hashlib.sha256(body.encode("utf-8")).hexdigest()
+            else:
+                raise invalid(
+                    "The queue should either have ContentBasedDeduplication enabled or "
+                    "MessageDeduplicationId provided explicitly"
+                )
+        else:
+            if fields.MessageDeduplicationId is not None:
+                raise invalid(
+                    f"Value {fields.MessageDeduplicationId} for parameter MessageDeduplicationId "
+                    "is invalid. Reason: The request includes a parameter that is not valid for "
+                    "this queue type."
+                )
+            if fields.MessageGroupId is not None:
+                extra[messages.GROUP] = messages.check_id_text(
+                    "MessageGroupId", fields.MessageGroupId
+                )
+        item = {
+            "payload": body.encode("utf-8"),
+            "priority": messages.priority_of(attributes),
+            "delay": float(delay),
+            "dedup_id": dedup,
+            "group": group,
+            "attributes": messages.stored_attributes(attributes, system, extra),
+        }
+        answer: dict[str, Any] = {"MD5OfMessageBody": md5_of_body(body)}
+        if attributes:
+            answer["MD5OfMessageAttributes"] = md5_of_attributes(attributes)
+        if system:
+            answer["MD5OfMessageSystemAttributes"] = md5_of_attributes(system)
+        return item, answer
+
+    async def send_message(self, call: Call, req: shapes.SendMessage) -> Any:
+        name, queue = await self._by_url(call, req.QueueUrl)
+        item, answer = self._item(name, await queue.configure(), req)
+        [mid] = await queue.enqueue_batch([item])
+        return {**answer, "MessageId": mid, **_sequence(name, mid)}
+
+    async def send_message_batch(self, call: Call, req: shapes.SendMessageBatch) -> Any:
+        name, queue = await self._by_url(call, req.QueueUrl)
+        _check_batch(req.Entries)
+        size = sum(messages.size_of(e.MessageBody, e.MessageAttributes) for e in req.Entries)
+        if size > MAX_BATCH_BYTES:
+            raise SqsError(
+                "BatchRequestTooLong",
+                f"Batch requests cannot be longer than {MAX_BATCH_BYTES} bytes.",
+            )
+        settings = await queue.configure()
+        failed: list[dict[str, Any]] = []
+        ready: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+        for entry in req.Entries:
+            try:
+                item, answer = self._item(name, settings, entry)
+            except SqsError as exc:
+                failed.append(_failure(entry.Id, exc))
+            else:
+                ready.append((entry.Id, item, answer))
+        ids = await queue.enqueue_batch([item for _, item, _ in ready]) if ready else []
+        successful = [
+            {"Id": eid, "MessageId": mid, **answer, **_sequence(name, mid)}
+            for (eid, _, answer), mid in zip(ready, ids, strict=True)
+        ]
+        return {"Successful": successful, "Failed": failed}
+
+    # -- receiving -------------------------------------------------------------------------------
+
+    async def receive_message(self, call: Call, req: shapes.ReceiveMessage) -> Any:
+        name, queue = await self._by_url(call, req.QueueUrl)
+        count = _within("MaxNumberOfMessages", req.MaxNumberOfMessages, 1, 10, 1)
+        settings = await queue.configure()
+        values = queues.current(name, settings)
+        wait = _within(
+            "WaitTimeSeconds",
+            req.WaitTimeSeconds,
+            0,
+            20,
+            int(values.get("ReceiveMessageWaitTimeSeconds", "0")),
+        )
+        visibility: float | None = None
+        if req.VisibilityTimeout is not None:
+            seconds = _within("VisibilityTimeout", req.VisibilityTimeout, 0, 43200, 0)
+            visibility = float(seconds) or queues.MIN_VISIBILITY
+        await self._redrive(name, settings)
+        found = await queue.dequeue(count, visibility, float(wait))
+        target = queues.dead_letter_target(name, settings)
+        if target is not None:  # this receive may have made messages dead: move them now
+            await self._move(name, target)
+        if found and await call.request.is_disconnected():
+            await queue.release(found)  # a long poll whose client left: give the leases back
+            return {}
+        system = set(req.AttributeNames) | set(req.MessageSystemAttributeNames)
+        received = [self._received(name, m, system, req.MessageAttributeNames) for m in found]
+        return {"Messages": received} if received else {}
+
+    def _received(
+        self, name: str, message: Message, system: set[str], attribute_names: list[str]
+    ) -> dict[str, Any]:
+        body = message.payload.decode("utf-8", errors="replace")
+        answer: dict[str, Any] = {
+            "MessageId": message.id,
+            "ReceiptHandle": handles.encode(name, message),
+            "MD5OfBody": md5_of_body(body),
+            "Body": body,
+        }
+        everything = "All" in system
+        known: dict[str, str | None] = {
+            "SenderId": queues.ACCOUNT,
+            "SentTimestamp": str(int(message.enqueued_at * 1000)),
+            "ApproximateReceiveCount": str(message.attempts),
+            "AWSTraceHeader": messages.system_attribute(message, "AWSTraceHeader"),
+            "DeadLetterQueueSourceArn": messages.system_attribute(
+                message, "DeadLetterQueueSourceArn"
+            ),
+        }
+        if queues.is_fifo(name):
+            known["MessageGroupId"] = message.group
+            known["MessageDeduplicationId"] = message.dedup_id
+            known["SequenceNumber"] = _sequence(name, message.id).get("SequenceNumber")
+        else:
+            known["MessageGroupId"] = message.attributes.get(messages.GROUP)
+        attributes = {
+            k: v for k, v in known.items() if v is not None and (everything or k in system)
+        }
+        if attributes:
+            answer["Attributes"] = attributes
+        chosen = messages.select(messages.user_attributes(message), attribute_names)
+        if chosen:
+            answer["MessageAttributes"] = chosen
+            answer["MD5OfMessageAttributes"] = md5_of_attributes(chosen)
+        return answer
+
+    # -- acknowledging and leases ----------------------------------------------------------------
+
+    async def delete_message(self, call: Call, req: shapes.DeleteMessage) -> Any:
+        name, queue = await self._by_url(call, req.QueueUrl)
+        await self._delete(queue, *handles.decode(name, req.ReceiptHandle))
+        return {}
+
+    async def _delete(self, queue: AnyQueue, mid: str, receipt: str) -> None:
+        try:
+            await queue.complete(receipt)
+        except ReceiptExpired:
+            try:
+                status = await queue.status(mid)
+            except MessageNotFound:
+                status = None
+            if status is not MessageStatus.COMPLETED:  # already deleted: fine, as in SQS
+                raise SqsError(
+                    "ReceiptHandleIsInvalid",
+                    "The receipt handle has expired: the message was received again since, "
+                    "moved to the dead-letter queue, or purged.",
+                ) from None
+
+    async def delete_message_batch(self, call: Call, req: shapes.DeleteMessageBatch) -> Any:
+        name, queue = await self._by_url(call, req.QueueUrl)
+        _check_batch(req.Entries)
+        failed: list[dict[str, Any]] = []
+        ready: list[tuple[str, str, str]] = []
+        for entry in req.Entries:
+            try:
+                ready.append((entry.Id, *handles.decode(name, entry.ReceiptHandle)))
+            except SqsError as exc:
+                failed.append(_failure(entry.Id, exc))
+        try:  # one commit for the whole batch, the usual case
+            await queue.complete_batch([receipt for _, _, receipt in ready])
+        except ReceiptExpired:  # some are stale: each on its own (still riding shared commits)
+            results = await asyncio.gather(
+                *(self._delete(queue, mid, receipt) for _, mid, receipt in ready),
+                return_exceptions=True,
+            )
+            done = []
+            for (eid, _, _), result in zip(ready, results, strict=True):
+                if isinstance(result, SqsError):
+                    failed.append(_failure(eid, result))
+                elif isinstance(result, BaseException):
+                    raise result from None
+                else:
+                    done.append(eid)
+            return {"Successful": [{"Id": eid} for eid in done], "Failed": failed}
+        return {"Successful": [{"Id": eid} for eid, _, _ in ready], "Failed": failed}
+
+    async def _change(self, queue: AnyQueue, handle: str, receipt: str, seconds: int) -> None:
+        _within("VisibilityTimeout", seconds, 0, 43200, 0)
+        try:
+            await queue.extend(receipt, float(seconds))
+        except ReceiptExpired:
+            raise SqsError(
+                "MessageNotInflight",
+                f"Value {handle} for parameter ReceiptHandle is invalid. Reason: Message does not "
+                "exist or is not available for visibility timeout change.",
+            ) from None
+
+    async def change_message_visibility(self, call: Call, req: shapes.ChangeVisibility) -> Any:
+        name, queue = await self._by_url(call, req.QueueUrl)
+        _, receipt = handles.decode(name, req.ReceiptHandle)
+        await self._change(queue, req.ReceiptHandle, receipt, req.VisibilityTimeout)
+        return {}
+
+    async def change_message_visibility_batch(
+        self, call: Call, req: shapes.ChangeVisibilityBatch
+    ) -> Any:
+        name, queue = await self._by_url(call, req.QueueUrl)
+        _check_batch(req.Entries)
+
+        async def change(entry: shapes.ChangeEntry) -> None:
+            _, receipt = handles.decode(name, entry.ReceiptHandle)
+            await self._change(queue, entry.ReceiptHandle, receipt, entry.VisibilityTimeout)
+
+        results = await asyncio.gather(*(change(e) for e in req.Entries), return_exceptions=True)
+        successful, failed = [], []
+        for entry, result in zip(req.Entries, results, strict=True):
+            if isinstance(result, SqsError):
+                failed.append(_failure(entry.Id, result))
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                successful.append({"Id": entry.Id})
+        return {"Successful": successful, "Failed": failed}
+
+    # -- dead-letter queues ----------------------------------------------------------------------
+
+    async def _redrive(self, name: str, settings: dict[str, Setting]) -> None:
+        """Move dead letters into their dead-letter queues: those of ``name`` if it has a
+        RedrivePolicy, and those of the queues whose dead-letter queue it is."""
+        await self.catalog.entries()
+        moves = [(source, name) for source in self.catalog.sources(name)]
+        target = queues.dead_letter_target(name, settings)
+        if target is not None:
+            moves.append((name, target))
+        for source, into in moves:
+            await self._move(source, into)
+
+    async def _move(self, source: str, target: str) -> None:
+        try:
+            await self._move_now(source, target)
+        except S3QError as exc:  # e.g. too large for the target: they wait in the source
+            log.warning("moving dead letters from %s to %s failed: %s", source, target, exc)
+
+    async def _move_now(self, source: str, target: str) -> None:
+        async with self._lock("redrive:" + source):
+            if await self.catalog.get(target) is None or await self.catalog.get(source) is None:
+                return
+            queue = await self.registry.get(source)
+            dead = await queue.dead_letters(MAX_MOVE)
+            if not dead:
+                return
+            origin = messages.system_value(queues.arn(source))
+            items = [
+                {
+                    "payload": m.payload,
+                    "priority": m.priority,
+                    "group": m.group,
+                    # a move retried after a crash enqueues nothing twice (within 5 minutes)
+                    "dedup_id": f"dlq:{source}:{m.id}",
+                    "attributes": {
+                        **m.attributes,
+                        messages.SYSTEM + "DeadLetterQueueSourceArn": origin,
+                    },
+                }
+                for m in dead
+            ]
+            await (await self.registry.get(target)).enqueue_batch(items)
+            await queue.discard([m.id for m in dead])
+            log.info("moved %d dead letter(s) from %s to %s", len(dead), source, target)
+
+
+def _sequence(name: str, mid: str) -> dict[str, str]:
+    """A FIFO message's SequenceNumber: its id (which sorts by time) as a number."""
+    if not queues.is_fifo(name):
+        return {}
+    try:
+        return {"SequenceNumber": str(int(mid, 16))}
+    except ValueError:
+        return {}
+
+
+def _within(what: str, value: int | None, low: int, high: int, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not low <= value <= high:
+        raise invalid(
+            f"Value {value} for parameter {what} is invalid. Reason: Must be between {low} and "
+            f"{high}, if provided."
+        )
+    return value
+
+
+def _check_batch(
+    entries: Iterable[shapes.DeleteEntry | shapes.SendEntry | shapes.ChangeEntry],
+) -> None:
+    ids = [e.Id for e in entries]
+    if not ids:
+        raise SqsError("EmptyBatchRequest", "There should be at least one entry in the request.")
+    if len(ids) > MAX_BATCH:
+        raise SqsError(
+            "TooManyEntriesInBatchRequest",
+            f"Maximum number of entries per request are {MAX_BATCH}. You have sent {len(ids)}.",
+        )
+    for eid in ids:
+        if not BATCH_ID.fullmatch(eid):
+            raise SqsError(
+                "InvalidBatchEntryId",
+                "A batch entry id can only contain alphanumeric characters, hyphens and "
+                "underscores. It can be at most 80 letters long.",
+            )
+    if len(set(ids)) != len(ids):
+        raise SqsError("BatchEntryIdsNotDistinct", "Two or more batch entries have the same Id.")
+
+
+def _failure(eid: str, error: SqsError) -> dict[str, Any]:
+    return {"Id": eid, "SenderFault": error.sender_fault, "Code": error.code, "Message": str(error)}
+
+
+def _page(
+    names: list[str],
+    max_results: int | None,
+    token: str | None,
+    key: str,
+    url: Callable[[str], str],
+) -> dict[str, Any]:
+    """One page of a listing: ``MaxResults`` (1-1000) names after ``NextToken``."""
+    if token:
+        try:
+            after = base64.urlsafe_b64decode(token.encode()).decode()
+        except (binascii.Error, ValueError):
+            raise invalid("Invalid NextToken value.") from None
+        names = [n for n in names if n > after]
+    limit = _within("MaxResults", max_results, 1, MAX_LIST, MAX_LIST)
+    page = names[:limit]
+    answer: dict[str, Any] = {key: [url(n) for n in page]} if page else {}
+    if max_results is not None and len(names) > limit:
+        answer["NextToken"] = base64.urlsafe_b64encode(page[-1].encode()).decode()
+    return answer
+
+
+Handler = Callable[[Service, Call, Any], Awaitable[Any]]
+
+#: Action name -> (request shape, handler).
+ACTIONS: dict[str, tuple[type[shapes.Shape], Handler]] = {
+    "CreateQueue": (shapes.CreateQueue, Service.create_queue),
+    "GetQueueUrl": (shapes.ByName, Service.get_queue_url),
+    "ListQueues": (shapes.ListQueues, Service.list_queues),
+    "DeleteQueue": (shapes.ByUrl, Service.delete_queue),
+    "PurgeQueue": (shapes.ByUrl, Service.purge_queue),
+    "GetQueueAttributes": (shapes.GetQueueAttributes, Service.get_queue_attributes),
+    "SetQueueAttributes": (shapes.SetQueueAttributes, Service.set_queue_attributes),
+    "ListDeadLetterSourceQueues": (shapes.ListSources, Service.list_dead_letter_source_queues),
+    "TagQueue": (shapes.TagQueue, Service.tag_queue),
+    "UntagQueue": (shapes.UntagQueue, Service.untag_queue),
+    "ListQueueTags": (shapes.ByUrl, Service.list_queue_tags),
+    "SendMessage": (shapes.SendMessage, Service.send_message),
+    "SendMessageBatch": (shapes.SendMessageBatch, Service.send_message_batch),
+    "ReceiveMessage": (shapes.ReceiveMessage, Service.receive_message),
+    "DeleteMessage": (shapes.DeleteMessage, Service.delete_message),
+    "DeleteMessageBatch": (shapes.DeleteMessageBatch, Service.delete_message_batch),
+    "ChangeMessageVisibility": (shapes.ChangeVisibility, Service.change_message_visibility),
+    "ChangeMessageVisibilityBatch": (
+        shapes.ChangeVisibilityBatch,
+        Service.change_message_visibility_batch,
+    ),
+}
+
+#: SQS actions this endpoint does not offer (UnsupportedOperation).
+UNSUPPORTED = frozenset(
+    {
+        "AddPermission",
+        "RemovePermission",
+        "StartMessageMoveTask",
+        "CancelMessageMoveTask",
+        "ListMessageMoveTasks",
+    }
+)

@@ -1,0 +1,156 @@
+"""The SQS endpoint: ``POST /`` on the broker's port, authenticated, dispatched to an action.
+
+Authentication: with access keys, every request must carry a valid SigV4 signature made with
+one of them. Without keys, a broker that has bearer tokens refuses every SQS request (it could
+not tell who sent it); a broker with neither accepts any request, signed or not (loopback
+development mode, like the native API without tokens).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ...config import STORE_OPTIONS
+from ...errors import (
+    InvalidArgument,
+    MessageNotFound,
+    QueueClosed,
+    QueueFull,
+    QueueLocked,
+    ReceiptExpired,
+    S3QError,
+    StoreError,
+    Unavailable,
+    WriterFenced,
+)
+from ..metrics import BrokerMetrics
+from ..registry import QueueRegistry
+from . import sigv4
+from .actions import ACTIONS, UNSUPPORTED, Call, Service
+from .catalog import Catalog
+from .protocol import TARGET_PREFIX, SqsError, decode, encode, error_response, response_headers
+
+log = logging.getLogger("s3q.broker.sqs")
+
+
+def sqs_error(exc: S3QError) -> SqsError:
+    """The SQS error that stands for an s3q error."""
+    if isinstance(exc, SqsError):
+        return exc
+    if isinstance(exc, InvalidArgument):
+        return SqsError("InvalidParameterValue", str(exc))
+    if isinstance(exc, QueueFull):
+        return SqsError("OverLimit", str(exc), 403)
+    if isinstance(exc, ReceiptExpired | MessageNotFound):
+        return SqsError("ReceiptHandleIsInvalid", str(exc))
+    if isinstance(exc, StoreError | WriterFenced | QueueClosed | QueueLocked | Unavailable):
+        return SqsError("ServiceUnavailable", str(exc), 503)
+    return SqsError("InternalFailure", str(exc), 500)
+
+
+def _answer(status: int, headers: dict[str, str], body: bytes) -> Response:
+    return Response(body, status, headers=headers)
+
+
+def _error(error: SqsError) -> Response:
+    return _answer(*error_response(error))
+
+
+class Endpoint:
+    """The ``POST /`` handler of one broker."""
+
+    def __init__(
+        self,
+        registry: QueueRegistry,
+        keys: Mapping[str, str] | None,
+        deny_unsigned: bool,
+        metrics: BrokerMetrics | None = None,
+    ) -> None:
+        self.registry = registry
+        self.keys = dict(keys or {})
+        self.deny_unsigned = deny_unsigned and not self.keys
+        self.metrics = metrics
+        store_options = {k: v for k, v in registry.options.items() if k in STORE_OPTIONS}
+        self.service = Service(registry, Catalog(registry.store, store_options))
+
+    def authenticate(self, request: Request, body: bytes) -> None:
+        if self.keys:
+            headers: dict[str, list[str]] = {}
+            for name, value in request.headers.items():
+                headers.setdefault(name.lower(), []).append(value)
+            raw_path = request.scope.get("raw_path") or request.url.path.encode()
+            sigv4.verify(
+                request.method,
+                raw_path.decode("latin-1"),
+                request.url.query,
+                headers,
+                body,
+                self.keys,
+            )
+        elif self.deny_unsigned:
+            raise SqsError(
+                "AccessDenied",
+                "This broker has bearer tokens but no SQS access keys: the SQS endpoint is "
+                "closed (give --sqs-credentials).",
+                403,
+            )
+
+    async def handle(self, request: Request) -> Response:
+        started = time.perf_counter()
+        call = Call(request)
+        action = "unknown"
+        outcome = "ok"
+        try:
+            body = await request.body()
+            self.authenticate(request, body)
+            target = request.headers.get("x-amz-target", "")
+            if not target.startswith(TARGET_PREFIX):
+                raise SqsError(
+                    "InvalidAction",
+                    "Only the AWS JSON 1.0 protocol of SQS is served here "
+                    f"(X-Amz-Target: {TARGET_PREFIX}<Action>).",
+                )
+            action = target[len(TARGET_PREFIX) :]
+            if action in UNSUPPORTED:
+                raise SqsError("UnsupportedOperation", f"{action} is not supported by s3q.")
+            if action not in ACTIONS:
+                raise SqsError("InvalidAction", f"The action {action} is not valid.")
+            shape, handler = ACTIONS[action]
+            result: Any = await handler(self.service, call, decode(body, shape))
+        except S3QError as exc:
+            error = sqs_error(exc)
+            outcome = error.name
+            local = self.registry.local(call.queue) if call.queue is not None else None
+            if isinstance(exc, WriterFenced | StoreError) and local is not None:
+                assert call.queue is not None
+                await self.registry.evict(call.queue, local)
+            return _error(error)
+        except Exception as exc:
+            outcome = "internal"
+            log.exception("SQS %s failed", action)
+            return _error(SqsError("InternalFailure", f"internal error: {exc!r}", 500))
+        finally:
+            if self.metrics is not None:
+                label = action if action in ACTIONS else "invalid"
+                self.metrics.observe(
+                    call.queue, f"sqs.{label}", outcome, time.perf_counter() - started
+                )
+        return _answer(200, response_headers(), encode(result))
+
+
+def route(
+    registry: QueueRegistry,
+    keys: Mapping[str, str] | None = None,
+    deny_unsigned: bool = False,
+    metrics: BrokerMetrics | None = None,
+) -> Route:
+    """The SQS endpoint as a Starlette route (``POST /``)."""
+    endpoint = Endpoint(registry, keys, deny_unsigned, metrics)
+    return Route("/", endpoint.handle, methods=["POST"])

@@ -1,0 +1,197 @@
+"""How an SQS message lives in an s3q message, and the checks SQS makes of what is sent.
+
+The body is the payload (UTF-8). Typed message attributes are kept in ``Message.attributes``
+under reserved keys, so they round-trip exactly: ``sqs.attr.<Name>`` holds ``<DataType>`` and
+the value on the next line (a Binary value in base64); ``sqs.sys.<Name>`` holds a message system
+attribute (``AWSTraceHeader``) the same way. Attributes set by the native API (other keys) are
+shown to SQS clients as String attributes. The attribute ``s3q.priority`` (a Number, 0-255)
+sets the message's priority and is kept like any other.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+
+from ...message import Message
+from .protocol import SqsError, invalid
+from .shapes import Attributes, AttributeValue
+
+ATTRIBUTE = "sqs.attr."
+SYSTEM = "sqs.sys."
+GROUP = "sqs.group"  # MessageGroupId on a standard queue: kept and shown, no ordering
+PRIORITY = "s3q.priority"
+MAX_ATTRIBUTES = 10
+SYSTEM_NAMES = ("AWSTraceHeader",)
+
+NAME = re.compile(r"[A-Za-z0-9_.-]{1,256}")
+DATA_TYPE = re.compile(r"(String|Number|Binary)(\.[A-Za-z0-9_.-]+)?")
+NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+# the characters SQS accepts in a body or a string value
+BAD_CHARACTER = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+ID_TEXT = re.compile(r"[!-~]{1,128}")  # MessageGroupId, MessageDeduplicationId
+
+
+def check_body(body: str) -> None:
+    if not body:
+        raise SqsError("MissingParameter", "The request must contain the parameter MessageBody.")
+    if BAD_CHARACTER.search(body):
+        raise SqsError("InvalidMessageContents", "Invalid characters found in the message body.")
+
+
+def check_id_text(what: str, value: str) -> str:
+    if not ID_TEXT.fullmatch(value):
+        raise invalid(
+            f"Value {value!r} for parameter {what} is invalid. Reason: it must be 1 to 128 "
+            "alphanumeric or punctuation characters."
+        )
+    return value
+
+
+def check_attributes(attributes: Attributes, system: bool = False) -> None:
+    """SQS's rules for message attributes; InvalidParameterValue at the first broken one."""
+    kind = "system attribute" if system else "attribute"
+    if len(attributes) > MAX_ATTRIBUTES:
+        raise invalid(f"Number of message {kind}s [{len(attributes)}] exceeds the allowed 10.")
+    for name, value in attributes.items():
+        if system and name not in SYSTEM_NAMES:
+            raise invalid(f"Message system attribute name '{name}' is invalid.")
+        lowered = name.lower()
+        if (
+            not NAME.fullmatch(name)
+            or ".." in name
+            or name.startswith(".")
+            or name.endswith(".")
+            or lowered.startswith(("aws.", "amazon."))
+        ):
+            raise invalid(
+                f"The message {kind} name '{name}' is invalid. Attribute name can contain "
+                "A-Z, a-z, 0-9, underscore (_), hyphen (-), and period (.) characters."
+            )
+        _check_value(name, value, kind)
+
+
+def _check_value(name: str, value: AttributeValue, kind: str) -> None:
+    if not value.DataType:
+        raise invalid(f"The message {kind} '{name}' must contain a non-empty DataType.")
+    if len(value.DataType) > 256 or not DATA_TYPE.fullmatch(value.DataType):
+        raise invalid(f"The type of message {kind} '{name}' is invalid: {value.DataType!r}.")
+    if value.StringListValues or value.BinaryListValues:
+        raise invalid(f"Message {kind} '{name}': list values are not supported.")
+    base = value.DataType.split(".", 1)[0]
+    if base == "Binary":
+        if not value.BinaryValue or value.StringValue is not None:
+            raise invalid(
+                f"The message {kind} '{name}' must contain a non-empty value of type 'Binary'."
+            )
+        return
+    text = value.StringValue
+    if not text or value.BinaryValue is not None:
+        raise invalid(
+            f"The message {kind} '{name}' must contain a non-empty value of type '{base}'."
+        )
+    if BAD_CHARACTER.search(text):
+        raise invalid(f"The message {kind} '{name}' contains invalid characters.")
+    if base == "Number" and not NUMBER.fullmatch(text.strip()):
+        raise invalid(f"Can't cast the value of message {kind} '{name}' to a number.")
+
+
+def priority_of(attributes: Attributes) -> int:
+    """The priority the ``s3q.priority`` attribute asks for (0 without it)."""
+    value = attributes.get(PRIORITY)
+    if value is None:
+        return 0
+    text = value.StringValue or ""
+    if not value.DataType.startswith("Number") or not text.strip().isdigit():
+        raise invalid(f"Message attribute '{PRIORITY}' must be a Number from 0 to 255.")
+    priority = int(text)
+    if priority > 255:
+        raise invalid(f"Message attribute '{PRIORITY}' must be a Number from 0 to 255.")
+    return priority
+
+
+def size_of(body: str, attributes: Attributes) -> int:
+    """What SQS counts against MaximumMessageSize: the body, attribute names, types, values."""
+    size = len(body.encode("utf-8"))
+    for name, value in attributes.items():
+        size += len(name.encode()) + len(value.DataType.encode())
+        size += len(value.BinaryValue or b"") + len((value.StringValue or "").encode())
+    return size
+
+
+def _encode(value: AttributeValue) -> str:
+    if value.BinaryValue is not None:
+        return f"{value.DataType}\n{base64.b64encode(value.BinaryValue).decode()}"
+    return f"{value.DataType}\n{value.StringValue}"
+
+
+def _decode(stored: str) -> AttributeValue | None:
+    data_type, sep, text = stored.partition("\n")
+    if not sep:
+        return None
+    if data_type.startswith("Binary"):
+        try:
+            return AttributeValue(DataType=data_type, BinaryValue=base64.b64decode(text))
+        except (binascii.Error, ValueError):
+            return None
+    return AttributeValue(DataType=data_type, StringValue=text)
+
+
+def stored_attributes(
+    attributes: Attributes, system: Attributes, extra: dict[str, str] | None = None
+) -> dict[str, str] | None:
+    """``Message.attributes`` for an SQS message's attributes."""
+    stored = {ATTRIBUTE + name: _encode(value) for name, value in attributes.items()}
+    stored.update((SYSTEM + name, _encode(value)) for name, value in system.items())
+    stored.update(extra or {})
+    return stored or None
+
+
+def user_attributes(message: Message) -> Attributes:
+    """The message attributes of ``message`` as an SQS client sent them."""
+    found: Attributes = {}
+    for key, stored in message.attributes.items():
+        if key.startswith(ATTRIBUTE):
+            value = _decode(stored)
+            if value is not None:
+                found[key[len(ATTRIBUTE) :]] = value
+        elif not key.startswith(SYSTEM) and key != GROUP:  # set by the native API
+            found[key] = AttributeValue(DataType="String", StringValue=stored)
+    return found
+
+
+def system_attribute(message: Message, name: str) -> str | None:
+    """A message system attribute's string value (AWSTraceHeader, DeadLetterQueueSourceArn)."""
+    stored = message.attributes.get(SYSTEM + name)
+    value = None if stored is None else _decode(stored)
+    return None if value is None else value.StringValue
+
+
+def system_attributes(message: Message) -> Attributes:
+    found: Attributes = {}
+    for name in SYSTEM_NAMES:
+        stored = message.attributes.get(SYSTEM + name)
+        value = None if stored is None else _decode(stored)
+        if value is not None:
+            found[name] = value
+    return found
+
+
+def select(attributes: Attributes, names: list[str]) -> Attributes:
+    """The attributes ``MessageAttributeNames`` asks for: ``All`` or ``.*``, names, and
+    prefixes such as ``bar.*``."""
+    if not names:
+        return {}
+    if "All" in names or ".*" in names:
+        return dict(attributes)
+    exact = {n for n in names if not n.endswith(".*")}
+    prefixes = tuple(n[:-1] for n in names if n.endswith(".*"))
+    return {
+        k: v for k, v in attributes.items() if k in exact or (prefixes and k.startswith(prefixes))
+    }
+
+
+def system_value(text: str) -> str:
+    """The stored form of a String system attribute (e.g. DeadLetterQueueSourceArn)."""
+    return _encode(AttributeValue(DataType="String", StringValue=text))

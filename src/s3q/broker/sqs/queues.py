@@ -1,0 +1,207 @@
+"""SQS queue attributes, and where each lives.
+
+``VisibilityTimeout``, ``MaximumMessageSize`` and the ``maxReceiveCount`` of ``RedrivePolicy``
+are the queue's own settings (``visibility_timeout``, ``max_message_size``, ``max_attempts``),
+so the native API honours them too. The others are kept in the queue's saved ``attributes``
+setting under ``sqs.<Name>``. A queue without a RedrivePolicy never dead-letters a message on
+its receive count, as in SQS: its ``max_attempts`` is :data:`NO_REDRIVE_ATTEMPTS`.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from ...config import Setting
+from .protocol import SqsError, invalid
+
+ACCOUNT = "000000000000"
+REGION = "us-east-1"
+NO_REDRIVE_ATTEMPTS = 2**31 - 1
+MIN_VISIBILITY = 0.001  # SQS's VisibilityTimeout 0: s3q leases must last a moment
+KEY = "sqs."
+MAX_RECEIVE_COUNT = 1000
+
+RANGES = {
+    "DelaySeconds": (0, 900),
+    "MaximumMessageSize": (1024, 1048576),
+    "MessageRetentionPeriod": (60, 1209600),
+    "ReceiveMessageWaitTimeSeconds": (0, 20),
+    "VisibilityTimeout": (0, 43200),
+    "KmsDataKeyReusePeriodSeconds": (60, 86400),
+}
+DEFAULTS = {
+    "DelaySeconds": "0",
+    "MaximumMessageSize": "262144",
+    "MessageRetentionPeriod": "345600",
+    "ReceiveMessageWaitTimeSeconds": "0",
+    "VisibilityTimeout": "30",
+}
+FIFO_DEFAULTS = {
+    "ContentBasedDeduplication": "false",
+    "DeduplicationScope": "queue",
+    "FifoThroughputLimit": "perQueue",
+}
+OPAQUE = frozenset({"Policy", "RedriveAllowPolicy", "KmsMasterKeyId", "SqsManagedSseEnabled"})
+SETTABLE = frozenset(RANGES) | OPAQUE | frozenset(FIFO_DEFAULTS) | {"RedrivePolicy", "FifoQueue"}
+COUNTS = frozenset(
+    {
+        "ApproximateNumberOfMessages",
+        "ApproximateNumberOfMessagesNotVisible",
+        "ApproximateNumberOfMessagesDelayed",
+    }
+)
+READ_ONLY = COUNTS | {"CreatedTimestamp", "LastModifiedTimestamp", "QueueArn"}
+ALL = SETTABLE | READ_ONLY
+
+
+class RedrivePolicy(msgspec.Struct):
+    deadLetterTargetArn: str
+    maxReceiveCount: int | str
+
+
+def arn(name: str) -> str:
+    return f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name}"
+
+
+def name_of_arn(value: str) -> str:
+    parts = value.split(":")
+    if len(parts) != 6 or parts[:3] != ["arn", "aws", "sqs"] or not parts[5]:
+        raise invalid(f"Value {value} for parameter deadLetterTargetArn is invalid.")
+    return parts[5]
+
+
+def is_fifo(name: str) -> bool:
+    return name.endswith(".fifo")
+
+
+def _boolean(name: str, value: str) -> str:
+    if value.lower() not in ("true", "false"):
+        raise SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}.")
+    return value.lower()
+
+
+def redrive_policy(value: str) -> tuple[str, int] | None:
+    """The dead-letter target's name and maxReceiveCount of a RedrivePolicy ('' is none)."""
+    if not value:
+        return None
+    try:
+        policy = msgspec.json.decode(value, type=RedrivePolicy)
+        count = int(policy.maxReceiveCount)
+    except (msgspec.DecodeError, ValueError):
+        raise invalid(
+            f"Value {value} for parameter RedrivePolicy is invalid. Reason: Redrive policy is "
+            "not a valid JSON map of deadLetterTargetArn and maxReceiveCount."
+        ) from None
+    if not 1 <= count <= MAX_RECEIVE_COUNT:
+        raise invalid(
+            f"Value {value} for parameter RedrivePolicy is invalid. Reason: Invalid value for "
+            f"maxReceiveCount: {count}, valid values are from 1 to {MAX_RECEIVE_COUNT} both "
+            "inclusive."
+        )
+    return name_of_arn(policy.deadLetterTargetArn), count
+
+
+def check(name: str, given: dict[str, str], creating: bool) -> dict[str, str]:
+    """The attributes of a CreateQueue or SetQueueAttributes, checked and normalised."""
+    checked: dict[str, str] = {}
+    fifo = is_fifo(name)
+    for attribute, value in given.items():
+        if not isinstance(value, str):
+            raise SqsError("InvalidAttributeValue", f"Invalid value for {attribute}.")
+        if attribute not in SETTABLE:
+            raise SqsError("InvalidAttributeName", f"Unknown Attribute {attribute}.")
+        if attribute in RANGES:
+            low, high = RANGES[attribute]
+            if not value.strip().isdigit() or not low <= int(value) <= high:
+                raise SqsError(
+                    "InvalidAttributeValue",
+                    f"Invalid value for the parameter {attribute}: must be from {low} to {high}.",
+                )
+            value = str(int(value))
+        elif attribute == "FifoQueue":
+            if not creating:
+                raise SqsError("InvalidAttributeName", "FifoQueue can only be set by CreateQueue.")
+            if _boolean(attribute, value) != ("true" if fifo else "false"):
+                raise invalid(
+                    "The name of a FIFO queue can only include alphanumeric characters, "
+                    "hyphens, or underscores, must end with .fifo suffix and be 1 to 80 in "
+                    "length; a queue whose name ends with .fifo must set FifoQueue=true."
+                )
+            value = value.lower()
+        elif attribute in FIFO_DEFAULTS:
+            if not fifo:
+                raise SqsError(
+                    "InvalidAttributeName", f"Unknown Attribute {attribute} for a standard queue."
+                )
+            if attribute == "ContentBasedDeduplication":
+                value = _boolean(attribute, value)
+        elif attribute == "RedrivePolicy":
+            policy = redrive_policy(value)
+            if policy is not None:
+                value = redrive_json(*policy)
+        checked[attribute] = value
+    if creating and fifo and checked.get("FifoQueue") != "true":
+        raise invalid("A queue whose name ends with .fifo must set FifoQueue=true.")
+    return checked
+
+
+def redrive_json(target: str, count: int) -> str:
+    return msgspec.json.encode(
+        {"deadLetterTargetArn": arn(target), "maxReceiveCount": count}
+    ).decode()
+
+
+def settings_for(checked: dict[str, str], saved: dict[str, str]) -> dict[str, Setting]:
+    """The queue settings that carry ``checked`` attributes (the others go to ``saved``)."""
+    settings: dict[str, Setting] = {}
+    if "VisibilityTimeout" in checked:
+        settings["visibility_timeout"] = float(checked["VisibilityTimeout"]) or MIN_VISIBILITY
+    if "MaximumMessageSize" in checked:
+        settings["max_message_size"] = int(checked["MaximumMessageSize"])
+    if "RedrivePolicy" in checked:
+        policy = redrive_policy(checked["RedrivePolicy"])
+        settings["max_attempts"] = NO_REDRIVE_ATTEMPTS if policy is None else policy[1]
+    kept = dict(saved)
+    for attribute, value in checked.items():
+        if attribute not in ("VisibilityTimeout", "MaximumMessageSize"):
+            kept[KEY + attribute] = value
+    settings["attributes"] = kept
+    return settings
+
+
+def saved_of(settings: dict[str, Setting]) -> dict[str, str]:
+    """The queue's saved attributes (all of them: other tools' keys are kept as they are)."""
+    attributes = settings.get("attributes")
+    return dict(attributes) if isinstance(attributes, dict) else {}
+
+
+def current(name: str, settings: dict[str, Setting]) -> dict[str, str]:
+    """The settable attributes of a queue as GetQueueAttributes shows them."""
+    saved = saved_of(settings)
+    values = dict(DEFAULTS)
+    if is_fifo(name):
+        values.update(FIFO_DEFAULTS, FifoQueue="true")
+    values.update((k[len(KEY) :], v) for k, v in saved.items() if k.startswith(KEY))
+    visibility = settings.get("visibility_timeout")
+    if isinstance(visibility, int | float):
+        values["VisibilityTimeout"] = str(round(visibility))
+    size = settings.get("max_message_size")
+    if isinstance(size, int):
+        values["MaximumMessageSize"] = str(size)
+    policy = redrive_policy(values.get("RedrivePolicy", ""))
+    attempts = settings.get("max_attempts")
+    if policy is not None and isinstance(attempts, int):
+        values["RedrivePolicy"] = redrive_json(policy[0], attempts)
+    elif "RedrivePolicy" in values and not values["RedrivePolicy"]:
+        del values["RedrivePolicy"]
+    values = {k: v for k, v in values.items() if not k.endswith("Timestamp")}
+    return values
+
+
+def dead_letter_target(name: str, settings: dict[str, Setting]) -> str | None:
+    policy = redrive_policy(current(name, settings).get("RedrivePolicy", ""))
+    return None if policy is None else policy[0]
+
+
+def timestamp(settings: dict[str, Setting], which: str) -> str | None:
+    return saved_of(settings).get(KEY + which)

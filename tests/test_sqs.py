@@ -1,0 +1,646 @@
+"""The SQS endpoint through the unmodified boto3 client, against a real broker on 127.0.0.1.
+
+Every ReceiveMessage answer is checked by an independent MD5 implementation (moto's, which
+mirrors the AWS SDKs' check), registered on the client: boto3 itself does not verify them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from botocore.exceptions import ClientError
+from moto.sqs.models import Message as MotoMessage
+from sqs_broker import SqsBroker
+
+from s3q.broker.sqs.digest import md5_of_attributes
+from s3q.broker.sqs.shapes import AttributeValue
+
+
+def reference_md5(attributes: dict[str, Any]) -> str:
+    """MD5OfMessageAttributes as moto (and the AWS SDKs) compute it."""
+    message = MotoMessage("id", "body")
+    message.message_attributes = attributes
+    return str(message.attribute_md5)
+
+
+def check_digests(parsed: dict[str, Any], **_: Any) -> None:
+    for m in parsed.get("Messages", []):
+        assert m["MD5OfBody"] == hashlib.md5(m["Body"].encode()).hexdigest()
+        if "MessageAttributes" in m:
+            assert m["MD5OfMessageAttributes"] == reference_md5(m["MessageAttributes"])
+        else:
+            assert "MD5OfMessageAttributes" not in m
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> str:
+    return f"file://{tmp_path}/store"
+
+
+@pytest.fixture
+def broker(store: str) -> Iterator[SqsBroker]:
+    with SqsBroker(store) as b:
+        yield b
+
+
+@pytest.fixture
+def sqs(broker: SqsBroker) -> Any:
+    client = broker.client()
+    client.meta.events.register("after-call.sqs.ReceiveMessage", check_digests)
+    return client
+
+
+def error_code(exc: pytest.ExceptionInfo[ClientError]) -> str:
+    return str(exc.value.response["Error"]["Code"])
+
+
+def depth(sqs: Any, url: str) -> dict[str, int]:
+    names = [
+        "ApproximateNumberOfMessages",
+        "ApproximateNumberOfMessagesNotVisible",
+        "ApproximateNumberOfMessagesDelayed",
+    ]
+    got = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
+    return {k.removeprefix("ApproximateNumberOf"): int(v) for k, v in got.items()}
+
+
+ATTRIBUTES = {
+    "text": {"DataType": "String", "StringValue": "héllo wörld"},
+    "count": {"DataType": "Number", "StringValue": "-12.50"},
+    "blob": {"DataType": "Binary", "BinaryValue": b"\x00\xff\x10raw"},
+    "custom": {"DataType": "String.json", "StringValue": '{"a": 1}'},
+    "img": {"DataType": "Binary.gif", "BinaryValue": b"GIF89a"},
+    "ratio": {"DataType": "Number.float", "StringValue": "3.14"},
+    "app.user": {"DataType": "String", "StringValue": "ann"},
+    "app.role": {"DataType": "String", "StringValue": "admin"},
+}
+
+
+def test_md5_of_attributes_matches_the_reference() -> None:
+    ours = {
+        k: AttributeValue(
+            DataType=v["DataType"],
+            StringValue=v.get("StringValue"),  # type: ignore[arg-type]
+            BinaryValue=v.get("BinaryValue"),  # type: ignore[arg-type]
+        )
+        for k, v in ATTRIBUTES.items()
+    }
+    assert md5_of_attributes(ours) == reference_md5(ATTRIBUTES)
+
+
+def test_queue_lifecycle(sqs: Any, broker: SqsBroker, tmp_path: Path) -> None:
+    urls = [sqs.create_queue(QueueName=n)["QueueUrl"] for n in ("alpha", "beta", "bravo")]
+    assert urls[0] == f"{broker.url}/000000000000/alpha"
+    assert sqs.get_queue_url(QueueName="beta")["QueueUrl"] == urls[1]
+    assert sqs.list_queues()["QueueUrls"] == urls
+    assert sqs.list_queues(QueueNamePrefix="b")["QueueUrls"] == urls[1:]
+    first = sqs.list_queues(MaxResults=2)
+    assert first["QueueUrls"] == urls[:2]
+    second = sqs.list_queues(MaxResults=2, NextToken=first["NextToken"])
+    assert second["QueueUrls"] == urls[2:] and "NextToken" not in second
+    sqs.send_message(QueueUrl=urls[1], MessageBody="x")
+    assert (tmp_path / "store" / "beta").exists()
+    sqs.delete_queue(QueueUrl=urls[1])
+    with pytest.raises(sqs.exceptions.QueueDoesNotExist) as exc:
+        sqs.get_queue_url(QueueName="beta")
+    assert error_code(exc) == "AWS.SimpleQueueService.NonExistentQueue"
+    with pytest.raises(sqs.exceptions.QueueDoesNotExist):
+        sqs.send_message(QueueUrl=urls[1], MessageBody="x")
+    assert not [p for p in (tmp_path / "store" / "beta").rglob("*") if p.is_file()]
+    assert sqs.list_queues()["QueueUrls"] == [urls[0], urls[2]]
+    # created again, it is a new, empty queue
+    url = sqs.create_queue(QueueName="beta")["QueueUrl"]
+    assert depth(sqs, url)["Messages"] == 0
+
+
+def test_create_queue_again(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="q", Attributes={"VisibilityTimeout": "40"})["QueueUrl"]
+    assert sqs.create_queue(QueueName="q", Attributes={"VisibilityTimeout": "40"})["QueueUrl"] == (
+        url
+    )
+    assert sqs.create_queue(QueueName="q")["QueueUrl"] == url
+    assert sqs.create_queue(QueueName="q", Attributes={"FifoQueue": "false"})["QueueUrl"] == url
+    with pytest.raises(sqs.exceptions.QueueNameExists) as exc:
+        sqs.create_queue(QueueName="q", Attributes={"VisibilityTimeout": "41"})
+    assert error_code(exc) == "QueueAlreadyExists"
+
+
+def test_create_queue_checks_names_and_attributes(sqs: Any) -> None:
+    for name in ("bad name", "x" * 81, "a.b", ""):
+        with pytest.raises(ClientError) as exc:
+            sqs.create_queue(QueueName=name)
+        assert error_code(exc) in ("InvalidParameterValue", "MissingParameter")
+    with pytest.raises(sqs.exceptions.InvalidAttributeName):
+        sqs.create_queue(QueueName="q", Attributes={"Colour": "blue"})
+    with pytest.raises(sqs.exceptions.InvalidAttributeValue):
+        sqs.create_queue(QueueName="q", Attributes={"VisibilityTimeout": "43201"})
+    with pytest.raises(ClientError) as exc:
+        sqs.create_queue(QueueName="q.fifo")  # FifoQueue=true is required
+    assert error_code(exc) == "InvalidParameterValue"
+    with pytest.raises(ClientError):
+        sqs.create_queue(QueueName="q", Attributes={"FifoQueue": "true"})
+    with pytest.raises(ClientError) as exc:
+        policy = '{"deadLetterTargetArn": "arn:aws:sqs:us-east-1:000000000000:none", '
+        sqs.create_queue(
+            QueueName="q", Attributes={"RedrivePolicy": policy + '"maxReceiveCount": 3}'}
+        )
+    assert error_code(exc) == "InvalidParameterValue"
+    assert "QueueUrls" not in sqs.list_queues()
+
+
+def test_send_receive_delete_round_trips_typed_attributes(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    body = "hello \u00e9\U0001f600 world"
+    sent = sqs.send_message(
+        QueueUrl=url,
+        MessageBody=body,
+        MessageAttributes=ATTRIBUTES,
+        MessageSystemAttributes={
+            "AWSTraceHeader": {"DataType": "String", "StringValue": "Root=1-abc"}
+        },
+    )
+    assert sent["MD5OfMessageBody"] == hashlib.md5(body.encode()).hexdigest()
+    assert sent["MD5OfMessageAttributes"] == reference_md5(ATTRIBUTES)
+    assert sent["MD5OfMessageSystemAttributes"] == reference_md5(
+        {"AWSTraceHeader": {"DataType": "String", "StringValue": "Root=1-abc"}}
+    )
+    before = time.time()
+    [msg] = sqs.receive_message(
+        QueueUrl=url,
+        MessageAttributeNames=["All"],
+        MessageSystemAttributeNames=["All"],
+        VisibilityTimeout=1,
+    )["Messages"]
+    assert msg["MessageId"] == sent["MessageId"] and msg["Body"] == body
+    assert msg["MessageAttributes"] == ATTRIBUTES
+    attrs = msg["Attributes"]
+    assert attrs["ApproximateReceiveCount"] == "1"
+    assert attrs["AWSTraceHeader"] == "Root=1-abc"
+    assert before - 5 <= int(attrs["SentTimestamp"]) / 1000 <= time.time()
+    sqs.change_message_visibility(
+        QueueUrl=url, ReceiptHandle=msg["ReceiptHandle"], VisibilityTimeout=0
+    )
+    # names, prefixes; no attribute asked for: none given, and no digest of them
+    [again] = sqs.receive_message(
+        QueueUrl=url,
+        MessageAttributeNames=["text", "app.*"],
+        AttributeNames=["ApproximateReceiveCount"],
+    )["Messages"]
+    assert set(again["MessageAttributes"]) == {"text", "app.user", "app.role"}
+    assert again["Attributes"] == {"ApproximateReceiveCount": "2"}
+    sqs.change_message_visibility(
+        QueueUrl=url, ReceiptHandle=again["ReceiptHandle"], VisibilityTimeout=0
+    )
+    [bare] = sqs.receive_message(QueueUrl=url)["Messages"]
+    assert "MessageAttributes" not in bare and "Attributes" not in bare
+    with pytest.raises(sqs.exceptions.ReceiptHandleIsInvalid):  # superseded by a later receive
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=msg["ReceiptHandle"])
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=bare["ReceiptHandle"])
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=bare["ReceiptHandle"])  # a retry: fine
+    assert depth(sqs, url) == {"Messages": 0, "MessagesNotVisible": 0, "MessagesDelayed": 0}
+
+
+def test_bad_messages_are_refused(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="q", Attributes={"MaximumMessageSize": "1024"})["QueueUrl"]
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"MessageBody": "x" * 1025}, "InvalidParameterValue"),
+        ({"MessageBody": "bad \x01 char"}, "InvalidMessageContents"),
+        ({"MessageBody": "x", "DelaySeconds": 901}, "InvalidParameterValue"),
+        ({"MessageBody": "x", "MessageDeduplicationId": "d"}, "InvalidParameterValue"),
+        (
+            {
+                "MessageBody": "x",
+                "MessageAttributes": {"n": {"DataType": "Number", "StringValue": "abc"}},
+            },
+            "InvalidParameterValue",
+        ),
+        (
+            {
+                "MessageBody": "x",
+                "MessageAttributes": {"AWS.x": {"DataType": "String", "StringValue": "v"}},
+            },
+            "InvalidParameterValue",
+        ),
+        (
+            {
+                "MessageBody": "x",
+                "MessageAttributes": {"s": {"DataType": "String", "StringValue": ""}},
+            },
+            "InvalidParameterValue",
+        ),
+        (
+            {
+                "MessageBody": "x",
+                "MessageAttributes": {
+                    f"a{i}": {"DataType": "String", "StringValue": "v"} for i in range(11)
+                },
+            },
+            "InvalidParameterValue",
+        ),
+    ]
+    for args, code in cases:
+        with pytest.raises(ClientError) as exc:
+            sqs.send_message(QueueUrl=url, **args)
+        assert error_code(exc) == code, args
+    assert depth(sqs, url)["Messages"] == 0
+
+
+def test_batches(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    result = sqs.send_message_batch(
+        QueueUrl=url,
+        Entries=[
+            {"Id": "a", "MessageBody": "one"},
+            {
+                "Id": "b",
+                "MessageBody": "two",
+                "MessageAttributes": {"k": {"DataType": "String", "StringValue": "v"}},
+            },
+            {"Id": "bad", "MessageBody": "x", "DelaySeconds": 5000},
+        ],
+    )
+    assert [e["Id"] for e in result["Successful"]] == ["a", "b"]
+    assert result["Successful"][1]["MD5OfMessageAttributes"] == reference_md5(
+        {"k": {"DataType": "String", "StringValue": "v"}}
+    )
+    [failed] = result["Failed"]
+    assert (failed["Id"], failed["Code"], failed["SenderFault"]) == (
+        "bad",
+        "InvalidParameterValue",
+        True,
+    )
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert sorted(m["Body"] for m in got) == ["one", "two"]
+    deleted = sqs.delete_message_batch(
+        QueueUrl=url,
+        Entries=[
+            *({"Id": f"m{i}", "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)),
+            {"Id": "junk", "ReceiptHandle": "not-a-handle"},
+        ],
+    )
+    assert sorted(e["Id"] for e in deleted["Successful"]) == ["m0", "m1"]
+    assert [(e["Id"], e["Code"]) for e in deleted["Failed"]] == [("junk", "ReceiptHandleIsInvalid")]
+    assert depth(sqs, url)["Messages"] == 0
+
+    entry = {"Id": "x", "MessageBody": "b"}
+    errors = [
+        ([], "AWS.SimpleQueueService.EmptyBatchRequest", sqs.exceptions.EmptyBatchRequest),
+        (
+            [{"Id": f"i{i}", "MessageBody": "b"} for i in range(11)],
+            "AWS.SimpleQueueService.TooManyEntriesInBatchRequest",
+            sqs.exceptions.TooManyEntriesInBatchRequest,
+        ),
+        (
+            [entry, entry],
+            "AWS.SimpleQueueService.BatchEntryIdsNotDistinct",
+            sqs.exceptions.BatchEntryIdsNotDistinct,
+        ),
+        (
+            [{"Id": "no spaces", "MessageBody": "b"}],
+            "AWS.SimpleQueueService.InvalidBatchEntryId",
+            sqs.exceptions.InvalidBatchEntryId,
+        ),
+    ]
+    for entries, code, cls in errors:
+        with pytest.raises(cls) as exc:
+            sqs.send_message_batch(QueueUrl=url, Entries=entries)
+        assert error_code(exc) == code
+    with pytest.raises(sqs.exceptions.EmptyBatchRequest):
+        sqs.delete_message_batch(QueueUrl=url, Entries=[])
+    assert depth(sqs, url)["Messages"] == 0
+
+
+def test_priority_attribute(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+
+    def send(body: str, priority: str | None) -> None:
+        attrs = (
+            {}
+            if priority is None
+            else {"s3q.priority": {"DataType": "Number", "StringValue": priority}}
+        )
+        sqs.send_message(QueueUrl=url, MessageBody=body, MessageAttributes=attrs)
+
+    send("low", None)
+    send("high", "200")
+    send("mid", "7")
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"])
+    assert [m["Body"] for m in got["Messages"]] == ["high", "mid", "low"]
+    assert got["Messages"][0]["MessageAttributes"]["s3q.priority"]["StringValue"] == "200"
+    for bad in ("256", "-1", "1.5"):
+        with pytest.raises(ClientError) as exc:
+            send("x", bad)
+        assert error_code(exc) == "InvalidParameterValue"
+
+
+def test_long_poll_waits_and_is_woken_by_a_send(sqs: Any, broker: SqsBroker) -> None:
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    started = time.monotonic()
+    assert "Messages" not in sqs.receive_message(QueueUrl=url, WaitTimeSeconds=1)
+    assert time.monotonic() - started >= 0.9  # held, not answered at once
+
+    results: list[Any] = []
+    poller = threading.Thread(
+        target=lambda: results.append(
+            broker.client().receive_message(QueueUrl=url, WaitTimeSeconds=20)
+        )
+    )
+    started = time.monotonic()
+    poller.start()
+    sqs.send_message(QueueUrl=url, MessageBody="wake up")
+    poller.join(20)
+    assert time.monotonic() - started < 10
+    assert [m["Body"] for m in results[0]["Messages"]] == ["wake up"]
+
+
+def test_queue_receive_wait_time_is_the_default_wait(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="q", Attributes={"ReceiveMessageWaitTimeSeconds": "1"})[
+        "QueueUrl"
+    ]
+    started = time.monotonic()
+    assert "Messages" not in sqs.receive_message(QueueUrl=url)
+    assert time.monotonic() - started >= 0.9
+    started = time.monotonic()
+    sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0)
+    assert time.monotonic() - started < 0.9
+
+
+def test_change_message_visibility(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="m")
+    [msg] = sqs.receive_message(QueueUrl=url, VisibilityTimeout=60)["Messages"]
+    assert "Messages" not in sqs.receive_message(QueueUrl=url)
+    assert depth(sqs, url)["MessagesNotVisible"] == 1
+    sqs.change_message_visibility(
+        QueueUrl=url, ReceiptHandle=msg["ReceiptHandle"], VisibilityTimeout=0
+    )
+    [again] = sqs.receive_message(QueueUrl=url, AttributeNames=["All"])["Messages"]
+    assert again["Attributes"]["ApproximateReceiveCount"] == "2"
+    with pytest.raises(sqs.exceptions.MessageNotInflight):
+        sqs.change_message_visibility(
+            QueueUrl=url, ReceiptHandle=msg["ReceiptHandle"], VisibilityTimeout=10
+        )
+    with pytest.raises(ClientError) as exc:
+        sqs.change_message_visibility(
+            QueueUrl=url, ReceiptHandle=again["ReceiptHandle"], VisibilityTimeout=43201
+        )
+    assert error_code(exc) == "InvalidParameterValue"
+    result = sqs.change_message_visibility_batch(
+        QueueUrl=url,
+        Entries=[
+            {"Id": "ok", "ReceiptHandle": again["ReceiptHandle"], "VisibilityTimeout": 0},
+            {"Id": "stale", "ReceiptHandle": msg["ReceiptHandle"], "VisibilityTimeout": 0},
+            {"Id": "junk", "ReceiptHandle": "???", "VisibilityTimeout": 0},
+        ],
+    )
+    assert [e["Id"] for e in result["Successful"]] == ["ok"]
+    assert {e["Id"]: e["Code"] for e in result["Failed"]} == {
+        "stale": "AWS.SimpleQueueService.MessageNotInflight",
+        "junk": "ReceiptHandleIsInvalid",
+    }
+    assert depth(sqs, url)["Messages"] == 1  # visible again at once
+
+
+def test_receipt_handles_belong_to_their_queue(sqs: Any) -> None:
+    a = sqs.create_queue(QueueName="a")["QueueUrl"]
+    b = sqs.create_queue(QueueName="b")["QueueUrl"]
+    sqs.send_message(QueueUrl=a, MessageBody="m")
+    [msg] = sqs.receive_message(QueueUrl=a)["Messages"]
+    for handle, url in ((msg["ReceiptHandle"], b), ("garbage", a), ("", a)):
+        with pytest.raises(ClientError) as exc:
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=handle)
+        assert error_code(exc) == "ReceiptHandleIsInvalid"
+    assert depth(sqs, a)["MessagesNotVisible"] == 1
+
+
+def test_fifo_groups_and_deduplication(sqs: Any) -> None:
+    with pytest.raises(ClientError):
+        sqs.create_queue(QueueName="plain", Attributes={"ContentBasedDeduplication": "true"})
+    url = sqs.create_queue(QueueName="jobs.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+    assert url.endswith("/jobs.fifo")
+    seqs = []
+    for group, body in (("g1", "a"), ("g1", "b"), ("g2", "x"), ("g1", "c")):
+        sent = sqs.send_message(
+            QueueUrl=url, MessageBody=body, MessageGroupId=group, MessageDeduplicationId=body
+        )
+        seqs.append(int(sent["SequenceNumber"]))
+    assert seqs == sorted(seqs)
+    dup = sqs.send_message(
+        QueueUrl=url, MessageBody="a again", MessageGroupId="g1", MessageDeduplicationId="a"
+    )
+    first = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"])
+    heads = {m["Attributes"]["MessageGroupId"]: m for m in first["Messages"]}
+    assert {g: m["Body"] for g, m in heads.items()} == {"g1": "a", "g2": "x"}
+    assert heads["g1"]["MessageId"] == dup["MessageId"]  # the duplicate was not enqueued
+    assert heads["g1"]["Attributes"]["MessageDeduplicationId"] == "a"
+    order = []
+    for _ in range(3):
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=heads["g1"]["ReceiptHandle"])
+        order.append(heads["g1"]["Body"])
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"])
+        heads = {m["Attributes"]["MessageGroupId"]: m for m in got.get("Messages", [])}
+        if "g1" not in heads:
+            break
+    assert order == ["a", "b", "c"]
+
+    with pytest.raises(ClientError) as exc:
+        sqs.send_message(QueueUrl=url, MessageBody="no group", MessageDeduplicationId="z")
+    assert error_code(exc) == "MissingParameter"
+    with pytest.raises(ClientError) as exc:
+        sqs.send_message(QueueUrl=url, MessageBody="no dedup id", MessageGroupId="g")
+    assert error_code(exc) == "InvalidParameterValue"
+    with pytest.raises(ClientError) as exc:
+        sqs.send_message(
+            QueueUrl=url,
+            MessageBody="x",
+            MessageGroupId="g",
+            MessageDeduplicationId="y",
+            DelaySeconds=5,
+        )
+    assert error_code(exc) == "InvalidParameterValue"
+
+    cbd = sqs.create_queue(
+        QueueName="cbd.fifo",
+        Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"},
+    )["QueueUrl"]
+    ids = {
+        sqs.send_message(QueueUrl=cbd, MessageBody="same", MessageGroupId="g")["MessageId"]
+        for _ in range(3)
+    }
+    assert len(ids) == 1
+    assert depth(sqs, cbd)["Messages"] == 1
+
+
+def test_redrive_to_dead_letter_queue(sqs: Any) -> None:
+    dlq = sqs.create_queue(QueueName="dlq")["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    policy = f'{{"deadLetterTargetArn": "{dlq_arn}", "maxReceiveCount": "2"}}'
+    src = sqs.create_queue(QueueName="src", Attributes={"RedrivePolicy": policy})["QueueUrl"]
+    other = sqs.create_queue(QueueName="other")["QueueUrl"]
+    shown = sqs.get_queue_attributes(QueueUrl=src, AttributeNames=["RedrivePolicy"])
+    assert shown["Attributes"]["RedrivePolicy"] == (
+        f'{{"deadLetterTargetArn":"{dlq_arn}","maxReceiveCount":2}}'
+    )
+    attrs = {"k": {"DataType": "String", "StringValue": "v"}}
+    sqs.send_message(QueueUrl=src, MessageBody="poison", MessageAttributes=attrs)
+    for receive in (1, 2):
+        [msg] = sqs.receive_message(QueueUrl=src, AttributeNames=["All"])["Messages"]
+        assert msg["Attributes"]["ApproximateReceiveCount"] == str(receive)
+        sqs.change_message_visibility(
+            QueueUrl=src, ReceiptHandle=msg["ReceiptHandle"], VisibilityTimeout=0
+        )
+    assert "Messages" not in sqs.receive_message(QueueUrl=src)  # out of receives: moved
+    assert depth(sqs, dlq)["Messages"] == 1
+    [dead] = sqs.receive_message(
+        QueueUrl=dlq, MessageAttributeNames=["All"], AttributeNames=["All"]
+    )["Messages"]
+    assert dead["Body"] == "poison" and dead["MessageAttributes"] == attrs
+    assert dead["Attributes"]["DeadLetterQueueSourceArn"].endswith(":src")
+    assert depth(sqs, src) == {"Messages": 0, "MessagesNotVisible": 0, "MessagesDelayed": 0}
+    sources = sqs.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"]
+    assert sources == [src]
+    assert "queueUrls" not in sqs.list_dead_letter_source_queues(QueueUrl=other)
+    # without a RedrivePolicy, receives never kill a message
+    sqs.set_queue_attributes(QueueUrl=src, Attributes={"RedrivePolicy": ""})
+    assert "queueUrls" not in sqs.list_dead_letter_source_queues(QueueUrl=dlq)
+    sqs.send_message(QueueUrl=src, MessageBody="survivor")
+    for _ in range(4):
+        [msg] = sqs.receive_message(QueueUrl=src)["Messages"]
+        sqs.change_message_visibility(
+            QueueUrl=src, ReceiptHandle=msg["ReceiptHandle"], VisibilityTimeout=0
+        )
+    assert depth(sqs, src)["Messages"] == 1
+
+
+def test_queue_attributes_counts_and_purge(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="now-1")
+    sqs.send_message(QueueUrl=url, MessageBody="now-2")
+    sqs.send_message(QueueUrl=url, MessageBody="later", DelaySeconds=600)
+    sqs.receive_message(QueueUrl=url)
+    assert depth(sqs, url) == {"Messages": 1, "MessagesNotVisible": 1, "MessagesDelayed": 1}
+    everything = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert everything["QueueArn"] == "arn:aws:sqs:us-east-1:000000000000:q"
+    assert abs(int(everything["CreatedTimestamp"]) - time.time()) < 60
+    assert everything["VisibilityTimeout"] == "30"
+    assert everything["MaximumMessageSize"] == "262144"
+    assert "FifoQueue" not in everything
+    with pytest.raises(sqs.exceptions.InvalidAttributeName):
+        sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Nope"])
+    sqs.purge_queue(QueueUrl=url)
+    assert depth(sqs, url) == {"Messages": 0, "MessagesNotVisible": 0, "MessagesDelayed": 0}
+
+
+def test_queue_delay_seconds_is_the_default_delay(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="q", Attributes={"DelaySeconds": "600"})["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="later")
+    sqs.send_message(QueueUrl=url, MessageBody="now", DelaySeconds=0)
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert [m["Body"] for m in got] == ["now"]
+    assert depth(sqs, url)["MessagesDelayed"] == 1
+
+
+def test_set_queue_attributes_survive_a_restart(store: str) -> None:
+    with SqsBroker(store) as broker:
+        sqs = broker.client()
+        sqs.create_queue(QueueName="dlq")
+        url = sqs.create_queue(QueueName="q")["QueueUrl"]
+        policy = (
+            '{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq","maxReceiveCount":5}'
+        )
+        sqs.set_queue_attributes(
+            QueueUrl=url,
+            Attributes={
+                "VisibilityTimeout": "45",
+                "DelaySeconds": "3",
+                "MessageRetentionPeriod": "86400",
+                "RedrivePolicy": policy,
+                "Policy": '{"Version": "2012-10-17"}',
+            },
+        )
+        sqs.tag_queue(QueueUrl=url, Tags={"team": "data", "env": "test"})
+        sqs.untag_queue(QueueUrl=url, TagKeys=["env"])
+        with pytest.raises(sqs.exceptions.InvalidAttributeName):
+            sqs.set_queue_attributes(QueueUrl=url, Attributes={"FifoQueue": "true"})
+        before = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    with SqsBroker(store) as broker:
+        sqs = broker.client()
+        url = sqs.get_queue_url(QueueName="q")["QueueUrl"]
+        after = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+        assert after == before
+        assert after["VisibilityTimeout"] == "45" and after["DelaySeconds"] == "3"
+        assert after["MessageRetentionPeriod"] == "86400"
+        assert after["RedrivePolicy"] == policy
+        assert sqs.list_queue_tags(QueueUrl=url)["Tags"] == {"team": "data"}
+        assert sqs.list_dead_letter_source_queues(
+            QueueUrl=sqs.get_queue_url(QueueName="dlq")["QueueUrl"]
+        )["queueUrls"] == [url]
+        assert len(sqs.list_queues()["QueueUrls"]) == 2
+
+
+def test_sqs_settings_are_the_native_queue_settings(store: str) -> None:
+    """VisibilityTimeout and the receive count are the queue's own settings, so the native
+    API and the SQS endpoint agree about them."""
+    from s3q.client import connect
+
+    with SqsBroker(store) as broker, connect(broker.url) as client:
+        sqs = broker.client()
+        url = sqs.create_queue(QueueName="q", Attributes={"VisibilityTimeout": "77"})["QueueUrl"]
+        settings = client.queue("q").configure()
+        assert settings["visibility_timeout"] == 77.0
+        assert settings["max_message_size"] == 262144
+        client.queue("q").enqueue(b"native", attributes={"origin": "native"})
+        [msg] = sqs.receive_message(QueueUrl=url, MessageAttributeNames=["All"])["Messages"]
+        assert msg["Body"] == "native"
+        assert msg["MessageAttributes"] == {
+            "origin": {"DataType": "String", "StringValue": "native"}
+        }
+
+
+def test_protocol_errors(sqs: Any, broker: SqsBroker) -> None:
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    with pytest.raises(sqs.exceptions.QueueDoesNotExist):
+        sqs.send_message(QueueUrl=f"{broker.url}/000000000000/missing", MessageBody="x")
+    with pytest.raises(ClientError) as exc:
+        sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=11)
+    assert error_code(exc) == "InvalidParameterValue"
+    with pytest.raises(sqs.exceptions.UnsupportedOperation) as exc:
+        sqs.add_permission(QueueUrl=url, Label="l", AWSAccountIds=["1"], Actions=["SendMessage"])
+    assert error_code(exc) == "AWS.SimpleQueueService.UnsupportedOperation"
+    headers = {"content-type": "application/x-amz-json-1.0"}
+    raw = httpx.post(broker.url + "/", headers={**headers, "x-amz-target": "AmazonSQS.Nope"})
+    assert raw.status_code == 400
+    assert raw.headers["x-amzn-query-error"] == "InvalidAction;Sender"
+    raw = httpx.post(
+        broker.url + "/",
+        headers={**headers, "x-amz-target": "AmazonSQS.SendMessage"},
+        content=b"{not json",
+    )
+    assert raw.status_code == 400 and raw.json()["__type"].endswith("#SerializationException")
+    raw = httpx.post(
+        broker.url + "/",
+        headers={**headers, "x-amz-target": "AmazonSQS.SendMessage"},
+        content=b'{"QueueUrl": "' + url.encode() + b'"}',
+    )
+    assert raw.status_code == 400
+    assert raw.headers["x-amzn-query-error"] == "MissingParameter;Sender"
+    assert depth(sqs, url)["Messages"] == 0
+
+
+def test_metrics_count_sqs_requests(sqs: Any, broker: SqsBroker) -> None:
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="x")
+    with pytest.raises(ClientError):
+        sqs.get_queue_url(QueueName="missing")
+    text = httpx.get(broker.url + "/metrics").text
+    assert 'operation="sqs.SendMessage",outcome="ok",queue="q"' in text
+    assert 'operation="sqs.GetQueueUrl",outcome="QueueDoesNotExist"' in text
