@@ -52,6 +52,7 @@ __all__ = [
     "AsyncRemoteQueue",
     "AuthError",
     "BrokerError",
+    "BrokerUnreachable",
     "Client",
     "RemoteQueue",
     "connect",
@@ -480,6 +481,12 @@ class RemoteQueue:
     def __init__(self, client: Client, name: str) -> None:
         self._client = client
         self._p = _Protocol(name)
+        self._closed = False
+
+    def _run(self, call: _Call[T]) -> T:
+        if self._closed:
+            raise QueueClosed(f"queue {self.url} is closed")
+        return self._client._run(call)
 
     @property
     def name(self) -> str:
@@ -499,88 +506,87 @@ class RemoteQueue:
         attributes: dict[str, str] | None = None,
     ) -> str:
         """Add a message; its id once it is durable (the first id on a dedup hit)."""
-        return self._client._run(
-            self._p.enqueue(payload, priority, delay, dedup_id, group, attributes)
-        )
+        return self._run(self._p.enqueue(payload, priority, delay, dedup_id, group, attributes))
 
     def enqueue_batch(self, items: Iterable[bytes | dict[str, Any]]) -> list[str]:
         """Add many messages in one commit: payloads, or dicts of ``enqueue``'s keywords."""
-        return self._client._run(self._p.enqueue_batch(items))
+        return self._run(self._p.enqueue_batch(items))
 
     def dequeue(
         self, max_messages: int = 1, visibility_timeout: float | None = None, wait: float = 0.0
     ) -> list[Message]:
         """Lease up to ``max_messages``; the broker waits up to ``wait`` seconds for the first."""
-        return self._client._run(self._p.dequeue(max_messages, visibility_timeout, wait))
+        return self._run(self._p.dequeue(max_messages, visibility_timeout, wait))
 
     def complete(self, target: Target) -> None:
         """Acknowledge a delivered message: it is done."""
-        self._client._run(self._p.complete([target]))
+        self._run(self._p.complete([target]))
 
     def complete_batch(self, targets: Iterable[Target]) -> None:
         """Acknowledge many delivered messages in one commit (all or none)."""
         call = self._p.complete(targets)
         if call.body and call.body["receipts"]:
-            self._client._run(call)
+            self._run(call)
 
     def fail(self, target: Target, error: str | None = None) -> float | None:
         """Give a delivered message back: retried after a backoff, or dead if out of attempts.
         When it will be retried (unix time), or None if it is dead."""
-        return self._client._run(self._p.fail(target, error))
+        return self._run(self._p.fail(target, error))
 
     def release(self, targets: Target | Iterable[Target]) -> None:
         """Give delivered messages back unprocessed: visible at once, the delivery uncounted."""
         call = self._p.release(targets)
         if call.body and call.body["receipts"]:
-            self._client._run(call)
+            self._run(call)
 
     def extend(self, target: Target, seconds: float) -> None:
         """Make a lease end ``seconds`` from now (0: the message is visible again at once)."""
-        self._client._run(self._p.extend(target, seconds))
+        self._run(self._p.extend(target, seconds))
 
     def status(self, id: str) -> MessageStatus:
         """Where message ``id`` stands; MessageNotFound if unknown or past retention."""
-        return self._client._run(self._p.status(id))
+        return self._run(self._p.status(id))
 
     def stats(self) -> QueueStats:
         """Counts by status and the writer's commit figures."""
-        return self._client._run(self._p.stats())
+        return self._run(self._p.stats())
 
     def peek(self, limit: int = 10) -> list[Message]:
         """The next ``limit`` messages a dequeue would deliver, without leasing them."""
-        return self._client._run(self._p.peek(limit))
+        return self._run(self._p.peek(limit))
 
     def dead_letters(self, limit: int = 100) -> list[Message]:
         """Up to ``limit`` dead messages, oldest first, with their last error."""
-        return self._client._run(self._p.dead_letters(limit))
+        return self._run(self._p.dead_letters(limit))
 
     def redrive(self, ids: Iterable[str] | None = None) -> int:
         """Move dead messages (all, or those named) back to pending; how many moved."""
-        return self._client._run(self._p.redrive(ids))
+        return self._run(self._p.redrive(ids))
 
     def discard(self, ids: Iterable[str]) -> int:
         """Remove dead letters for good (e.g. once copied to another queue); how many."""
-        return self._client._run(self._p.discard(ids))
+        return self._run(self._p.discard(ids))
 
     def configure(self, **settings: Any) -> dict[str, Setting]:
         """Change saved queue settings (``s3q.config.PERSISTED``); the settings now in force."""
-        return self._client._run(self._p.configure(settings))
+        return self._run(self._p.configure(settings))
 
     def cleanup(self) -> int:
         """Forget completed messages past ``completed_retention``; how many were forgotten."""
-        return self._client._run(self._p.cleanup())
+        return self._run(self._p.cleanup())
 
     def purge(self) -> int:
         """Remove every message not completed; how many were removed."""
-        return self._client._run(self._p.purge())
+        return self._run(self._p.purge())
 
     def compact(self) -> CompactionReport:
         """Checkpoint now and collect garbage (both also happen on their own)."""
-        return self._client._run(self._p.compact())
+        return self._run(self._p.compact())
 
     def close(self) -> None:
-        """Nothing to do: the broker owns the queue (close the :class:`Client` to drop its
-        connections)."""
+        """Refuse further calls, like a closed :class:`s3q.Queue`; the broker keeps the queue
+        (close the :class:`Client` to drop its connections)."""
+        self._closed = True
 
     def __enter__(self) -> RemoteQueue:
         return self
@@ -696,6 +702,12 @@ class AsyncRemoteQueue:
     def __init__(self, client: AsyncClient, name: str) -> None:
         self._client = client
         self._p = _Protocol(name)
+        self._closed = False
+
+    async def _run(self, call: _Call[T]) -> T:
+        if self._closed:
+            raise QueueClosed(f"queue {self.url} is closed")
+        return await self._client._run(call)
 
     @property
     def name(self) -> str:
@@ -715,87 +727,89 @@ class AsyncRemoteQueue:
         attributes: dict[str, str] | None = None,
     ) -> str:
         """Add a message; its id once it is durable (the first id on a dedup hit)."""
-        return await self._client._run(
+        return await self._run(
             self._p.enqueue(payload, priority, delay, dedup_id, group, attributes)
         )
 
     async def enqueue_batch(self, items: Iterable[bytes | dict[str, Any]]) -> list[str]:
         """Add many messages in one commit: payloads, or dicts of ``enqueue``'s keywords."""
-        return await self._client._run(self._p.enqueue_batch(items))
+        return await self._run(self._p.enqueue_batch(items))
 
     async def dequeue(
         self, max_messages: int = 1, visibility_timeout: float | None = None, wait: float = 0.0
     ) -> list[Message]:
         """Lease up to ``max_messages``; the broker waits up to ``wait`` seconds for the first."""
-        return await self._client._run(self._p.dequeue(max_messages, visibility_timeout, wait))
+        return await self._run(self._p.dequeue(max_messages, visibility_timeout, wait))
 
     async def complete(self, target: Target) -> None:
         """Acknowledge a delivered message: it is done."""
-        await self._client._run(self._p.complete([target]))
+        await self._run(self._p.complete([target]))
 
     async def complete_batch(self, targets: Iterable[Target]) -> None:
         """Acknowledge many delivered messages in one commit (all or none)."""
         call = self._p.complete(targets)
         if call.body and call.body["receipts"]:
-            await self._client._run(call)
+            await self._run(call)
 
     async def fail(self, target: Target, error: str | None = None) -> float | None:
         """Give a delivered message back: retried after a backoff, or dead if out of attempts.
         When it will be retried (unix time), or None if it is dead."""
-        return await self._client._run(self._p.fail(target, error))
+        return await self._run(self._p.fail(target, error))
 
     async def release(self, targets: Target | Iterable[Target]) -> None:
         """Give delivered messages back unprocessed: visible at once, the delivery uncounted."""
         call = self._p.release(targets)
         if call.body and call.body["receipts"]:
-            await self._client._run(call)
+            await self._run(call)
 
     async def extend(self, target: Target, seconds: float) -> None:
         """Make a lease end ``seconds`` from now (0: the message is visible again at once)."""
-        await self._client._run(self._p.extend(target, seconds))
+        await self._run(self._p.extend(target, seconds))
 
     async def status(self, id: str) -> MessageStatus:
         """Where message ``id`` stands; MessageNotFound if unknown or past retention."""
-        return await self._client._run(self._p.status(id))
+        return await self._run(self._p.status(id))
 
     async def stats(self) -> QueueStats:
         """Counts by status and the writer's commit figures."""
-        return await self._client._run(self._p.stats())
+        return await self._run(self._p.stats())
 
     async def peek(self, limit: int = 10) -> list[Message]:
         """The next ``limit`` messages a dequeue would deliver, without leasing them."""
-        return await self._client._run(self._p.peek(limit))
+        return await self._run(self._p.peek(limit))
 
     async def dead_letters(self, limit: int = 100) -> list[Message]:
         """Up to ``limit`` dead messages, oldest first, with their last error."""
-        return await self._client._run(self._p.dead_letters(limit))
+        return await self._run(self._p.dead_letters(limit))
 
     async def redrive(self, ids: Iterable[str] | None = None) -> int:
         """Move dead messages (all, or those named) back to pending; how many moved."""
-        return await self._client._run(self._p.redrive(ids))
+        return await self._run(self._p.redrive(ids))
 
     async def discard(self, ids: Iterable[str]) -> int:
         """Remove dead letters for good (e.g. once copied to another queue); how many."""
-        return await self._client._run(self._p.discard(ids))
+        return await self._run(self._p.discard(ids))
 
     async def configure(self, **settings: Any) -> dict[str, Setting]:
         """Change saved queue settings (``s3q.config.PERSISTED``); the settings now in force."""
-        return await self._client._run(self._p.configure(settings))
+        return await self._run(self._p.configure(settings))
 
     async def cleanup(self) -> int:
         """Forget completed messages past ``completed_retention``; how many were forgotten."""
-        return await self._client._run(self._p.cleanup())
+        return await self._run(self._p.cleanup())
 
     async def purge(self) -> int:
         """Remove every message not completed; how many were removed."""
-        return await self._client._run(self._p.purge())
+        return await self._run(self._p.purge())
 
     async def compact(self) -> CompactionReport:
         """Checkpoint now and collect garbage (both also happen on their own)."""
-        return await self._client._run(self._p.compact())
+        return await self._run(self._p.compact())
 
     async def close(self) -> None:
-        """Nothing to do: the broker owns the queue (close the :class:`AsyncClient`)."""
+        """Refuse further calls, like a closed :class:`s3q.AsyncQueue`; the broker keeps the
+        queue (close the :class:`AsyncClient` to drop its connections)."""
+        self._closed = True
 
     async def __aenter__(self) -> AsyncRemoteQueue:
         return self
