@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import random
 import ssl
 import time
@@ -129,6 +130,12 @@ class _Call(Generic[T]):
     def idempotent(self) -> bool:
         return self.method == "GET"
 
+    @property
+    def queue(self) -> str | None:
+        """The queue the call is about (``/v1/queues/NAME/...``), if any."""
+        parts = self.path.split("/", 4)
+        return parts[3] if len(parts) > 3 and parts[2] == "queues" else None
+
     def content(self) -> bytes | None:
         if self.body is None:
             return None
@@ -183,10 +190,15 @@ def _retryable(call: _Call[Any], failure: Exception, status: int | None) -> bool
 
 
 class _Nodes:
-    """The brokers a client may send to (one, or several of one cluster), and the current one.
+    """The brokers a client may send to (one, or several of one cluster), in the order to try
+    them for each queue.
 
-    Any broker of a cluster serves any queue, so a call that could not be sent to one, or that
-    one refused with 503, moves on to the next.
+    Any broker of a cluster serves any queue, but each queue is led by one of them, the first
+    asked for it. Every client orders the brokers for a queue the same way (rendezvous hashing
+    of the queue's name and the brokers' URLs), so each queue is first asked of, and then led
+    by, one broker, queues spread evenly over the brokers, and calls mostly reach the leader
+    without being forwarded. A broker that cannot serve a call sends that queue's calls on to
+    the next one in its order.
     """
 
     def __init__(self, url: str | Sequence[str]) -> None:
@@ -194,11 +206,19 @@ class _Nodes:
         self.urls = [u.strip().rstrip("/") for part in given for u in part.split(",") if u.strip()]
         if not self.urls:
             raise InvalidArgument("no broker URL given")
-        self._current = 0
+        self._orders: dict[str | None, list[str]] = {None: self.urls}
+        self._moved: dict[str | None, int] = {}  # how often a queue's calls moved on
 
     @property
     def url(self) -> str:
-        return self.urls[self._current]
+        return self.url_for(None)
+
+    def url_for(self, queue: str | None) -> str:
+        """The broker to send ``queue``'s calls to now."""
+        order = self._orders.get(queue)
+        if order is None:
+            order = self._orders[queue] = sorted(self.urls, key=lambda u: _rank(queue or "", u))
+        return order[self._moved.get(queue, 0) % len(order)]
 
     def settle(
         self,
@@ -222,8 +242,13 @@ class _Nodes:
             retry = _retryable(call, error, answer[0])
         if last or not retry:
             raise error from exc
-        if self.url == node:  # unless another caller moved on already
-            self._current = (self._current + 1) % len(self.urls)
+        if self.url_for(call.queue) == node:  # unless another caller moved on already
+            self._moved[call.queue] = self._moved.get(call.queue, 0) + 1
+
+
+def _rank(queue: str, url: str) -> bytes:
+    """Where broker ``url`` comes in ``queue``'s order: the same in every process."""
+    return hashlib.blake2b(f"{queue}\0{url}".encode(), digest_size=8).digest()
 
 
 @functools.cache
@@ -432,7 +457,7 @@ class Client:
     def _run(self, call: _Call[T]) -> T:
         content = call.content()
         for attempt in range(self.retries + 1):
-            node = self._nodes.url
+            node = self._nodes.url_for(call.queue)
             try:
                 response = self._http.request(
                     call.method,
@@ -650,7 +675,7 @@ class AsyncClient:
             connect=self.timeout, sock_read=self.timeout + call.extra_timeout
         )
         for attempt in range(self.retries + 1):
-            node = self._nodes.url
+            node = self._nodes.url_for(call.queue)
             try:
                 async with session.request(
                     call.method,
