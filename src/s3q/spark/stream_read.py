@@ -110,6 +110,9 @@ class ConsumeReader(DataSourceStreamReader):
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         queue = self._open()
+        # Spark plans a batch only once the one before it is in its commit log: everything up
+        # to ``start`` reached the sink, whether or not ``commit`` was called for it yet.
+        self._complete_through(queue, start["n"])
         unplanned = [n for n in self._manifests if n > start["n"]]
         if unplanned:  # leased and recorded, but Spark never planned it (a crash in between)
             return {"n": max(unplanned)}
@@ -181,8 +184,11 @@ class ConsumeReader(DataSourceStreamReader):
             yield from pieces.read(self.options.open_store(), partition.pieces)
 
     def commit(self, end: dict[str, int]) -> None:
-        queue = self._open()
-        done = sorted(n for n in self._manifests if n <= end["n"])
+        self._complete_through(self._open(), end["n"])
+
+    def _complete_through(self, queue: Queue, last: int) -> None:
+        """Complete the messages of every manifest up to ``last``; forget those manifests."""
+        done = sorted(n for n in self._manifests if n <= last)
         receipts = [r for n in done for r in self._manifests[n].receipts]
         if receipts:
             try:
