@@ -144,8 +144,9 @@ class Stager:
         bad = np.flatnonzero((values < 0) | (values > 255) | (values != np.floor(values)))
         if bad.size:
             i = int(bad[0])
+            value = values[i].item()
             raise InvalidPriority(
-                f"{self._row(i)}: priority must be an integer from 0 to 255, got {values[i]!r}"
+                f"{self._row(i)}: priority must be an integer from 0 to 255, got {value!r}"
             )
         return [int(v) for v in values.astype(np.int64).tolist()]
 
@@ -157,8 +158,9 @@ class Stager:
         bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
         if bad.size:
             i = int(bad[0])
+            value = float(values[i])
             raise InvalidArgument(
-                f"{self._row(i)}: delay must be a finite number of seconds >= 0, got {values[i]}"
+                f"{self._row(i)}: delay must be a finite number of seconds >= 0, got {value}"
             )
         return values.tolist()  # type: ignore[no-any-return]
 
@@ -196,10 +198,12 @@ class Stager:
 
     def discard(self) -> None:
         """Delete what this task staged (it failed)."""
+
+        async def delete_all() -> None:
+            await asyncio.gather(*(self.store.delete(o.key) for o in self.staged))
+
         with contextlib.suppress(S3QError):
-            self.loop.run_until_complete(
-                asyncio.gather(*(self.store.delete(o.key) for o in self.staged))
-            )
+            self.loop.run_until_complete(delete_all())
         self.close()
 
     def close(self) -> None:

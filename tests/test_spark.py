@@ -1,0 +1,294 @@
+"""The PySpark data source ``s3q`` on a real local SparkSession (master local[2])."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import TESTS_DIR, FileEnv, StoreEnv, child_env, make_env
+
+import s3q
+
+os.environ["PYSPARK_PYTHON"] = sys.executable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+import s3q.spark
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("s3q-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    s3q.spark.register(session)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(params=["file", "s3"])
+def store_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreEnv]:
+    env = make_env(request.param, request, tmp_path)
+    yield env
+    env.close_all()
+
+
+@pytest.fixture
+def file_env(tmp_path: Path) -> Iterator[StoreEnv]:
+    env = FileEnv(tmp_path)
+    yield env
+    env.close_all()
+
+
+def with_store(reader: Any, env: StoreEnv) -> Any:
+    """A DataFrameReader or Writer with ``env``'s store options."""
+    for name, value in env.options.items():
+        reader = reader.option(name, str(value).lower() if isinstance(value, bool) else value)
+    return reader
+
+
+def staged(env: StoreEnv) -> list[str]:
+    return [k for k in list(env.keys()) if k.startswith("staged/")]
+
+
+def stats(env: StoreEnv) -> Any:
+    q = env.open()
+    try:
+        return q.stats()
+    finally:
+        q.close()
+
+
+def every_column(spark: SparkSession, rows: int, partitions: int = 2) -> DataFrame:
+    """Rows whose columns all derive from their number, so a read can check each one."""
+    i = F.col("id")
+    return spark.range(0, rows, numPartitions=partitions).select(
+        F.concat(F.lit("payload-"), i.cast("string")).cast("binary").alias("payload"),
+        (i % 256).cast("int").alias("priority"),
+        F.when(i % 10 == 0, F.lit(3600.0)).otherwise(F.lit(0.0)).alias("delay"),
+        F.when(i % 100 == 0, F.concat(F.lit("g"), (i % 3).cast("string"))).alias("group"),
+        F.concat(F.lit("d"), i.cast("string")).alias("dedup_id"),
+        F.create_map(F.lit("n"), i.cast("string"), F.lit("kind"), F.lit("test")).alias(
+            "attributes"
+        ),
+    )
+
+
+# ------------------------------------------------------------------------------- batch
+
+
+def test_write_then_read_round_trip_every_column(spark: SparkSession, store_env: StoreEnv) -> None:
+    rows = 100_000
+    with_store(every_column(spark, rows).write.format("s3q").mode("append"), store_env).save(
+        store_env.url
+    )
+    assert len(store_env.log_keys()) == 2, "the writer's open, then one commit for every row"
+    assert 1 <= len(staged(store_env)) <= 4, "one staged object per task, not one per row"
+
+    table = with_store(spark.read.format("s3q"), store_env).load(store_env.url).toArrow()
+    assert table.num_rows == rows
+    got = table.to_pylist()
+    assert len({r["id"] for r in got}) == rows
+    for r in got:
+        n = int(dict(r["attributes"])["n"])
+        assert r["payload"] == f"payload-{n}".encode()
+        assert r["priority"] == n % 256
+        assert r["status"] == ("delayed" if n % 10 == 0 else "pending")
+        assert r["group"] == (f"g{n % 3}" if n % 100 == 0 else None)
+        assert r["dedup_id"] == f"d{n}"
+        assert dict(r["attributes"]) == {"n": str(n), "kind": "test"}
+        assert r["attempts"] == 0 and r["last_error"] is None
+
+    dead = with_store(spark.read.format("s3q").option("status", "dead"), store_env)
+    assert dead.load(store_env.url).count() == 0
+    q = store_env.open()
+    (first,) = q.dequeue()
+    assert first.priority == 255 and first.payload == b"payload-255"
+    q.close()
+
+
+def test_a_failed_task_leaves_the_queue_unchanged(spark: SparkSession, file_env: StoreEnv) -> None:
+    q = file_env.open()
+    q.enqueue_batch([b"before"] * 10)
+    q.close()
+    before = stats(file_env)
+
+    @F.udf("binary")
+    def explode_on_4000(n: int) -> bytes:
+        if n == 4000:
+            raise RuntimeError("boom at 4000")
+        return b"x" * 100
+
+    df = spark.range(0, 5000, numPartitions=2).select(explode_on_4000("id").alias("payload"))
+    writer = df.write.format("s3q").mode("append").option("stageBytes", 10_000)
+    with pytest.raises(Exception, match="boom at 4000"):
+        writer.save(file_env.url)
+    after = stats(file_env)
+    assert (
+        (after.pending, after.total_enqueued)
+        == (before.pending, before.total_enqueued)
+        == (
+            10,
+            10,
+        )
+    )
+    assert staged(file_env) == [], "abort deletes every staged object"
+
+
+def test_a_bad_priority_fails_the_job_naming_the_row(
+    spark: SparkSession, file_env: StoreEnv
+) -> None:
+    i = F.col("id")
+    df = spark.range(0, 3000, numPartitions=2).select(
+        i.cast("string").alias("payload"),
+        F.when(i == 2345, F.lit(300)).otherwise(F.lit(1)).alias("priority"),
+    )
+    with pytest.raises(Exception) as caught:
+        df.write.format("s3q").mode("append").save(file_env.url)
+    text = str(caught.value)
+    assert "row 845 of partition 1: priority must be an integer from 0 to 255, got 300" in text
+    assert stats(file_env).total_enqueued == 0
+    assert staged(file_env) == []
+
+
+def test_snapshot_read_while_the_writer_and_gc_run(spark: SparkSession, file_env: StoreEnv) -> None:
+    """A reader sees a consistent snapshot while the writer enqueues, completes, checkpoints
+    and collects garbage beside it."""
+    q = file_env.open(gc_grace=2.0, checkpoint_ops=500, completed_retention=0.0)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    written = [0]
+
+    def churn() -> None:
+        try:
+            n = 0
+            while not stop.is_set():
+                q.enqueue_batch(
+                    [
+                        {"payload": f"p{n + k}".encode(), "attributes": {"n": str(n + k)}}
+                        for k in range(300)
+                    ]
+                )
+                n += 300
+                q.complete_batch(q.dequeue(max_messages=200))
+                if n % 3000 == 0:
+                    q.compact()
+                written[0] = n
+        except BaseException as exc:  # reported by the test
+            errors.append(exc)
+
+    thread = threading.Thread(target=churn)
+    thread.start()
+    try:
+        for _ in range(3):
+            table = spark.read.format("s3q").load(file_env.url).toArrow()
+            rows = table.to_pylist()
+            assert len({r["id"] for r in rows}) == len(rows)
+            for r in rows:
+                assert r["payload"] == f"p{dict(r['attributes'])['n']}".encode()
+                assert r["status"] in ("pending", "processing")
+    finally:
+        stop.set()
+        thread.join()
+        q.close()
+    assert not errors, errors
+    assert written[0] > 0
+
+
+# --------------------------------------------------------------------------- streaming
+
+
+def test_streaming_read_survives_a_driver_kill(spark: SparkSession, file_env: StoreEnv) -> None:
+    """kill -9 of the query's process mid-stream, then a restart from its checkpoint: the
+    Parquet sink holds every message exactly once and the queue ends empty."""
+    total = 3000
+    q = file_env.open(max_attempts=20)
+    q.enqueue_batch([f"m{i}".encode() for i in range(total)])
+    q.close()
+    work = Path(str(file_env.path) + "-spark")
+    out, checkpoint = work / "out", work / "checkpoint"
+    args = [sys.executable, str(TESTS_DIR / "child_spark_consume.py"), file_env.url]
+    args += [str(out), str(checkpoint), str(total)]
+
+    first = subprocess.Popen(
+        args, env=child_env(), stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        commits = checkpoint / "commits"
+        deadline = time.monotonic() + 180
+        # Polling the child's checkpoint directory: no event crosses the process boundary.
+        while not (commits.exists() and len(list(commits.iterdir())) >= 3):
+            assert first.poll() is None, "the query ended before it was killed"
+            assert time.monotonic() < deadline, "no micro-batch committed within 180 s"
+            time.sleep(0.05)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)  # the Python driver, its JVM and its workers
+        first.wait()
+
+    second = subprocess.run(args, env=child_env(), capture_output=True, text=True, timeout=280)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "done" in second.stdout
+
+    rows = spark.read.parquet(str(out)).select("id", "payload").collect()
+    payloads = sorted(r.payload for r in rows)
+    assert len(rows) == total, f"{len(rows) - len({r.id for r in rows})} duplicate(s)"
+    assert payloads == sorted(f"m{i}".encode() for i in range(total))
+    after = stats(file_env)
+    assert (after.pending, after.processing, after.retry, after.dead) == (0, 0, 0, 0)
+    assert after.completed == total
+    assert not [k for k in list(file_env.keys()) if k.startswith("spark/")], "manifests remain"
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def test_streaming_write_replay_enqueues_nothing_twice(
+    spark: SparkSession, file_env: StoreEnv, tmp_path: Path
+) -> None:
+    source, checkpoint = tmp_path / "source", tmp_path / "checkpoint"
+    for part in range(3):
+        spark.range(part * 100, part * 100 + 100, numPartitions=1).select(
+            F.col("id").cast("string").alias("payload")
+        ).write.parquet(str(source / f"part={part}"))
+
+    def run() -> None:
+        query = (
+            spark.readStream.schema("payload string, part int")
+            .option("maxFilesPerTrigger", 1)
+            .parquet(str(source))
+            .select("payload")
+            .writeStream.format("s3q")
+            .option("checkpointLocation", str(checkpoint))
+            .start(file_env.url)
+        )
+        query.processAllAvailable()
+        query.stop()
+
+    run()
+    assert stats(file_env).total_enqueued == 300
+    objects = staged(file_env)
+    last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    (checkpoint / "commits" / str(last)).unlink()  # as if the driver died before logging it
+    run()  # Spark replays batch ``last`` into the sink
+    after = stats(file_env)
+    assert after.total_enqueued == 300
+    assert sorted(staged(file_env)) == sorted(objects), "the replay's staged objects are deleted"
+    q = file_env.open()
+    payloads = [m.payload for m in q.dequeue(max_messages=1000)]
+    q.close()
+    assert sorted(payloads) == sorted(str(i).encode() for i in range(300))
