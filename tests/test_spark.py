@@ -283,8 +283,10 @@ def test_streaming_write_replay_enqueues_nothing_twice(
     assert stats(file_env).total_enqueued == 300
     objects = staged(file_env)
     last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
-    (checkpoint / "commits" / str(last)).unlink()  # as if the driver died before logging it
+    for name in (str(last), f".{last}.crc"):  # as if the driver died before logging it
+        (checkpoint / "commits" / name).unlink(missing_ok=True)
     run()  # Spark replays batch ``last`` into the sink
+    assert (checkpoint / "commits" / str(last)).exists(), "Spark did not replay the batch"
     after = stats(file_env)
     assert after.total_enqueued == 300
     assert sorted(staged(file_env)) == sorted(objects), "the replay's staged objects are deleted"
