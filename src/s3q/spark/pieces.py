@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Iterator
-from typing import Any
+from operator import itemgetter
+from typing import Any, Protocol
 
 import msgspec
 import numpy as np
 import pyarrow as pa
 
-from ..snapshot import Location, read_spans
-from ..store import Store
+from ..snapshot import SnapshotExpired
+from ..store import NotFound, Store
 
 PIECE_BYTES = 32 * 1024 * 1024  # payload bytes read by one GET, at most (one object or range)
 PARTITION_BYTES = 64 * 1024 * 1024  # payload bytes of one input partition, about
@@ -46,44 +47,85 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 
-# (id, priority, status, attempts, enqueued_at, group, dedup_id, attributes, last_error)
-Row = tuple[str, int, str, int, float, str | None, str | None, dict[str, str] | None, str | None]
+
+class Fields(Protocol):
+    """What a row needs of a message: ``Rec`` (a snapshot) and ``Message`` (a lease) fit."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def attempts(self) -> int: ...
+    @property
+    def enqueued_at(self) -> float: ...
+    @property
+    def group(self) -> str | None: ...
+    @property
+    def dedup_id(self) -> str | None: ...
+    @property
+    def attributes(self) -> dict[str, str] | None: ...
+    @property
+    def last_error(self) -> str | None: ...
+
+
+# (object key, offset, size, the message, its status)
+Entry = tuple[str, int, int, Fields, str]
 
 
 class Piece(msgspec.Struct, array_like=True):
-    """Messages whose payloads lie in one object, by offset: read with one ranged GET."""
+    """Messages whose payloads lie in one object, by offset, as columns: one ranged GET."""
 
     key: str
     offsets: list[int]
     sizes: list[int]
-    rows: list[Row]
+    ids: list[str]
+    priorities: list[int]
+    statuses: list[str]
+    attempts: list[int]
+    enqueued_at: list[float]
+    groups: list[str | None]
+    dedup_ids: list[str | None]
+    attributes: list[dict[str, str] | None]
+    errors: list[str | None]
 
-    @property
-    def nbytes(self) -> int:
-        return sum(self.sizes)
+    @classmethod
+    def of(cls, key: str, entries: list[Entry]) -> Piece:
+        messages = [e[3] for e in entries]
+        return cls(
+            key,
+            [e[1] for e in entries],
+            [e[2] for e in entries],
+            [m.id for m in messages],
+            [m.priority for m in messages],
+            [e[4] for e in entries],
+            [m.attempts for m in messages],
+            [m.enqueued_at for m in messages],
+            [m.group for m in messages],
+            [m.dedup_id for m in messages],
+            [m.attributes or None for m in messages],
+            [m.last_error for m in messages],
+        )
 
 
-def plan(located: Iterable[tuple[Location, Row]]) -> list[list[Piece]]:
+def plan(entries: Iterable[Entry]) -> list[list[Piece]]:
     """Pieces (per object, split in ranges of at most PIECE_BYTES) packed into partitions."""
-    by_key: dict[str, list[tuple[Location, Row]]] = {}
-    for place, row in located:
-        by_key.setdefault(place.key, []).append((place, row))
+    by_key: dict[str, list[Entry]] = {}
+    for entry in entries:
+        group = by_key.get(entry[0])
+        if group is None:
+            group = by_key[entry[0]] = []
+        group.append(entry)
     pieces: list[Piece] = []
     for key in sorted(by_key):
-        entries = sorted(by_key[key], key=lambda e: e[0].offset)
-        piece = Piece(key, [], [], [])
-        size = 0
-        for place, row in entries:
-            if piece.rows and (
-                size + place.size > PIECE_BYTES or len(piece.rows) >= PARTITION_ROWS
-            ):
-                pieces.append(piece)
-                piece, size = Piece(key, [], [], []), 0
-            piece.offsets.append(place.offset)
-            piece.sizes.append(place.size)
-            piece.rows.append(row)
-            size += place.size
-        pieces.append(piece)
+        group = sorted(by_key[key], key=itemgetter(1))
+        first = size = 0
+        for i, entry in enumerate(group):
+            if i > first and (size + entry[2] > PIECE_BYTES or i - first >= PARTITION_ROWS):
+                pieces.append(Piece.of(key, group[first:i]))
+                first, size = i, 0
+            size += entry[2]
+        pieces.append(Piece.of(key, group[first:]))
     partitions: list[list[Piece]] = []
     current: list[Piece] = []
     size = rows = 0
@@ -92,8 +134,8 @@ def plan(located: Iterable[tuple[Location, Row]]) -> list[list[Piece]]:
             partitions.append(current)
             current, size, rows = [], 0, 0
         current.append(piece)
-        size += piece.nbytes
-        rows += len(piece.rows)
+        size += sum(piece.sizes)
+        rows += len(piece.ids)
     if current:
         partitions.append(current)
     return partitions
@@ -101,9 +143,19 @@ def plan(located: Iterable[tuple[Location, Row]]) -> list[list[Piece]]:
 
 def read(store: Store, pieces: list[Piece]) -> Iterator[pa.RecordBatch]:
     """The record batches of ``pieces``, read from ``store`` a few GETs at a time."""
-    fetched = asyncio.run(_fetch(store, pieces))
+    fetched = _loop().run_until_complete(_fetch(store, pieces))
     for piece, (data, base) in zip(pieces, fetched, strict=True):
         yield record_batch(piece, data, base)
+
+
+_loops: list[asyncio.AbstractEventLoop] = []
+
+
+def _loop() -> asyncio.AbstractEventLoop:
+    """One event loop per Python worker, kept across tasks (Spark reuses workers)."""
+    if not _loops:
+        _loops.append(asyncio.new_event_loop())
+    return _loops[0]
 
 
 async def _fetch(store: Store, pieces: list[Piece]) -> list[tuple[bytes, int]]:
@@ -113,8 +165,13 @@ async def _fetch(store: Store, pieces: list[Piece]) -> list[tuple[bytes, int]]:
         start = piece.offsets[0]
         end = max(o + s for o, s in zip(piece.offsets, piece.sizes, strict=True))
         async with limit:
-            data = await read_spans(store, piece.key, [("", start, end - start)])
-        return data[""], start
+            try:
+                return await store.get_range(piece.key, start, end), start
+            except NotFound:
+                raise SnapshotExpired(
+                    f"{piece.key} of {store.url} was collected before it was read: the read "
+                    "took longer than the queue's gc_grace"
+                ) from None
 
     try:
         return await asyncio.gather(*(one(p) for p in pieces))
@@ -136,27 +193,29 @@ def record_batch(piece: Piece, data: bytes, base: int) -> pa.RecordBatch:
     else:
         view = memoryview(data)
         payload = pa.array([view[o:e] for o, e in zip(offsets, ends, strict=True)], pa.binary())
-    return rows_batch(piece.rows, payload)
-
-
-def rows_batch(rows: list[Row], payload: pa.Array) -> pa.RecordBatch:
-    """The record batch of ``rows`` (message fields) and their payloads."""
-    ids, priority, status, attempts, enqueued, group, dedup, attributes, error = (
-        zip(*rows, strict=True) if rows else ([],) * 9
-    )
-    micros = (np.asarray(enqueued, dtype=np.float64) * 1e6).astype(np.int64)
-    columns: list[Any] = [
-        pa.array(ids, pa.string()),
+    micros = (np.asarray(piece.enqueued_at, dtype=np.float64) * 1e6).astype(np.int64)
+    columns = [
+        pa.array(piece.ids, pa.string()),
         payload,
-        pa.array(priority, pa.int32()),
-        pa.array(status, pa.string()),
-        pa.array(attempts, pa.int32()),
-        pa.array(micros, pa.timestamp("us", tz="UTC")),
-        pa.array(group, pa.string()),
-        pa.array(dedup, pa.string()),
-        pa.array(
-            [None if a is None else list(a.items()) for a in attributes], ARROW_SCHEMA[8].type
+        pa.array(piece.priorities, pa.int32()),
+        pa.array(piece.statuses, pa.string()),
+        pa.array(piece.attempts, pa.int32()),
+        pa.array(micros, ARROW_SCHEMA.field("enqueued_at").type),
+        _optional(piece.groups, pa.string()),
+        _optional(piece.dedup_ids, pa.string()),
+        _optional(
+            [None if a is None else list(a.items()) for a in piece.attributes]
+            if any(a is not None for a in piece.attributes)
+            else piece.attributes,
+            ARROW_SCHEMA.field("attributes").type,
         ),
-        pa.array(error, pa.string()),
+        _optional(piece.errors, pa.string()),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+
+
+def _optional(values: list[Any], kind: pa.DataType) -> pa.Array:
+    """A column that is often all null: built without looking at each value when it is."""
+    if values.count(None) == len(values):
+        return pa.nulls(len(values), kind)
+    return pa.array(values, kind)

@@ -14,10 +14,11 @@ from collections.abc import Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
+from .. import log
 from ..errors import InvalidConfig
 from ..message import MessageStatus
-from ..snapshot import Loaded, load, location
-from ..state import DONE
+from ..snapshot import Loaded, load
+from ..state import DONE, blob_key
 from . import pieces
 from .options import Options, run
 
@@ -52,24 +53,23 @@ class SnapshotReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         loaded = run(_load(self.options))
         state, now = loaded.state, time.time()
-        chosen = []
+        seg_keys: dict[int, str] = {}
+        chosen: list[pieces.Entry] = []
         for rec in state.messages.values():
             if rec.state == DONE:
                 continue
             status = state.status(rec, now).value
-            if status in self.statuses:
-                row: pieces.Row = (
-                    rec.id,
-                    rec.priority,
-                    status,
-                    rec.attempts,
-                    rec.enqueued_at,
-                    rec.group,
-                    rec.dedup_id,
-                    rec.attributes,
-                    rec.last_error,
-                )
-                chosen.append((location(rec), row))
+            if status not in self.statuses:
+                continue
+            if rec.stage is not None:
+                chosen.append((rec.stage, rec.offset, rec.size, rec, status))
+            elif rec.offset < 0:
+                chosen.append((blob_key(rec.id), 0, rec.size, rec, status))
+            else:
+                key = seg_keys.get(rec.seg)
+                if key is None:
+                    key = seg_keys[rec.seg] = log.key(rec.seg)
+                chosen.append((key, rec.offset, rec.size, rec, status))
         planned = pieces.plan(chosen)
         return [PiecesPartition(i, p) for i, p in enumerate(planned)] or [PiecesPartition(0, [])]
 

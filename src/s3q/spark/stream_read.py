@@ -157,24 +157,12 @@ class ConsumeReader(DataSourceStreamReader):
         if not ids:
             return []
         located = queue.locate(ids)
-        rows = []
+        rows: list[pieces.Entry] = []
         for mid in ids:
             found = located.get(mid)
-            if found is None:
-                continue  # completed meanwhile: nothing left to deliver
-            m = found.message
-            row: pieces.Row = (
-                m.id,
-                m.priority,
-                "processing",
-                m.attempts,
-                m.enqueued_at,
-                m.group,
-                m.dedup_id,
-                m.attributes or None,
-                m.last_error,
-            )
-            rows.append((found.location, row))
+            if found is not None:  # else completed meanwhile: nothing left to deliver
+                where = found.location
+                rows.append((where.key, where.offset, where.size, found.message, "processing"))
         planned = pieces.plan(rows)
         return [PiecesPartition(i, p) for i, p in enumerate(planned)]
 
