@@ -53,6 +53,19 @@ def report(name: str, rows: int, seconds: float) -> None:
     )
 
 
+def open_when_released(url: str, options: dict[str, Any]) -> s3q.Queue:
+    """Open the queue once the stopped query's source has let go of it: Spark stops a Python
+    source when its runner's socket closes, a moment after ``query.stop()`` returns."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return s3q.open(url, **options)
+        except s3q.QueueLocked:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)  # another process's lock: no event to wait on
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -121,7 +134,7 @@ def main() -> None:
         elapsed = time.perf_counter() - start
         query.stop()
         report("streaming consumption", args.rows, elapsed)
-        with s3q.open(url, **options) as q:
+        with open_when_released(url, options) as q:
             st = q.stats()
             assert st.completed == args.rows and st.pending == 0, st
     finally:
