@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -127,6 +128,7 @@ def main() -> None:
     parser.add_argument("--orders", type=int, default=20_000)
     parser.add_argument("--dir", type=Path, default=None, help="where queues and results go")
     args = parser.parse_args()
+    logging.getLogger("s3q.worker").setLevel(logging.CRITICAL)  # failures are reported at the end
     base = (args.dir or Path(tempfile.mkdtemp(prefix="s3q-pipeline-"))).absolute()
     orders, totals = (base / "orders").as_uri(), (base / "totals").as_uri()
     spark = (
