@@ -32,6 +32,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 from ..api import Queue, open
 from ..engine import MAX_DEQUEUE
 from ..errors import ReceiptExpired
+from ..snapshot import Located
 from ..store import Store
 from . import pieces
 from .options import Options
@@ -71,6 +72,7 @@ class ConsumeReader(DataSourceStreamReader):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._manifests: dict[int, Manifest] = {}
         self._owner: dict[str, int] = {}  # message id -> manifest not yet committed
+        self._leased: dict[str, Located] = {}  # as leased by this process, until planned
 
     # -- the driver's state ----------------------------------------------------------------------
 
@@ -136,6 +138,7 @@ class ConsumeReader(DataSourceStreamReader):
                     touched.add(owner)
                     continue
                 ids.append(message.id)
+                self._leased[message.id] = found
                 receipts.append(message.receipt)
         for n in touched:
             self._save(self._manifests[n])
@@ -156,7 +159,11 @@ class ConsumeReader(DataSourceStreamReader):
         ]
         if not ids:
             return []
-        located = queue.locate(ids)
+        # Where the payloads lie: as just leased, else (a batch re-run after a restart)
+        # looked up again. A relocated payload's old object outlives gc_grace.
+        leased, self._leased = self._leased, {}
+        missing = [mid for mid in ids if mid not in leased]
+        located = {**leased, **queue.locate(missing)} if missing else leased
         rows: list[pieces.Entry] = []
         for mid in ids:
             found = located.get(mid)
