@@ -65,7 +65,11 @@ def with_store(reader: Any, env: StoreEnv) -> Any:
 
 
 def staged(env: StoreEnv) -> list[str]:
-    return [k for k in list(env.keys()) if k.startswith("staged/")]
+    """Staged payload objects (an aborted job's empty marker is left for the collector)."""
+    keys = [k for k in list(env.keys()) if k.startswith("staged/")]
+    markers = [k for k in keys if "-abort-marker-" in k]
+    assert all(env.read(k) == b"" for k in markers)
+    return [k for k in keys if k not in markers]
 
 
 def stats(env: StoreEnv) -> Any:
@@ -294,3 +298,32 @@ def test_streaming_write_replay_enqueues_nothing_twice(
     payloads = [m.payload for m in q.dequeue(max_messages=1000)]
     q.close()
     assert sorted(payloads) == sorted(str(i).encode() for i in range(300))
+
+
+def test_commit_refused_by_a_held_queue_deletes_the_staged_objects(file_env: StoreEnv) -> None:
+    """The driver's commit meets a live writer: nothing is enqueued, nothing is left staged;
+    once a commit was attempted with an unknown outcome, abort leaves the objects alone."""
+    import pyarrow as pa
+
+    from s3q.spark.batch_write import BatchWriter
+    from s3q.spark.options import parse
+
+    writer = BatchWriter(parse({"path": file_env.url}))
+    batch = pa.RecordBatch.from_pydict({"payload": [b"a", b"bb", b"ccc"]})
+    staged_message = writer.write(iter([batch]))
+    assert len(staged(file_env)) == 1
+    holder = file_env.open()
+    with pytest.raises(s3q.QueueLocked):
+        writer.commit([staged_message])
+    assert staged(file_env) == []
+    assert holder.stats().total_enqueued == 0
+
+    again = BatchWriter(parse({"path": file_env.url}))
+    message = again.write(iter([batch]))
+    from s3q.spark.options import run
+    from s3q.spark.stage import mark_committing
+
+    run(mark_committing(again.options, again.job))  # as if a commit's answer was lost
+    again.abort([message])
+    assert len(staged(file_env)) == 2, "the object and the commit marker stay for the collector"
+    holder.close()

@@ -19,7 +19,16 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from ..api import open_async
 from ..staging import StagedObject
 from .options import Options, run
-from .stage import Staged, delete_staged, stage_all, staged_keys
+from .stage import (
+    NOT_COMMITTED,
+    Staged,
+    abort_job,
+    delete_staged,
+    mark_committing,
+    stage_all,
+    staged_keys,
+    was_committing,
+)
 
 logger = logging.getLogger("s3q.spark")
 
@@ -34,15 +43,20 @@ class BatchWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Staged:
         context = TaskContext.get()
         partition = context.partitionId() if context is not None else 0
-        return stage_all(self.options, self.job, f"partition {partition}", iterator)
+        origin = f"partition {partition}"
+        return stage_all(self.options, self.job, origin, iterator, watch_abort=True)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         objects = [o for m in messages if isinstance(m, Staged) for o in m.objects]
+        marker = run(mark_committing(self.options, self.job))
         try:
             run(self._commit(objects))
-        except BaseException:
-            self.abort(messages)  # Spark does not abort a job whose commit failed
+        except NOT_COMMITTED:  # certain: tidy up now (Spark's abort will find nothing)
+            run(delete_staged(self.options, self.job, staged_keys(messages)))
             raise
+        # Any other failure leaves the outcome unknown: the marker stays, abort deletes
+        # nothing, and the collector deletes whatever no commit refers to, later.
+        run(delete_staged(self.options, None, [marker]))
 
     async def _commit(self, objects: list[StagedObject]) -> None:
         queue = await open_async(self.options.url, **self.options.store)
@@ -52,5 +66,12 @@ class BatchWriter(DataSourceArrowWriter):
             await queue.close()
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        deleted = run(delete_staged(self.options, self.job, staged_keys(messages)))
+        if run(was_committing(self.options, self.job)):
+            logger.warning(
+                "s3q write job %s: its commit failed with an unknown outcome; its staged "
+                "objects are left to the queue's collector",
+                self.job,
+            )
+            return
+        deleted = run(abort_job(self.options, self.job))
         logger.info("s3q write job %s aborted: %d staged object(s) deleted", self.job, deleted)

@@ -19,7 +19,14 @@ import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 
 from ..config import QueueConfig
-from ..errors import InvalidArgument, InvalidPriority, MessageTooLarge, S3QError
+from ..errors import (
+    InvalidArgument,
+    InvalidPriority,
+    MessageTooLarge,
+    QueueFull,
+    QueueLocked,
+    S3QError,
+)
 from ..staging import StagedObject, job_prefix, object_key
 from ..store import Store
 from .options import Options
@@ -39,8 +46,9 @@ class Staged(WriterCommitMessage):
 class Stager:
     """Stages the rows of one task: ``add`` batches, then ``finish``."""
 
-    def __init__(self, options: Options, job: str, origin: str) -> None:
+    def __init__(self, options: Options, job: str, origin: str, watch_abort: bool) -> None:
         self.store: Store = options.open_store()
+        self.watch_abort = watch_abort
         self.job, self.origin = job, origin
         self.limit = options.integer("stageBytes", STAGE_BYTES)
         self.max_size = options.integer("maxMessageSize", DEFAULT_MAX_SIZE)
@@ -169,7 +177,7 @@ class Stager:
             return
         key = object_key(self.job, self.origin.replace(" ", ""))
         body = b"".join(memoryview(c) for c in self._chunks)
-        self.loop.run_until_complete(self.store.put(key, body))
+        self.loop.run_until_complete(self._put_unless_aborted(key, body))
         columns, present = self._columns, self._present
         self.staged.append(
             StagedObject(
@@ -187,6 +195,16 @@ class Stager:
             )
         )
         self._reset()
+
+    async def _put_unless_aborted(self, key: str, body: bytes) -> None:
+        """Stage ``key``, unless the job was aborted before or while it was written: a task
+        still running when the driver aborts must not leave objects behind."""
+        if self.watch_abort and await _aborted(self.store, self.job):
+            raise JobAborted(f"s3q write job {self.job} was aborted")
+        await self.store.put(key, body)
+        if self.watch_abort and await _aborted(self.store, self.job):
+            await self.store.delete(key)
+            raise JobAborted(f"s3q write job {self.job} was aborted")
 
     def finish(self) -> Staged:
         """Stage what is left; what the driver needs to commit."""
@@ -212,9 +230,16 @@ class Stager:
             self.loop.close()
 
 
-def stage_all(options: Options, job: str, origin: str, batches: Iterable[pa.RecordBatch]) -> Staged:
-    """Stage every batch of one task; on any failure delete what was staged, and re-raise."""
-    stager = Stager(options, job, origin)
+def stage_all(
+    options: Options,
+    job: str,
+    origin: str,
+    batches: Iterable[pa.RecordBatch],
+    watch_abort: bool = False,
+) -> Staged:
+    """Stage every batch of one task; on any failure delete what was staged, and re-raise.
+    ``watch_abort``: stop (and delete) once the job's abort marker exists."""
+    stager = Stager(options, job, origin, watch_abort)
     try:
         for batch in batches:
             stager.add(batch)
@@ -238,3 +263,52 @@ async def delete_staged(options: Options, job: str | None, extra: Iterable[str] 
 def staged_keys(messages: Iterable[WriterCommitMessage | None]) -> list[str]:
     """The staged objects the commit messages of a job name."""
     return [o.key for m in messages if isinstance(m, Staged) for o in m.objects]
+
+
+MARKER = "commit-marker"
+#: Errors after which a commit certainly did not happen (checked before anything was written).
+NOT_COMMITTED = (InvalidArgument, QueueFull, QueueLocked)
+
+
+async def mark_committing(options: Options, job: str) -> str:
+    """Record that the driver is committing ``job``: from here on its outcome may be unknown
+    (a commit whose answer was lost may have landed), so an abort must not delete its objects."""
+    store = options.open_store()
+    try:
+        key = object_key(job, MARKER)
+        await store.put(key, b"")
+        return key
+    finally:
+        await store.close()
+
+
+async def was_committing(options: Options, job: str) -> bool:
+    """Whether a commit of ``job`` was attempted (see :func:`mark_committing`)."""
+    store = options.open_store()
+    try:
+        return any(MARKER in key for key in await store.keys(job_prefix(job)))
+    finally:
+        await store.close()
+
+
+ABORT_MARKER = "abort-marker"
+
+
+class JobAborted(S3QError):
+    """The write job was aborted while this task was staging."""
+
+
+async def _aborted(store: Store, job: str) -> bool:
+    return any(ABORT_MARKER in key for key in await store.keys(job_prefix(job)))
+
+
+async def abort_job(options: Options, job: str) -> int:
+    """Abort ``job``: leave a marker its late tasks see, then delete its staged objects."""
+    store = options.open_store()
+    try:
+        await store.put(object_key(job, ABORT_MARKER), b"")
+        doomed = [k for k in await store.keys(job_prefix(job)) if ABORT_MARKER not in k]
+        await asyncio.gather(*(store.delete(k) for k in doomed))
+        return len(doomed)
+    finally:
+        await store.close()

@@ -20,7 +20,15 @@ from ..api import open_async
 from ..errors import InvalidConfig
 from ..staging import StagedObject
 from .options import Options, run
-from .stage import Staged, delete_staged, stage_all, staged_keys
+from .stage import (
+    NOT_COMMITTED,
+    Staged,
+    delete_staged,
+    mark_committing,
+    stage_all,
+    staged_keys,
+    was_committing,
+)
 
 logger = logging.getLogger("s3q.spark")
 
@@ -53,14 +61,17 @@ class StreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         objects = [o for m in messages if isinstance(m, Staged) for o in m.objects]
+        job = self._job(batchId)
+        marker = run(mark_committing(self.options, job))
         try:
             committed = run(self._commit(objects, f"{self.sink}:{batchId}"))
-        except BaseException:
-            self.abort(messages, batchId)
+        except NOT_COMMITTED:  # certain: tidy up now
+            run(delete_staged(self.options, None, [*staged_keys(messages), marker]))
             raise
         if not committed:  # a replay: what this run staged is not needed
             logger.info("s3q sink %s: batch %d was committed before", self.sink, batchId)
-            run(delete_staged(self.options, None, [o.key for o in objects]))
+        keys = [] if committed else [o.key for o in objects]
+        run(delete_staged(self.options, None, [*keys, marker]))
 
     async def _commit(self, objects: list[StagedObject], token: str) -> bool:
         queue = await open_async(self.options.url, **self.options.store)
@@ -70,6 +81,14 @@ class StreamWriter(DataSourceStreamArrowWriter):
             await queue.close()
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if run(was_committing(self.options, self._job(batchId))):
+            logger.warning(
+                "s3q sink %s: the commit of batch %d failed with an unknown outcome; its "
+                "staged objects are left to the queue's collector",
+                self.sink,
+                batchId,
+            )
+            return
         # Only what this run's tasks reported: an earlier, committed run of the same batch
         # staged under the same prefix. (A failed task deletes its own objects.)
         run(delete_staged(self.options, None, staged_keys(messages)))
