@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TESTS_DIR, FileEnv, StoreEnv, child_env, make_env
+from conftest import TESTS_DIR, FileEnv, StoreEnv, child_env
 
 import s3q
 
@@ -41,13 +41,6 @@ def spark() -> Iterator[SparkSession]:
     s3q.spark.register(session)
     yield session
     session.stop()
-
-
-@pytest.fixture(params=["file", "s3"])
-def store_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreEnv]:
-    env = make_env(request.param, request, tmp_path)
-    yield env
-    env.close_all()
 
 
 @pytest.fixture
@@ -98,15 +91,17 @@ def every_column(spark: SparkSession, rows: int, partitions: int = 2) -> DataFra
 # ------------------------------------------------------------------------------- batch
 
 
-def test_write_then_read_round_trip_every_column(spark: SparkSession, store_env: StoreEnv) -> None:
+def test_write_then_read_round_trip_every_column(
+    spark: SparkSession, durable_env: StoreEnv
+) -> None:
     rows = 100_000
-    with_store(every_column(spark, rows).write.format("s3q").mode("append"), store_env).save(
-        store_env.url
+    with_store(every_column(spark, rows).write.format("s3q").mode("append"), durable_env).save(
+        durable_env.url
     )
-    assert len(store_env.log_keys()) == 2, "the writer's open, then one commit for every row"
-    assert 1 <= len(staged(store_env)) <= 4, "one staged object per task, not one per row"
+    assert len(durable_env.log_keys()) == 2, "the writer's open, then one commit for every row"
+    assert 1 <= len(staged(durable_env)) <= 4, "one staged object per task, not one per row"
 
-    table = with_store(spark.read.format("s3q"), store_env).load(store_env.url).toArrow()
+    table = with_store(spark.read.format("s3q"), durable_env).load(durable_env.url).toArrow()
     assert table.num_rows == rows
     got = table.to_pylist()
     assert len({r["id"] for r in got}) == rows
@@ -120,9 +115,9 @@ def test_write_then_read_round_trip_every_column(spark: SparkSession, store_env:
         assert dict(r["attributes"]) == {"n": str(n), "kind": "test"}
         assert r["attempts"] == 0 and r["last_error"] is None
 
-    dead = with_store(spark.read.format("s3q").option("status", "dead"), store_env)
-    assert dead.load(store_env.url).count() == 0
-    q = store_env.open()
+    dead = with_store(spark.read.format("s3q").option("status", "dead"), durable_env)
+    assert dead.load(durable_env.url).count() == 0
+    q = durable_env.open()
     (first,) = q.dequeue()
     assert first.priority == 255 and first.payload == b"payload-255"
     q.close()
