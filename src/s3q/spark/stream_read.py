@@ -5,14 +5,15 @@ The driver opens the queue as its writer. Each micro-batch leases up to
 ``spark/consume/<consumerId>/<n>`` holding their ids and receipts; the batch's offset is just
 ``{"n": n}``. Batches cover contiguous ranges of manifest numbers, so a restarted query that
 re-runs a planned batch (from its offset log) reads the same manifests, hence the same
-messages. Executors read the payloads from the store. Messages are completed only in
-``commit(end)``, for every manifest up to ``end``; then the manifests are deleted.
+messages. Executors read the payloads from the store. Messages are completed only once Spark
+is past their batch — ``commit(end)``, or ``latestOffset(start)``, which Spark calls only after
+the batch ending at ``start`` reached its commit log — and then their manifests are deleted.
 
 After a crash, leases run out and the queue offers those messages again: the source
 recognises messages of manifests not yet committed, takes the new receipt and keeps them out
 of new batches. A manifest written but never planned (a crash before Spark logged the offset)
 is planned by the next batch. A batch the sink committed but the source did not is completed
-by the next ``commit``. So a sink with exactly-once output (a file sink) receives every
+when the restarted query plans its next batch. So a sink with exactly-once output (a file sink) receives every
 message once across driver restarts, as long as a batch finishes within ``visibilityTimeout``
 often enough that messages do not run out of attempts.
 """
