@@ -322,3 +322,35 @@ def test_commit_refused_by_a_held_queue_deletes_the_staged_objects(file_env: Sto
     again.abort([message])
     assert len(staged(file_env)) == 2, "the object and the commit marker stay for the collector"
     holder.close()
+
+
+def test_streaming_read_through_a_broker(spark: SparkSession, tmp_path: Path) -> None:
+    """With option broker, the broker leases and completes; executors read the payloads the
+    driver wrote beside each manifest."""
+    from test_broker import Broker
+
+    from s3q.client import connect
+
+    store = (tmp_path / "store").as_uri()
+    with Broker(store) as broker, connect(broker.url) as client:
+        remote = client.queue("jobs")
+        remote.enqueue_batch([{"payload": f"b{i}".encode(), "priority": i % 3} for i in range(500)])
+        query = (
+            spark.readStream.format("s3q")
+            .option("broker", broker.url)
+            .option("maxMessagesPerBatch", 200)
+            .load(f"{store}/jobs")
+            .select("id", "payload", "priority")
+            .writeStream.format("memory")
+            .queryName("through_broker")
+            .start()
+        )
+        query.processAllAvailable()
+        query.stop()
+        rows = spark.sql("SELECT * FROM through_broker").collect()
+        assert sorted(r.payload for r in rows) == sorted(f"b{i}".encode() for i in range(500))
+        assert {int(r.payload[1:]) % 3 == r.priority for r in rows} == {True}
+        after = remote.stats()
+        assert (after.pending, after.processing, after.completed) == (0, 0, 500)
+    leftovers = [p for p in (tmp_path / "store" / "jobs").rglob("*") if "spark" in p.parts]
+    assert [p for p in leftovers if p.is_file()] == [], "manifests and their data are deleted"

@@ -13,9 +13,12 @@ After a crash, leases run out and the queue offers those messages again: the sou
 recognises messages of manifests not yet committed, takes the new receipt and keeps them out
 of new batches. A manifest written but never planned (a crash before Spark logged the offset)
 is planned by the next batch. A batch the sink committed but the source did not is completed
-when the restarted query plans its next batch. So a sink with exactly-once output (a file sink) receives every
-message once across driver restarts, as long as a batch finishes within ``visibilityTimeout``
-often enough that messages do not run out of attempts.
+when the restarted query plans its next batch. So a sink with exactly-once output (a file
+sink) receives every message once across driver restarts, as long as a batch finishes within
+``visibilityTimeout`` often enough that messages do not run out of attempts.
+
+With option ``broker``, the broker leading the queue leases and completes instead; the driver
+writes the payloads it receives beside each manifest (``<manifest>.data``) for the executors.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit
 
 import msgspec
 import pyarrow as pa
@@ -33,16 +37,21 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 from ..api import Queue, open
 from ..engine import MAX_DEQUEUE
 from ..errors import ReceiptExpired
+from ..message import Message
 from ..snapshot import Located
 from ..store import Store
 from . import pieces
 from .options import Options
 from .snapshot_read import PiecesPartition
 
+if TYPE_CHECKING:
+    from ..client import Client, RemoteQueue
+
 logger = logging.getLogger("s3q.spark")
 T = TypeVar("T")
 
 PREFIX = "spark/consume/"
+DATA = ".data"  # suffix of the payloads a manifest carries (through a broker)
 DEFAULT_BATCH = 10_000
 DEFAULT_VISIBILITY = 300.0
 
@@ -53,6 +62,10 @@ class Manifest(msgspec.Struct, array_like=True):
     n: int
     ids: list[str]
     receipts: list[str]
+    # Through a broker only: the messages (payloads left out), whose payloads the driver
+    # wrote back to back into ``<manifest>.data``, for the executors to read.
+    messages: list[Message] | None = None
+    sizes: list[int] | None = None
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -68,7 +81,9 @@ class ConsumeReader(DataSourceStreamReader):
         self.visibility = options.seconds("visibilityTimeout", DEFAULT_VISIBILITY)
         consumer = options.text("consumerId", "default") or "default"
         self.prefix = f"{PREFIX}{consumer}/"
-        self._queue: Queue | None = None
+        self.broker = options.text("broker")
+        self._client: Client | None = None
+        self._queue: Queue | RemoteQueue | None = None
         self._store: Store | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._manifests: dict[int, Manifest] = {}
@@ -77,15 +92,29 @@ class ConsumeReader(DataSourceStreamReader):
 
     # -- the driver's state ----------------------------------------------------------------------
 
-    def _open(self) -> Queue:
+    def _open(self) -> Queue | RemoteQueue:
         if self._queue is None:
             self._loop = asyncio.new_event_loop()
             self._store = self.options.open_store()
             for key in self._run(self._store.keys(self.prefix)):
-                manifest = _decoder.decode(self._run(self._store.get(key)))
-                self._remember(manifest)
-            self._queue = open(self.options.url, **self.options.store)
+                if not key.endswith(DATA):
+                    self._remember(_decoder.decode(self._run(self._store.get(key))))
+            if self.broker:  # the broker leads the queue; its name ends the queue URL
+                from ..client import connect  # needs httpx: only through a broker
+
+                name = urlsplit(self.options.url).path.rstrip("/").rpartition("/")[2]
+                self._client = connect(self.broker, token=self.options.text("token"))
+                self._queue = self._client.queue(name)
+            else:
+                self._queue = open(self.options.url, **self.options.store)
         return self._queue
+
+    def _take(self, queue: Queue | RemoteQueue, count: int) -> list[tuple[Message, Located | None]]:
+        """Lease up to ``count``: embedded, with where their payloads lie; through a broker,
+        with their payloads."""
+        if isinstance(queue, Queue):
+            return [(found.message, found) for found in queue.lease(count, self.visibility)]
+        return [(message, None) for message in queue.dequeue(count, self.visibility)]
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         assert self._loop is not None
@@ -124,13 +153,13 @@ class ConsumeReader(DataSourceStreamReader):
         wanted = limit.max_rows if isinstance(limit, ReadMaxRows) else self.batch
         ids: list[str] = []
         receipts: list[str] = []
+        carried: list[Message] = []  # through a broker: the messages, payloads included
         touched: set[int] = set()
         while len(ids) < wanted:
-            leased = queue.lease(min(wanted - len(ids), MAX_DEQUEUE), self.visibility)
+            leased = self._take(queue, min(wanted - len(ids), MAX_DEQUEUE))
             if not leased:
                 break
-            for found in leased:
-                message = found.message
+            for message, found in leased:
                 assert message.receipt is not None
                 owner = self._owner.get(message.id)
                 if owner is not None:  # redelivered after a crash: still that batch's
@@ -139,33 +168,44 @@ class ConsumeReader(DataSourceStreamReader):
                     touched.add(owner)
                     continue
                 ids.append(message.id)
-                self._leased[message.id] = found
                 receipts.append(message.receipt)
+                if found is None:
+                    carried.append(message)
+                else:
+                    self._leased[message.id] = found
         for n in touched:
             self._save(self._manifests[n])
         if not ids:
             return start
         manifest = Manifest(max([start["n"], *self._manifests]) + 1, ids, receipts)
+        if carried:
+            assert self._store is not None
+            data = b"".join(m.payload for m in carried)
+            self._run(self._store.put(self._key(manifest.n) + DATA, data))
+            manifest.messages = [msgspec.structs.replace(m, payload=b"") for m in carried]
+            manifest.sizes = [len(m.payload) for m in carried]
         self._save(manifest)
         self._remember(manifest)
         return {"n": manifest.n}
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
         queue = self._open()
-        ids = [
-            mid
-            for n in sorted(self._manifests)
-            if start["n"] < n <= end["n"]
-            for mid in self._manifests[n].ids
-        ]
-        if not ids:
-            return []
+        chosen = [self._manifests[n] for n in sorted(self._manifests) if start["n"] < n <= end["n"]]
+        rows: list[pieces.Entry] = []
+        for manifest in chosen:
+            if manifest.messages is not None and manifest.sizes is not None:
+                offset, key = 0, self._key(manifest.n) + DATA
+                for message, size in zip(manifest.messages, manifest.sizes, strict=True):
+                    rows.append((key, offset, size, message, "processing"))
+                    offset += size
+        ids = [mid for m in chosen if m.messages is None for mid in m.ids]
+        if not ids or not isinstance(queue, Queue):
+            return [PiecesPartition(i, p) for i, p in enumerate(pieces.plan(rows))]
         # Where the payloads lie: as just leased, else (a batch re-run after a restart)
         # looked up again. A relocated payload's old object outlives gc_grace.
         leased, self._leased = self._leased, {}
         missing = [mid for mid in ids if mid not in leased]
         located = {**leased, **queue.locate(missing)} if missing else leased
-        rows: list[pieces.Entry] = []
         for mid in ids:
             found = located.get(mid)
             if found is not None:  # else completed meanwhile: nothing left to deliver
@@ -182,7 +222,7 @@ class ConsumeReader(DataSourceStreamReader):
     def commit(self, end: dict[str, int]) -> None:
         self._complete_through(self._open(), end["n"])
 
-    def _complete_through(self, queue: Queue, last: int) -> None:
+    def _complete_through(self, queue: Queue | RemoteQueue, last: int) -> None:
         """Complete the messages of every manifest up to ``last``; forget those manifests."""
         done = sorted(n for n in self._manifests if n <= last)
         receipts = [r for n in done for r in self._manifests[n].receipts]
@@ -197,8 +237,10 @@ class ConsumeReader(DataSourceStreamReader):
                 self._owner.pop(mid, None)
             assert self._store is not None
             self._run(self._store.delete(self._key(n)))
+            if manifest.messages is not None:
+                self._run(self._store.delete(self._key(n) + DATA))
 
-    def _complete_one_by_one(self, queue: Queue, receipts: list[str]) -> None:
+    def _complete_one_by_one(self, queue: Queue | RemoteQueue, receipts: list[str]) -> None:
         for receipt in receipts:
             try:
                 queue.complete(receipt)
@@ -209,6 +251,9 @@ class ConsumeReader(DataSourceStreamReader):
         if self._queue is not None:
             self._queue.close()
             self._queue = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
         if self._loop is not None:
             assert self._store is not None
             self._run(self._store.close())
