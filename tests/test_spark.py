@@ -354,3 +354,51 @@ def test_streaming_read_through_a_broker(spark: SparkSession, tmp_path: Path) ->
         assert (after.pending, after.processing, after.completed) == (0, 0, 500)
     leftovers = [p for p in (tmp_path / "store" / "jobs").rglob("*") if "spark" in p.parts]
     assert [p for p in leftovers if p.is_file()] == [], "manifests and their data are deleted"
+
+
+def test_stream_source_completes_messages_a_crashed_driver_leased_again(
+    file_env: StoreEnv,
+) -> None:
+    """The batch reached the sink, but a driver that died had leased its messages again: the
+    next driver cannot complete them with the batch's receipts. It remembers them, and when
+    they come back completes them instead of emitting them in a new batch."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from s3q.spark.options import parse
+    from s3q.spark.stream_read import ConsumeReader
+
+    q = file_env.open()
+    q.enqueue_batch([f"o{i}".encode() for i in range(5)])
+    q.close()
+    options = parse({"path": file_env.url, "visibilityTimeout": "300"})
+
+    first = ConsumeReader(options)
+    assert first.latestOffset({"n": 0}, ReadMaxRows(10)) == {"n": 1}
+    (manifest,) = first._manifests.values()
+    first.stop()  # as if the driver died with batch 1 in the sink
+
+    q = file_env.open()  # a later driver re-leases them, then dies before recording it
+    for receipt in manifest.receipts:
+        q.extend(receipt, 0)
+    again = q.dequeue(max_messages=10, visibility_timeout=300)
+    assert len(again) == 5
+    q.close()
+
+    second = ConsumeReader(options)
+    assert second.latestOffset({"n": 1}, ReadMaxRows(10)) == {"n": 1}, "nothing new to emit"
+    second.stop()
+
+    q = file_env.open()
+    assert q.stats().processing == 5
+    for message in again:
+        q.extend(message, 0)  # their leases run out
+    q.close()
+
+    third = ConsumeReader(options)
+    assert third.latestOffset({"n": 1}, ReadMaxRows(10)) == {"n": 1}, "owed, not emitted"
+    third.stop()
+    q = file_env.open()
+    after = q.stats()
+    q.close()
+    assert (after.completed, after.pending, after.processing) == (5, 0, 0)
+    assert not [k for k in list(file_env.keys()) if k.startswith("spark/")]

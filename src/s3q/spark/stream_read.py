@@ -36,8 +36,8 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 
 from ..api import Queue, open
 from ..engine import MAX_DEQUEUE
-from ..errors import ReceiptExpired
-from ..message import Message
+from ..errors import MessageNotFound, ReceiptExpired
+from ..message import Message, MessageStatus
 from ..snapshot import Located
 from ..store import Store
 from . import pieces
@@ -66,6 +66,9 @@ class Manifest(msgspec.Struct, array_like=True):
     # wrote back to back into ``<manifest>.data``, for the executors to read.
     messages: list[Message] | None = None
     sizes: list[int] | None = None
+    # The batch reached the sink, but these messages could not be completed (a crashed driver
+    # had leased them again): complete them when they come back, never emit them again.
+    owed: bool = False
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -155,6 +158,7 @@ class ConsumeReader(DataSourceStreamReader):
         receipts: list[str] = []
         carried: list[Message] = []  # through a broker: the messages, payloads included
         touched: set[int] = set()
+        settle: list[str] = []  # receipts of owed messages that came back
         while len(ids) < wanted:
             leased = self._take(queue, min(wanted - len(ids), MAX_DEQUEUE))
             if not leased:
@@ -166,6 +170,8 @@ class ConsumeReader(DataSourceStreamReader):
                     manifest = self._manifests[owner]
                     manifest.receipts[manifest.ids.index(message.id)] = message.receipt
                     touched.add(owner)
+                    if manifest.owed:
+                        settle.append(message.receipt)
                     continue
                 ids.append(message.id)
                 receipts.append(message.receipt)
@@ -173,8 +179,14 @@ class ConsumeReader(DataSourceStreamReader):
                     carried.append(message)
                 else:
                     self._leased[message.id] = found
+        if settle:
+            queue.complete_batch(settle)
         for n in touched:
-            self._save(self._manifests[n])
+            manifest = self._manifests[n]
+            if manifest.owed:
+                self._settle(manifest, settle)
+            else:
+                self._save(manifest)
         if not ids:
             return start
         manifest = Manifest(max([start["n"], *self._manifests]) + 1, ids, receipts)
@@ -224,28 +236,53 @@ class ConsumeReader(DataSourceStreamReader):
 
     def _complete_through(self, queue: Queue | RemoteQueue, last: int) -> None:
         """Complete the messages of every manifest up to ``last``; forget those manifests."""
-        done = sorted(n for n in self._manifests if n <= last)
+        done = sorted(n for n, m in self._manifests.items() if n <= last and not m.owed)
+        if not done:
+            return
         receipts = [r for n in done for r in self._manifests[n].receipts]
-        if receipts:
-            try:
-                queue.complete_batch(receipts)
-            except ReceiptExpired:
-                self._complete_one_by_one(queue, receipts)
+        stale: list[str] = []
+        try:
+            queue.complete_batch(receipts)
+        except ReceiptExpired:
+            stale = self._complete_one_by_one(queue, receipts)
+        owed = [mid for mid in (r.partition("~")[0] for r in stale) if _unfinished(queue, mid)]
         for n in done:
             manifest = self._manifests.pop(n)
             for mid in manifest.ids:
                 self._owner.pop(mid, None)
-            assert self._store is not None
-            self._run(self._store.delete(self._key(n)))
-            if manifest.messages is not None:
-                self._run(self._store.delete(self._key(n) + DATA))
+            self._delete(manifest)
+        if owed:  # remembered under the last number: completed when they come back
+            self._remember(Manifest(done[-1], owed, [""] * len(owed), owed=True))
+            self._save(self._manifests[done[-1]])
 
-    def _complete_one_by_one(self, queue: Queue | RemoteQueue, receipts: list[str]) -> None:
+    def _complete_one_by_one(self, queue: Queue | RemoteQueue, receipts: list[str]) -> list[str]:
+        """Complete each receipt that still holds; the stale ones."""
+        stale = []
         for receipt in receipts:
             try:
                 queue.complete(receipt)
-            except ReceiptExpired as exc:  # dead meanwhile, or leased by a crashed driver
-                logger.warning("s3q source: could not complete %s: %s", receipt, exc)
+            except ReceiptExpired:  # dead or completed meanwhile, or leased by a crashed driver
+                stale.append(receipt)
+        return stale
+
+    def _settle(self, manifest: Manifest, completed: list[str]) -> None:
+        """Drop the owed messages just completed; the manifest goes once none is left."""
+        gone = {r.partition("~")[0] for r in completed}
+        for mid in gone & set(manifest.ids):
+            self._owner.pop(mid, None)
+        manifest.ids = [mid for mid in manifest.ids if mid not in gone]
+        manifest.receipts = [""] * len(manifest.ids)
+        if manifest.ids:
+            self._save(manifest)
+        else:
+            del self._manifests[manifest.n]
+            self._delete(manifest)
+
+    def _delete(self, manifest: Manifest) -> None:
+        assert self._store is not None
+        self._run(self._store.delete(self._key(manifest.n)))
+        if manifest.messages is not None:
+            self._run(self._store.delete(self._key(manifest.n) + DATA))
 
     def stop(self) -> None:
         if self._queue is not None:
@@ -259,3 +296,12 @@ class ConsumeReader(DataSourceStreamReader):
             self._run(self._store.close())
             self._loop.close()
             self._loop = None
+
+
+def _unfinished(queue: Queue | RemoteQueue, mid: str) -> bool:
+    """Whether message ``mid`` may still be delivered (neither completed, dead nor gone)."""
+    try:
+        status = queue.status(mid)
+    except MessageNotFound:
+        return False
+    return status not in (MessageStatus.COMPLETED, MessageStatus.DEAD)
