@@ -13,7 +13,8 @@ After a crash, leases run out and the queue offers those messages again: the sou
 recognises messages of manifests not yet committed, takes the new receipt and keeps them out
 of new batches. A manifest written but never planned (a crash before Spark logged the offset)
 is planned by the next batch. A batch the sink committed but the source did not is completed
-when the restarted query plans its next batch. So a sink with exactly-once output (a file
+when the restarted query plans its next batch; those of its messages a crashed driver had
+leased again are *owed*: completed when they come back, never emitted again. So a sink with exactly-once output (a file
 sink) receives every message once across driver restarts, as long as a batch finishes within
 ``visibilityTimeout`` often enough that messages do not run out of attempts.
 
