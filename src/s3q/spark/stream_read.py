@@ -14,9 +14,10 @@ recognises messages of manifests not yet committed, takes the new receipt and ke
 of new batches. A manifest written but never planned (a crash before Spark logged the offset)
 is planned by the next batch. A batch the sink committed but the source did not is completed
 when the restarted query plans its next batch; those of its messages a crashed driver had
-leased again are *owed*: completed when they come back, never emitted again. So a sink with exactly-once output (a file
-sink) receives every message once across driver restarts, as long as a batch finishes within
-``visibilityTimeout`` often enough that messages do not run out of attempts.
+leased again are *owed*: completed when they come back, never emitted again. So a sink
+with exactly-once output (a file sink) receives every message once across driver restarts, as
+long as a batch finishes within ``visibilityTimeout`` often enough that messages do not run
+out of attempts.
 
 With option ``broker``, the broker leading the queue leases and completes instead; the driver
 writes the payloads it receives beside each manifest (``<manifest>.data``) for the executors.
