@@ -240,6 +240,8 @@ def test_streaming_read_survives_a_driver_kill(spark: SparkSession, file_env: St
     finally:
         os.killpg(first.pid, signal.SIGKILL)  # the Python driver, its JVM and its workers
         first.wait()
+    delivered = spark.read.parquet(str(out)).count()
+    assert 0 < delivered < total, f"killed after {delivered} of {total}: not mid-stream"
 
     second = subprocess.run(args, env=child_env(), capture_output=True, text=True, timeout=280)
     assert second.returncode == 0, second.stderr[-3000:]
