@@ -169,11 +169,11 @@ def test_a_bad_priority_fails_the_job_naming_the_row(
 
 def test_snapshot_read_while_the_writer_and_gc_run(spark: SparkSession, file_env: StoreEnv) -> None:
     """A reader sees a consistent snapshot while the writer enqueues, completes, checkpoints
-    and collects garbage beside it."""
-    q = file_env.open(gc_grace=2.0, checkpoint_ops=500, completed_retention=0.0)
-    stop = threading.Event()
+    and collects garbage beside it: reads go on until the collector has deleted objects."""
+    q = file_env.open(gc_grace=3.0, checkpoint_ops=500, completed_retention=0.0)
+    stop, started = threading.Event(), threading.Event()
     errors: list[BaseException] = []
-    written = [0]
+    deleted = [0]
 
     def churn() -> None:
         try:
@@ -187,28 +187,34 @@ def test_snapshot_read_while_the_writer_and_gc_run(spark: SparkSession, file_env
                 )
                 n += 300
                 q.complete_batch(q.dequeue(max_messages=200))
+                started.set()
                 if n % 3000 == 0:
-                    q.compact()
-                written[0] = n
+                    deleted[0] += q.compact().deleted_objects
         except BaseException as exc:  # reported by the test
             errors.append(exc)
+            started.set()
 
     thread = threading.Thread(target=churn)
     thread.start()
+    reads = 0
+    deadline = time.monotonic() + 120
     try:
-        for _ in range(3):
-            table = spark.read.format("s3q").load(file_env.url).toArrow()
-            rows = table.to_pylist()
+        assert started.wait(60)
+        while reads < 3 or not deleted[0]:
+            assert time.monotonic() < deadline, "the collector deleted nothing in 120 s"
+            assert not errors, errors
+            rows = spark.read.format("s3q").load(file_env.url).toArrow().to_pylist()
+            assert rows, "the queue always holds messages here"
             assert len({r["id"] for r in rows}) == len(rows)
             for r in rows:
                 assert r["payload"] == f"p{dict(r['attributes'])['n']}".encode()
                 assert r["status"] in ("pending", "processing")
+            reads += 1
     finally:
         stop.set()
         thread.join()
         q.close()
     assert not errors, errors
-    assert written[0] > 0
 
 
 # --------------------------------------------------------------------------- streaming
