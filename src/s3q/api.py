@@ -17,6 +17,8 @@ from .config import PERSISTED, QueueConfig, Setting, split_options
 from .engine import MAX_DEQUEUE, Engine
 from .errors import InvalidArgument, InvalidConfig
 from .message import Message, MessageStatus, QueueStats
+from .snapshot import Located
+from .staging import StagedObject
 from .store import open_store
 
 T = TypeVar("T")
@@ -84,6 +86,30 @@ class AsyncQueue:
             raise InvalidArgument("enqueue_batch takes a list of payloads or dicts")
         checked = [validate.item_of(it, self.config.max_message_size) for it in items]
         return await self._engine.enqueue(checked) if checked else []
+
+    async def enqueue_staged(
+        self, objects: Iterable[StagedObject], token: str | None = None
+    ) -> list[str] | None:
+        """Commit the messages of staged objects (``s3q.staging``) in one log object, all or
+        none. With ``token``, a commit carrying a token seen before enqueues nothing and
+        returns None (a replayed streaming batch); otherwise the ids, as ``enqueue_batch``."""
+        if token is not None and (not isinstance(token, str) or not token):
+            raise InvalidArgument(f"token must be a non-empty string, got {token!r}")
+        return await self._engine.enqueue_staged(list(objects), token)
+
+    async def lease(
+        self, max_messages: int = 1, visibility_timeout: float | None = None
+    ) -> list[Located]:
+        """Lease up to ``max_messages`` like ``dequeue`` (no waiting), leaving their payloads
+        where they lie: each comes with its location for a reader of the store to fetch."""
+        validate.count("max_messages", max_messages, 1, MAX_DEQUEUE)
+        if visibility_timeout is not None:
+            visibility_timeout = validate.positive_seconds("visibility_timeout", visibility_timeout)
+        return await self._engine.lease(max_messages, visibility_timeout)
+
+    async def locate(self, ids: Iterable[str]) -> dict[str, Located]:
+        """The messages named that are not completed, and where their payloads lie now."""
+        return await self._engine.locate(list(ids))
 
     async def dequeue(
         self, max_messages: int = 1, visibility_timeout: float | None = None, wait: float = 0.0
@@ -277,6 +303,22 @@ class Queue:
     def enqueue_batch(self, items: Iterable[bytes | dict[str, Any]]) -> list[str]:
         """Add many messages in one commit: payloads, or dicts of ``enqueue``'s keywords."""
         return self._run(self._aq.enqueue_batch(items))
+
+    def enqueue_staged(
+        self, objects: Iterable[StagedObject], token: str | None = None
+    ) -> list[str] | None:
+        """Commit the messages of staged objects in one log object; see AsyncQueue."""
+        return self._run(self._aq.enqueue_staged(objects, token))
+
+    def lease(
+        self, max_messages: int = 1, visibility_timeout: float | None = None
+    ) -> list[Located]:
+        """Lease messages without reading their payloads; see AsyncQueue."""
+        return self._run(self._aq.lease(max_messages, visibility_timeout))
+
+    def locate(self, ids: Iterable[str]) -> dict[str, Located]:
+        """The messages named that are not completed, and where their payloads lie now."""
+        return self._run(self._aq.locate(ids))
 
     def dequeue(
         self, max_messages: int = 1, visibility_timeout: float | None = None, wait: float = 0.0

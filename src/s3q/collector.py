@@ -17,7 +17,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from . import checkpoint
+from . import checkpoint, staging
 from .errors import S3QError
 from .state import DONE, Rec
 
@@ -57,6 +57,7 @@ async def collect(engine: Engine) -> CompactionReport:
     report.stable_checkpoint = stable
     if stable:
         await _delete_garbage(engine, report, seqs, stable)
+    await _delete_orphans(engine, report)
     return report
 
 
@@ -108,7 +109,7 @@ async def _relocate_stragglers(engine: Engine, report: CompactionReport) -> None
         return
     recs: dict[int, list[Rec]] = {seg: [] for seg in chosen}
     for rec in state.messages.values():
-        if rec.seg in recs and rec.offset >= 0 and rec.state != DONE:
+        if rec.seg in recs and rec.offset >= 0 and rec.stage is None and rec.state != DONE:
             recs[rec.seg].append(rec)
     # Where each payload lies now, taken before any await: the world moves on while we read.
     spans = {seg: [(r.id, r.offset, r.size) for r in rs] for seg, rs in recs.items()}
@@ -124,3 +125,35 @@ async def _relocate_stragglers(engine: Engine, report: CompactionReport) -> None
         engine.relocate(still)
         report.relocated_messages += len(still)
         report.relocated_bytes += sum(len(p) for _, p in still)
+
+
+async def _delete_orphans(engine: Engine, report: CompactionReport) -> None:
+    """Delete staged objects no commit refers to, once older than the orphan age: what bulk
+    loads killed before their commit left behind (``s3q.staging``)."""
+    store, state, now = engine.store, engine.state, engine.clock()
+    cutoff = now - max(engine.config.gc_grace, staging.ORPHAN_AGE)
+    keys = await store.keys(staging.PREFIX)
+    if not keys:
+        return
+    garbage = {key for _, key in state.garbage}
+    limit = asyncio.Semaphore(DELETE_CONCURRENCY)
+
+    async def delete(key: str) -> bool:
+        async with limit:
+            # Decided at the last moment: a commit may have claimed it meanwhile.
+            if key in engine.staged_claims or key in state.staged_refs:
+                return False
+            await store.delete(key)
+            return True
+
+    doomed = [
+        key
+        for key in keys
+        if key not in state.staged_refs
+        and key not in garbage
+        and (born := staging.written_at(key)) is not None
+        and born <= cutoff
+    ]
+    results = await asyncio.gather(*(delete(k) for k in doomed), return_exceptions=True)
+    report.deleted_objects += sum(1 for r in results if r is True)
+    report.errors += [str(r) for r in results if isinstance(r, S3QError)]

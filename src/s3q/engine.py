@@ -26,10 +26,11 @@ from typing import Any
 
 import msgspec
 
-from . import checkpoint, collector, log, validate
+from . import checkpoint, collector, log, snapshot, validate
 from .cache import PayloadCache
 from .config import PERSISTED, QueueConfig, Setting, queue_settings
 from .errors import (
+    InvalidArgument,
     MessageNotFound,
     QueueClosed,
     QueueFull,
@@ -43,10 +44,12 @@ from .message import Message, MessageStatus, QueueStats
 from .ops import (
     AnyOp,
     Bury,
+    CommitToken,
     Complete,
     Configure,
     Discard,
     Enqueue,
+    EnqueueStaged,
     Extend,
     Fail,
     Lease,
@@ -57,6 +60,8 @@ from .ops import (
     Release,
     Relocate,
 )
+from .snapshot import Located
+from .staging import StagedObject
 from .state import DONE, QueueState, Rec, blob_key
 from .store import AlreadyExists, NotFound, Store
 
@@ -65,7 +70,6 @@ logger = logging.getLogger("s3q")
 DEFAULT_SETTINGS = queue_settings(QueueConfig())
 
 MAX_DEQUEUE = 10_000
-REPLAY_WINDOW = 16  # log objects fetched concurrently during recovery
 
 
 Span = tuple[str, int, int]  # a payload: message id, offset, size
@@ -136,6 +140,7 @@ class Engine:
         self._id_nonce = secrets.token_hex(4)
         self._ids = itertools.count()
         self._receipts = itertools.count()
+        self.staged_claims: set[str] = set()  # staged objects being committed: not orphans
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -190,21 +195,9 @@ class Engine:
         await self.store.close()
 
     async def _recover(self) -> None:
-        base = await self._load_checkpoint()
-        keys = await self.store.keys(log.PREFIX, after=log.key(base) if base else None)
-        seqs = sorted(s for s in map(log.seq_of, keys) if s is not None and s > base)
-        expected = list(range(base + 1, base + 1 + len(seqs)))
-        if seqs != expected:
-            missing = sorted(set(range(base + 1, (seqs or [base])[-1] + 1)) - set(seqs))[:5]
-            raise StoreError(
-                f"log of {self.store.url} is missing object(s) {missing} after "
-                f"{'checkpoint ' + str(base) if base else 'its start'}"
-            )
-        for start in range(0, len(seqs), REPLAY_WINDOW):
-            window = seqs[start : start + REPLAY_WINDOW]
-            blobs = await asyncio.gather(*(self.store.get(log.key(s)) for s in window))
-            for seq, data in zip(window, blobs, strict=True):
-                self._replay(seq, data)
+        loaded = await snapshot.load(self.store)
+        self.state, self._durable = loaded.state, loaded.seq
+        self.checkpoints.update(loaded.checkpoints)
         # Fence: the first record of this writer, at the first free sequence number.
         while True:
             seq = self._durable + 1
@@ -233,29 +226,8 @@ class Engine:
         if changed:
             await self._durable_after(self._add(Configure(changed)))
 
-    async def _load_checkpoint(self) -> int:
-        """Start from the newest readable checkpoint; the log sequence number it covers."""
-        keys = await self.store.keys(checkpoint.PREFIX)
-        for seq in sorted((s for s in map(checkpoint.seq_of, keys) if s is not None), reverse=True):
-            try:
-                ck = checkpoint.decode(
-                    await self.store.get(checkpoint.key(seq)), checkpoint.key(seq)
-                )
-            except (StoreError, msgspec.DecodeError, NotFound) as exc:
-                logger.warning(
-                    "skipping unreadable checkpoint %s of %s: %s", seq, self.store.url, exc
-                )
-                continue
-            self.state = QueueState.restore(ck.snapshot)
-            self._durable = seq
-            self.checkpoints[seq] = ck.at
-            return seq
-        return 0
-
     def _replay(self, seq: int, data: bytes) -> None:
-        header = log.decode(data, log.key(seq))
-        for op in header.ops:
-            self.state.apply(op, seq)
+        snapshot.replay(self.state, seq, data)
         self._durable = seq
 
     async def _renew_loop(self, every: float) -> None:
@@ -573,6 +545,134 @@ class Engine:
         await asyncio.gather(*(self.store.put(blob_key(ids[i]), items[i].payload) for i in large))
         return ids
 
+    # -- bulk loads and located leases (the Spark source) ------------------------------------
+
+    async def enqueue_staged(
+        self, objects: list[StagedObject], token: str | None = None
+    ) -> list[str] | None:
+        """Commit the messages of staged objects in one log object (all or none), with the
+        commit ``token`` if given. Their ids (the first ids of dedup hits), or None if
+        ``token`` was committed before: a replay, which enqueues nothing."""
+        self._check()
+        if token is not None and token in self.state.tokens:
+            await self._durable_after(self._latest_batch())
+            return None
+        for obj in objects:
+            validate.staged(obj, self.config.max_message_size)
+        keys = [obj.key for obj in objects]
+        known = set(self.state.staged_refs) | {key for _, key in self.state.garbage}
+        reused = [key for key in keys if key in known or key in self.staged_claims]
+        if reused or len(set(keys)) != len(keys):
+            raise InvalidArgument(f"staged object(s) committed twice: {(reused or keys)[:3]}")
+        self.staged_claims.update(keys)  # from here on the collector leaves them alone
+        try:
+            if self._collecting is not None and not self._collecting.done():
+                await asyncio.wait([self._collecting])  # it may have chosen them already
+            await asyncio.gather(*(self._check_staged(obj) for obj in objects))
+            self._check()
+            if token is not None and token in self.state.tokens:
+                return None
+            return await self._commit_staged(objects, token)
+        finally:
+            self.staged_claims.difference_update(keys)
+
+    async def _check_staged(self, obj: StagedObject) -> None:
+        """The staged object exists and is as long as its description says."""
+        try:
+            tail = await self.store.get_range(obj.key, max(obj.size - 1, 0), obj.size)
+        except NotFound:
+            raise StoreError(
+                f"staged object {obj.key} of {self.store.url} is gone: uncommitted staged "
+                "objects are collected after a while; stage the data again"
+            ) from None
+        if len(tail) != min(obj.size, 1):
+            raise InvalidArgument(f"staged object {obj.key} is shorter than {obj.size} bytes")
+
+    async def _commit_staged(self, objects: list[StagedObject], token: str | None) -> list[str]:
+        state, config, now = self.state, self.config, self.clock()
+        prefix, counter, window = self._id_prefix(), self._ids, config.dedup_window
+        ids: list[str] = []
+        seen: dict[str, str] = {}
+        plans: list[tuple[str, list[Enqueue]]] = []
+        for obj in objects:
+            messages: list[Enqueue] = []
+            priorities, delays, groups = obj.priorities, obj.delays, obj.groups
+            dedup_ids, attributes = obj.dedup_ids, obj.attributes
+            for i, (offset, size) in enumerate(zip(obj.offsets, obj.sizes, strict=True)):
+                dedup = dedup_ids[i] if dedup_ids else None
+                if dedup is not None:
+                    hit = seen.get(dedup) or state.dedup_hit(dedup, now, window)
+                    if hit is not None:
+                        ids.append(hit)
+                        continue
+                mid = f"{prefix}{next(counter) & 0xFFFFFFFFFFFF:012x}"
+                delay = delays[i] if delays else 0.0
+                messages.append(
+                    Enqueue(
+                        mid,
+                        priorities[i] if priorities else 0,
+                        now,
+                        now + delay if delay else now,
+                        offset,
+                        size,
+                        dedup,
+                        groups[i] if groups else None,
+                        (attributes[i] or None) if attributes else None,
+                    )
+                )
+                if dedup is not None:
+                    seen[dedup] = mid
+                ids.append(mid)
+            plans.append((obj.key, messages))
+        fresh = sum(len(messages) for _, messages in plans)
+        if config.max_queue_depth is not None and state.live + fresh > config.max_queue_depth:
+            raise QueueFull(
+                f"queue {self.store.url} holds {state.live} messages; max_queue_depth is "
+                f"{config.max_queue_depth}, so {fresh} more do not fit"
+            )
+        batch = None
+        for key, messages in plans:  # no await in between: all ride one log object
+            batch = self._add(EnqueueStaged(key, messages))
+        if token is not None:
+            batch = self._add(CommitToken(token))
+        self._notify()
+        await self._durable_after(batch)
+        return ids
+
+    async def lease(self, max_messages: int, visibility_timeout: float | None) -> list[Located]:
+        """Lease up to ``max_messages`` like ``dequeue``, without reading their payloads:
+        each comes with where its payload lies, for a reader of the store to fetch."""
+        self._check()
+        timeout = (
+            self.config.visibility_timeout if visibility_timeout is None else visibility_timeout
+        )
+        now = self.clock()
+        chosen, buried = self._select(now, max_messages)
+        if not chosen:
+            await self._durable_after(buried)
+            return []
+        token = self.token[:6]
+        leases = [
+            (rec.id, f"{rec.id}~{token}{next(self._receipts):x}", now + timeout) for rec in chosen
+        ]
+        where = [snapshot.location(rec) for rec in chosen]  # durable once the lease is
+        await self._durable_after(self._add(Lease(leases)))
+        return [
+            Located(self._message(rec, b""), place)
+            for rec, place in zip(chosen, where, strict=True)
+        ]
+
+    async def locate(self, ids: list[str]) -> dict[str, Located]:
+        """The messages named (not completed) and where their payloads lie now."""
+        self._check()
+        found = {}
+        for mid in ids:
+            rec = self.state.messages.get(mid)
+            if rec is not None and rec.state != DONE:
+                found[mid] = Located(self._message(rec, b""), snapshot.location(rec))
+        await self._durable_after(self._latest_batch())  # a relocation may be on its way
+        return found
+
     async def dequeue(
         self, max_messages: int, visibility_timeout: float | None, wait: float
     ) -> list[Message]:
@@ -788,11 +888,14 @@ class Engine:
         """The payloads of ``recs``: from the cache, the batches in flight, or the store."""
         found: dict[str, bytes] = {}
         wanted: dict[int, list[Span]] = {}
+        staged: dict[str, list[Span]] = {}
         for rec in recs:
             payload = self._cache.get(rec.id) if keep else self._cache.pop(rec.id)
             if payload is None:
                 payload = self._unflushed_payload(rec)
-            if payload is None:
+            if payload is None and rec.stage is not None:
+                staged.setdefault(rec.stage, []).append((rec.id, rec.offset, rec.size))
+            elif payload is None:
                 # Where it lies now: garbage collection may move it while we read.
                 span = (rec.id, rec.offset, rec.size)
                 wanted.setdefault(rec.seg if rec.offset >= 0 else -1, []).append(span)
@@ -800,6 +903,12 @@ class Engine:
                 found[rec.id] = payload
         if wanted:
             parts = await asyncio.gather(*(self.read_payloads(s, sp) for s, sp in wanted.items()))
+            for part in parts:
+                found.update(part)
+        if staged:
+            parts = await asyncio.gather(
+                *(snapshot.read_spans(self.store, key, sp) for key, sp in staged.items())
+            )
             for part in parts:
                 found.update(part)
         return [found[rec.id] for rec in recs]

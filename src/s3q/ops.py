@@ -35,6 +35,21 @@ class Enqueue(Op, tag="e", frozen=True):
     attributes: dict[str, str] | None = None
 
 
+class EnqueueStaged(Op, tag="s", frozen=True):
+    """New messages whose payloads lie in ``key``, an object staged beside the log by a bulk
+    load (``staged/…``): each Enqueue's ``offset`` and ``size`` are positions in that object."""
+
+    key: str
+    messages: list[Enqueue]
+
+
+class CommitToken(Op, tag="t", frozen=True):
+    """A token naming the commit it rides (a streaming sink's query and batch), remembered so
+    a replay of that commit is recognised and enqueues nothing."""
+
+    token: str
+
+
 class Lease(Op, tag="l", frozen=True):
     """Messages handed to a consumer: ``(id, receipt, lease_until)`` each; counts an attempt."""
 
@@ -122,6 +137,8 @@ class Discard(Op, tag="d", frozen=True):
 AnyOp = (
     Open
     | Enqueue
+    | EnqueueStaged
+    | CommitToken
     | Lease
     | Extend
     | Release

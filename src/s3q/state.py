@@ -18,10 +18,12 @@ from .message import MessageStatus
 from .ops import (
     AnyOp,
     Bury,
+    CommitToken,
     Complete,
     Configure,
     Discard,
     Enqueue,
+    EnqueueStaged,
     Extend,
     Fail,
     Lease,
@@ -34,6 +36,7 @@ from .ops import (
 )
 
 QUEUED, LEASED, DONE, DEAD = 0, 1, 2, 3
+MAX_TOKENS = 10_000  # commit tokens remembered (streaming sinks need only their last batches)
 
 
 def blob_key(mid: str) -> str:
@@ -63,6 +66,7 @@ class Rec(msgspec.Struct, array_like=True, gc=False):
     finished_at: float = 0.0
     version: int = 0  # bumped on every change: heap entries of older versions are stale
     backoff: bool = False  # visible_at was set by a failure, not by a delay
+    stage: str | None = None  # the payload lies in this staged object, not in log object seg
 
 
 class Snapshot(msgspec.Struct, array_like=True):
@@ -76,6 +80,7 @@ class Snapshot(msgspec.Struct, array_like=True):
     seg_bytes: dict[int, int]
     garbage: list[tuple[int, str]]
     settings: dict[str, int | float | dict[str, str] | None] = {}
+    tokens: list[str] = []  # commit tokens, oldest first
 
 
 class QueueState:
@@ -106,6 +111,8 @@ class QueueState:
         self.pruned = 0  # how much the last Prune forgot
         self._sizes: dict[int, int] = {}
         self.settings: dict[str, int | float | dict[str, str] | None] = {}  # saved with the queue
+        self.staged_refs: dict[str, int] = {}  # staged object -> live messages whose payload it is
+        self.tokens: dict[str, None] = {}  # commit tokens, oldest first
 
     # -- folding the log -------------------------------------------------------------------------
 
@@ -115,6 +122,10 @@ class QueueState:
             self._close(seq)
         if isinstance(op, Enqueue):
             self._enqueue(op, seq)
+        elif isinstance(op, EnqueueStaged):
+            self._enqueue_staged(op, seq)
+        elif isinstance(op, CommitToken):
+            self._remember_token(op.token)
         elif isinstance(op, Lease):
             for mid, receipt, until in op.leases:
                 rec = self.messages[mid]
@@ -158,7 +169,7 @@ class QueueState:
             for mid, offset in op.moves:
                 rec = self.messages[mid]
                 self._release(rec)
-                rec.seg, rec.offset = seq, offset
+                rec.seg, rec.offset, rec.stage = seq, offset, None
                 self._hold(rec)
         elif isinstance(op, Prune):
             self.pruned = self._prune(op.at, op.retention, op.window)
@@ -172,7 +183,7 @@ class QueueState:
         elif not isinstance(op, Open):  # pragma: no cover - the union is closed
             raise TypeError(f"unknown operation {op!r}")
 
-    def _enqueue(self, op: Enqueue, seq: int) -> None:
+    def _enqueue(self, op: Enqueue, seq: int, stage: str | None = None) -> None:
         self._n += 1
         rec = Rec(
             op.id,
@@ -186,11 +197,12 @@ class QueueState:
             op.group,
             op.dedup_id,
             op.attributes,
+            stage=stage,
         )
         self.messages[op.id] = rec
         self.total_enqueued += 1
         self.live += 1
-        if op.offset >= 0:
+        if op.offset >= 0 and stage is None:
             self.seg_bytes[seq] = self.seg_bytes.get(seq, 0) + op.size
         self._hold(rec)
         if op.dedup_id is not None:
@@ -205,6 +217,17 @@ class QueueState:
             self._push_fresh(rec)
         else:
             heapq.heappush(self._timers, (rec.visible_at, rec.n, 0, rec.id))
+
+    def _enqueue_staged(self, op: EnqueueStaged, seq: int) -> None:
+        for message in op.messages:
+            self._enqueue(message, seq, op.key)
+        if op.key not in self.staged_refs:  # every message was a duplicate: nothing needs it
+            self.garbage.append((seq, op.key))
+
+    def _remember_token(self, token: str) -> None:
+        self.tokens[token] = None
+        if len(self.tokens) > MAX_TOKENS:
+            del self.tokens[next(iter(self.tokens))]
 
     def _push_fresh(self, rec: Rec) -> None:
         fifo = self._fresh.get(rec.priority)
@@ -282,6 +305,7 @@ class QueueState:
             seg_bytes=self.seg_bytes,
             garbage=self.garbage,
             settings=self.settings,
+            tokens=list(self.tokens),
         )
 
     @classmethod
@@ -291,6 +315,7 @@ class QueueState:
         state.seq, state._n, state.total_enqueued = snap.seq, snap.n, snap.total_enqueued
         state.seg_bytes, state.garbage = dict(snap.seg_bytes), list(snap.garbage)
         state.settings = dict(snap.settings)
+        state.tokens = dict.fromkeys(snap.tokens)
         records = sorted(snap.messages, key=lambda r: r.n)
         state.messages = {rec.id: rec for rec in records}
         finished = []
@@ -329,12 +354,18 @@ class QueueState:
     # -- storage bookkeeping ---------------------------------------------------------------------
 
     def _hold(self, rec: Rec) -> None:
+        if rec.stage is not None:
+            self.staged_refs[rec.stage] = self.staged_refs.get(rec.stage, 0) + 1
+            return
         if rec.offset >= 0:
             self.refs[rec.seg] = self.refs.get(rec.seg, 0) + 1
             self.live_bytes[rec.seg] = self.live_bytes.get(rec.seg, 0) + rec.size
 
     def _release(self, rec: Rec) -> None:
         """``rec`` no longer needs its payload (completed, purged, or moved)."""
+        if rec.stage is not None:
+            self._release_staged(rec.stage)
+            return
         if rec.offset < 0:
             self.garbage.append((self.seq, blob_key(rec.id)))
             return
@@ -348,6 +379,14 @@ class QueueState:
         self.seg_bytes.pop(seg, None)
         if seg < self.seq:  # a closed object: garbage now; the open one is judged on closing
             self.garbage.append((self.seq, log.key(seg)))
+
+    def _release_staged(self, key: str) -> None:
+        left = self.staged_refs[key] - 1
+        if left:
+            self.staged_refs[key] = left
+        else:  # the staged object is garbage once its last message no longer needs it
+            del self.staged_refs[key]
+            self.garbage.append((self.seq, key))
 
     def _close(self, seq: int) -> None:
         """Folding moves on to log object ``seq``: the previous one is garbage if unreferenced."""

@@ -6,8 +6,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from . import staging
 from .errors import InvalidArgument, InvalidPriority, MessageTooLarge
 from .message import Message
+from .staging import StagedObject
 
 MAX_NAME = 128  # dedup ids and group names
 MAX_ERROR = 8192  # characters of a failure's error text kept
@@ -141,3 +143,40 @@ def positive_seconds(what: str, value: Any) -> float:
     if result == 0:
         raise InvalidArgument(f"{what} must be > 0, got {value!r}")
     return result
+
+
+def staged(obj: StagedObject, max_size: int) -> None:
+    """Check a staged object's description; errors name the offending row."""
+    n = len(obj.offsets)
+    if not obj.key.startswith(staging.PREFIX) or ".." in obj.key.split("/"):
+        raise InvalidArgument(f"staged object key must start with {staging.PREFIX!r}: {obj.key!r}")
+    for column in ("sizes", "priorities", "delays", "groups", "dedup_ids", "attributes"):
+        values = getattr(obj, column)
+        if values is not None and len(values) != n:
+            raise InvalidArgument(
+                f"staged object {obj.key}: {column} has {len(values)} entries, offsets {n}"
+            )
+    for i, (offset, size) in enumerate(zip(obj.offsets, obj.sizes, strict=True)):
+        if size > max_size:
+            raise MessageTooLarge(
+                f"{obj.row(i)}: payload of {size} bytes exceeds max_message_size ({max_size} bytes)"
+            )
+        if offset < 0 or size < 0 or offset + size > obj.size:
+            raise InvalidArgument(f"{obj.row(i)}: payload lies outside staged object {obj.key}")
+    for i, priority in enumerate(obj.priorities or ()):
+        if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 255:
+            raise InvalidPriority(
+                f"{obj.row(i)}: priority must be an integer from 0 to 255, got {priority!r}"
+            )
+    checks = (
+        ("delays", lambda v: seconds("delay", v)),
+        ("groups", lambda v: name("group", v)),
+        ("dedup_ids", lambda v: name("dedup_id", v)),
+        ("attributes", attributes_of),
+    )
+    for column, check in checks:
+        for i, value in enumerate(getattr(obj, column) or ()):
+            try:
+                check(value)
+            except InvalidArgument as exc:
+                raise type(exc)(f"{obj.row(i)}: {exc}") from None

@@ -1,0 +1,149 @@
+"""Benchmarks of the Spark data source: bulk write, snapshot read, streaming consumption.
+
+    python benchmarks/spark_bench.py                 # 1,000,000 rows of 1 KiB, local[2]
+    python benchmarks/spark_bench.py --rows 200000   # quicker
+    python benchmarks/spark_bench.py --store s3      # against a moto S3 server it starts
+
+Prints one line per figure, and the command that produced them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+import s3q
+import s3q.spark
+
+TARGETS = {"bulk write": 200_000, "snapshot read": 300_000, "streaming consumption": 50_000}
+
+
+def session() -> SparkSession:
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("s3q-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "4g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    s3q.spark.register(spark)
+    return spark
+
+
+def report(name: str, rows: int, seconds: float) -> None:
+    rate = rows / seconds
+    verdict = "meets" if rate >= TARGETS[name] else "MISSES"
+    print(
+        f"{name:<22} {rows:>10,} msgs in {seconds:6.2f} s = {rate:>10,.0f} msg/s "
+        f"({verdict} the target of {TARGETS[name]:,})",
+        flush=True,
+    )
+
+
+def open_when_released(url: str, options: dict[str, Any]) -> s3q.Queue:
+    """Open the queue once the stopped query's source has let go of it: Spark stops a Python
+    source when its runner's socket closes, a moment after ``query.stop()`` returns."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return s3q.open(url, **options)
+        except s3q.QueueLocked:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)  # another process's lock: no event to wait on
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--size", type=int, default=1024, help="payload bytes")
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--store", choices=["file", "s3"], default="file")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="s3q-spark-bench-"))
+    options: dict[str, Any] = {}
+    moto = None
+    if args.store == "file":
+        url = (work / "queue").as_uri()
+    else:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+        from conftest import start_moto
+
+        moto = start_moto()
+        moto.client().create_bucket(Bucket="bench")
+        options = moto.store_options()
+        url = "s3://bench/queue"
+    spark = session()
+    try:
+        print(
+            f"s3q Spark data source, local[2], {args.rows:,} rows of {args.size} B, "
+            f"{args.store} store, pyspark {spark.version}",
+            flush=True,
+        )
+        filler = "x" * (args.size - 12)
+        df = (
+            spark.range(0, args.rows, numPartitions=args.partitions)
+            .select(
+                F.concat(F.lpad(F.col("id").cast("string"), 12, "0"), F.lit(filler))
+                .cast("binary")
+                .alias("payload")
+            )
+            .cache()
+        )
+        df.count()  # generate and cache the rows first: the write is measured alone
+
+        def opts(rw: Any) -> Any:
+            for k, v in options.items():
+                rw = rw.option(k, str(v).lower() if isinstance(v, bool) else v)
+            return rw
+
+        start = time.perf_counter()
+        opts(df.write.format("s3q").mode("append")).save(url)
+        report("bulk write", args.rows, time.perf_counter() - start)
+        df.unpersist()
+
+        start = time.perf_counter()
+        opts(spark.read.format("s3q")).load(url).write.format("noop").mode("overwrite").save()
+        report("snapshot read", args.rows, time.perf_counter() - start)
+
+        start = time.perf_counter()
+        query = (
+            opts(spark.readStream.format("s3q"))
+            .option("maxMessagesPerBatch", 100_000)
+            .option("visibilityTimeout", 600)
+            .load(url)
+            .writeStream.format("noop")
+            .option("checkpointLocation", str(work / "checkpoint"))
+            .start()
+        )
+        query.processAllAvailable()
+        elapsed = time.perf_counter() - start
+        query.stop()
+        report("streaming consumption", args.rows, elapsed)
+        with open_when_released(url, options) as q:
+            st = q.stats()
+            assert st.completed == args.rows and st.pending == 0, st
+    finally:
+        spark.stop()
+        if moto is not None:
+            moto.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    print("command: python benchmarks/spark_bench.py " + " ".join(sys.argv[1:]), flush=True)
+
+
+if __name__ == "__main__":
+    main()

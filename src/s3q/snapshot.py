@@ -1,0 +1,150 @@
+"""Read-only snapshots of a queue: its index rebuilt from storage, with no writer involved.
+
+The newest readable checkpoint plus the log objects after it give the index as of the last log
+object. The writer recovers this way on open; readers (the Spark source, a backup, a dashboard)
+use it to see a consistent snapshot while the writer carries on. Garbage collection keeps every
+object such a reader needs for ``gc_grace`` seconds after a newer checkpoint exists, so a reader
+that finishes within that time never misses one; one that does gets :class:`SnapshotExpired`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import msgspec
+
+from . import checkpoint, log
+from .errors import StoreError
+from .message import Message
+from .state import QueueState, Rec, blob_key
+from .store import NotFound, Store
+
+logger = logging.getLogger("s3q")
+
+REPLAY_WINDOW = 16  # log objects fetched concurrently
+
+
+class SnapshotExpired(StoreError):
+    """An object the snapshot needs was collected: the read took longer than ``gc_grace``."""
+
+
+@dataclass
+class Loaded:
+    """The index as of log object ``seq``, and the checkpoints seen on the way."""
+
+    state: QueueState
+    seq: int
+    checkpoints: dict[int, float] = field(default_factory=dict)
+
+
+class Location(NamedTuple):
+    """Where a payload lies: an object key, an offset and a size."""
+
+    key: str
+    offset: int
+    size: int
+
+
+class Located(msgspec.Struct, frozen=True):
+    """A message (its payload left out) and where its payload lies."""
+
+    message: Message
+    location: Location
+
+
+def location(rec: Rec) -> Location:
+    """Where the payload of ``rec`` lies now."""
+    if rec.stage is not None:
+        return Location(rec.stage, rec.offset, rec.size)
+    if rec.offset < 0:
+        return Location(blob_key(rec.id), 0, rec.size)
+    return Location(log.key(rec.seg), rec.offset, rec.size)
+
+
+async def load(store: Store, *, retries: int = 0) -> Loaded:
+    """The index from the newest readable checkpoint and the log after it.
+
+    A reader racing the collector may find a log object gone (a newer checkpoint became stable
+    meanwhile): it starts over from that checkpoint up to ``retries`` times, then raises
+    :class:`SnapshotExpired`. With ``retries=0`` (the writer's recovery) a gap is a StoreError.
+    """
+    for attempt in range(retries + 1):
+        try:
+            return await _load_once(store)
+        except (NotFound, _Gap) as exc:
+            if attempt < retries:
+                continue
+            if retries:
+                raise SnapshotExpired(
+                    f"the log of {store.url} changed under the snapshot {retries + 1} times "
+                    f"({exc}): is a collector with a tiny gc_grace running?"
+                ) from exc
+            if isinstance(exc, _Gap):
+                raise StoreError(str(exc)) from None
+            raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+class _Gap(Exception):
+    """The log after the checkpoint is not contiguous."""
+
+
+async def _load_once(store: Store) -> Loaded:
+    loaded = await _load_checkpoint(store)
+    base = loaded.seq
+    keys = await store.keys(log.PREFIX, after=log.key(base) if base else None)
+    seqs = sorted(s for s in map(log.seq_of, keys) if s is not None and s > base)
+    expected = list(range(base + 1, base + 1 + len(seqs)))
+    if seqs != expected:
+        missing = sorted(set(range(base + 1, (seqs or [base])[-1] + 1)) - set(seqs))[:5]
+        raise _Gap(
+            f"log of {store.url} is missing object(s) {missing} after "
+            f"{'checkpoint ' + str(base) if base else 'its start'}"
+        )
+    for start in range(0, len(seqs), REPLAY_WINDOW):
+        window = seqs[start : start + REPLAY_WINDOW]
+        blobs = await asyncio.gather(*(store.get(log.key(s)) for s in window))
+        for seq, data in zip(window, blobs, strict=True):
+            replay(loaded.state, seq, data)
+            loaded.seq = seq
+    return loaded
+
+
+async def _load_checkpoint(store: Store) -> Loaded:
+    """Start from the newest readable checkpoint (an empty index if there is none)."""
+    keys = await store.keys(checkpoint.PREFIX)
+    for seq in sorted((s for s in map(checkpoint.seq_of, keys) if s is not None), reverse=True):
+        try:
+            ck = checkpoint.decode(await store.get(checkpoint.key(seq)), checkpoint.key(seq))
+        except (StoreError, msgspec.DecodeError, NotFound) as exc:
+            logger.warning("skipping unreadable checkpoint %s of %s: %s", seq, store.url, exc)
+            continue
+        return Loaded(QueueState.restore(ck.snapshot), seq, {seq: ck.at})
+    return Loaded(QueueState(), 0)
+
+
+def replay(state: QueueState, seq: int, data: bytes) -> None:
+    """Fold log object ``seq`` (its bytes) into ``state``."""
+    header = log.decode(data, log.key(seq))
+    for op in header.ops:
+        state.apply(op, seq)
+
+
+async def read_spans(store: Store, key: str, spans: list[tuple[str, int, int]]) -> dict[str, bytes]:
+    """Payloads by id, given ``(id, offset, size)`` in object ``key``, in one ranged read.
+
+    Raises :class:`SnapshotExpired` if the object is gone (collected after ``gc_grace``).
+    """
+    start = min(offset for _, offset, _ in spans)
+    end = max(offset + size for _, offset, size in spans)
+    try:
+        data = await store.get_range(key, start, end)
+    except NotFound:
+        raise SnapshotExpired(
+            f"{key} of {store.url} was collected while it was being read: the read took "
+            "longer than the queue's gc_grace"
+        ) from None
+    return {mid: data[offset - start : offset - start + size] for mid, offset, size in spans}

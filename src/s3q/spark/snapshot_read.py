@@ -1,0 +1,87 @@
+"""Batch read: a non-destructive snapshot of a queue, payloads read by the executors.
+
+The driver rebuilds the index from the newest checkpoint and the log after it (no writer, no
+broker), picks the messages asked for, and plans one input partition per object or range of
+one. Executors read the payloads straight from the store. Completed messages are not part of a
+snapshot (their payloads may already be collected).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+from .. import log
+from ..errors import InvalidConfig
+from ..message import MessageStatus
+from ..snapshot import Loaded, load
+from ..state import DONE, blob_key
+from . import pieces
+from .options import Options, run
+
+STATUSES = {s.value for s in MessageStatus} - {MessageStatus.COMPLETED.value}
+LOAD_RETRIES = 2  # fresh starts if the collector removes a log object under the snapshot
+
+
+class PiecesPartition(InputPartition):
+    """Pieces of payload objects for one task to read."""
+
+    def __init__(self, index: int, parts: list[pieces.Piece]) -> None:
+        super().__init__(index)
+        self.pieces = parts
+
+
+class SnapshotReader(DataSourceReader):
+    """Reads the messages of a queue as they stand at the newest log object."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        wanted = options.text("status")
+        self.statuses = STATUSES
+        if wanted:
+            self.statuses = {s.strip().lower() for s in wanted.split(",") if s.strip()}
+            unknown = self.statuses - STATUSES
+            if unknown:
+                raise InvalidConfig(
+                    f"option status: unknown {', '.join(sorted(unknown))}; "
+                    f"use any of {', '.join(sorted(STATUSES))}"
+                )
+
+    def partitions(self) -> list[InputPartition]:
+        loaded = run(_load(self.options))
+        state, now = loaded.state, time.time()
+        seg_keys: dict[int, str] = {}
+        chosen: list[pieces.Entry] = []
+        for rec in state.messages.values():
+            if rec.state == DONE:
+                continue
+            status = state.status(rec, now).value
+            if status not in self.statuses:
+                continue
+            if rec.stage is not None:
+                chosen.append((rec.stage, rec.offset, rec.size, rec, status))
+            elif rec.offset < 0:
+                chosen.append((blob_key(rec.id), 0, rec.size, rec, status))
+            else:
+                key = seg_keys.get(rec.seg)
+                if key is None:
+                    key = seg_keys[rec.seg] = log.key(rec.seg)
+                chosen.append((key, rec.offset, rec.size, rec, status))
+        planned = pieces.plan(chosen)
+        return [PiecesPartition(i, p) for i, p in enumerate(planned)] or [PiecesPartition(0, [])]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, PiecesPartition)
+        if partition.pieces:
+            yield from pieces.read(self.options.open_store(), partition.pieces)
+
+
+async def _load(options: Options) -> Loaded:
+    store = options.open_store()
+    try:
+        return await load(store, retries=LOAD_RETRIES)
+    finally:
+        await store.close()
