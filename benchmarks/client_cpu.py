@@ -1,0 +1,96 @@
+"""CPU time a client spends per call to the broker: what bounds single calls from one process.
+
+    python benchmarks/client_cpu.py [--calls 2000]
+
+Starts a broker on a temporary file:// store, then makes ``--calls`` sequential 1 KiB enqueues
+with: s3q's async client (aiohttp), s3q's blocking client (httpx), and a bare httpx.AsyncClient
+posting the same request. Prints the client process's CPU milliseconds per call for each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import httpx
+import msgspec
+
+from s3q.client import connect, connect_async
+
+
+def start_broker(store: str, port: int) -> subprocess.Popen[bytes]:
+    code = f"from s3q.broker import serve; serve({store!r}, port={port}, log_level='warning')"
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/openapi.json", timeout=1):
+                return proc
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)  # a child process: poll until it answers
+
+
+def per_call_ms(started: float, calls: int) -> float:
+    return (time.process_time() - started) / calls * 1000
+
+
+async def s3q_async(url: str, calls: int) -> float:
+    async with connect_async(url) as client:
+        q = client.queue("cpu")
+        started = time.process_time()
+        for _ in range(calls):
+            await q.enqueue(b"x" * 1024)
+        return per_call_ms(started, calls)
+
+
+def s3q_blocking(url: str, calls: int) -> float:
+    with connect(url) as client:
+        q = client.queue("cpu")
+        started = time.process_time()
+        for _ in range(calls):
+            q.enqueue(b"x" * 1024)
+        return per_call_ms(started, calls)
+
+
+async def bare_httpx(url: str, calls: int) -> float:
+    body = msgspec.msgpack.encode({"payload": b"x" * 1024})
+    headers = {"content-type": "application/msgpack", "accept": "application/msgpack"}
+    async with httpx.AsyncClient() as http:
+        started = time.process_time()
+        for _ in range(calls):
+            answer = await http.post(f"{url}/v1/queues/cpu/enqueue", content=body, headers=headers)
+            answer.raise_for_status()
+        return per_call_ms(started, calls)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--port", type=int, default=8791)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = start_broker(f"file://{tmp}/store", args.port)
+        url = f"http://127.0.0.1:{args.port}"
+        try:
+            for name, ms in (
+                ("s3q async client (aiohttp)", asyncio.run(s3q_async(url, args.calls))),
+                ("s3q blocking client (httpx)", s3q_blocking(url, args.calls)),
+                ("bare httpx.AsyncClient", asyncio.run(bare_httpx(url, args.calls))),
+            ):
+                print(f"{name:30} {ms:.3f} ms CPU per call")
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    print("command: python " + shlex.join(sys.argv))
+
+
+if __name__ == "__main__":
+    main()
