@@ -81,6 +81,7 @@ class Snapshot(msgspec.Struct, array_like=True):
     garbage: list[tuple[int, str]]
     settings: dict[str, int | float | dict[str, str] | None] = {}
     tokens: list[str] = []  # commit tokens, oldest first
+    dead: list[str] | None = None  # dead letters in the order they died (None: older checkpoints)
 
 
 class QueueState:
@@ -306,6 +307,7 @@ class QueueState:
             garbage=self.garbage,
             settings=self.settings,
             tokens=list(self.tokens),
+            dead=list(self.dead),
         )
 
     @classmethod
@@ -331,9 +333,12 @@ class QueueState:
                 if rec.group is not None:
                     state._groups.setdefault(rec.group, deque()).append(rec.id)
             state._hold(rec)
-        state.dead = dict.fromkeys(
-            sorted(state.dead, key=lambda mid: state.messages[mid].finished_at)
-        )
+        if snap.dead is not None:  # the order they died in, ties included
+            state.dead = dict.fromkeys(snap.dead)
+        else:
+            state.dead = dict.fromkeys(
+                sorted(state.dead, key=lambda mid: state.messages[mid].finished_at)
+            )
         finished.sort()
         state._finished = deque(finished)
         for rec in records:
