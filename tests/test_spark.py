@@ -410,3 +410,51 @@ def test_stream_source_completes_messages_a_crashed_driver_leased_again(
     q.close()
     assert (after.completed, after.pending, after.processing) == (5, 0, 0)
     assert not [k for k in list(file_env.keys()) if k.startswith("spark/")]
+
+
+def test_writes_through_the_broker_that_leads_the_queue(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Option broker: executors stage into the store, the broker's writer commits them, while
+    the broker keeps serving the queue (a direct commit would find the queue locked)."""
+    from test_broker import Broker
+
+    from s3q.client import connect
+
+    store = (tmp_path / "store").as_uri()
+    source, checkpoint = tmp_path / "source", tmp_path / "checkpoint"
+    spark.range(0, 50, numPartitions=1).select(
+        F.col("id").cast("string").alias("payload")
+    ).write.parquet(str(source))
+    with Broker(store) as broker, connect(broker.url) as client:
+        remote = client.queue("loads")
+        remote.enqueue(b"already there")  # the broker leads the queue from here on
+        every_column(spark, 2_000).write.format("s3q").option("broker", broker.url).mode(
+            "append"
+        ).save(f"{store}/loads")
+        assert remote.stats().total_enqueued == 2_001
+
+        def stream() -> None:
+            query = (
+                spark.readStream.schema("payload string")
+                .parquet(str(source))
+                .writeStream.format("s3q")
+                .option("broker", broker.url)
+                .option("checkpointLocation", str(checkpoint))
+                .start(f"{store}/loads")
+            )
+            query.processAllAvailable()
+            query.stop()
+
+        stream()
+        assert remote.stats().total_enqueued == 2_051
+        last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+        for name in (str(last), f".{last}.crc"):  # as if the driver died before logging it
+            (checkpoint / "commits" / name).unlink(missing_ok=True)
+        stream()  # the replayed batch carries the same commit token: nothing twice
+        assert (checkpoint / "commits" / str(last)).exists(), "Spark did not replay the batch"
+        assert remote.stats().total_enqueued == 2_051
+        live = {m.payload for m in remote.peek(limit=10_000)}
+        assert {str(i).encode() for i in range(50)} <= live
+    staged_files = [p for p in (tmp_path / "store" / "loads").rglob("*") if p.is_file()]
+    assert not [p for p in staged_files if "marker" in p.name], "commit markers are deleted"

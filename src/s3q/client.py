@@ -46,6 +46,7 @@ from .collector import CompactionReport
 from .config import Setting
 from .errors import InvalidArgument, QueueClosed, S3QError, StoreError, Unavailable
 from .message import Message, MessageStatus, QueueStats
+from .staging import StagedObject
 
 __all__ = [
     "TOKEN_ENV",
@@ -84,6 +85,10 @@ class _Id(msgspec.Struct):
 
 class _Ids(msgspec.Struct):
     ids: list[str]
+
+
+class _MaybeIds(msgspec.Struct):
+    ids: list[str] | None
 
 
 class _Status(msgspec.Struct):
@@ -313,6 +318,12 @@ class _Protocol:
         body = {"items": list(items)}
         return _Call("POST", f"{self.base}/enqueue-batch", _Ids, lambda a: a.ids, body)
 
+    def enqueue_staged(
+        self, objects: Iterable[StagedObject], token: str | None
+    ) -> _Call[list[str] | None]:
+        body = {"objects": list(objects), "token": token}
+        return _Call("POST", f"{self.base}/enqueue-staged", _MaybeIds, lambda a: a.ids, body)
+
     def dequeue(
         self, max_messages: int, visibility_timeout: float | None, wait: float
     ) -> _Call[list[Message]]:
@@ -537,6 +548,12 @@ class RemoteQueue:
         """Add many messages in one commit: payloads, or dicts of ``enqueue``'s keywords."""
         return self._run(self._p.enqueue_batch(items))
 
+    def enqueue_staged(
+        self, objects: Iterable[StagedObject], token: str | None = None
+    ) -> list[str] | None:
+        """Commit the messages of staged objects in one log object; see s3q.AsyncQueue."""
+        return self._run(self._p.enqueue_staged(objects, token))
+
     def dequeue(
         self, max_messages: int = 1, visibility_timeout: float | None = None, wait: float = 0.0
     ) -> list[Message]:
@@ -759,6 +776,12 @@ class AsyncRemoteQueue:
     async def enqueue_batch(self, items: Iterable[bytes | dict[str, Any]]) -> list[str]:
         """Add many messages in one commit: payloads, or dicts of ``enqueue``'s keywords."""
         return await self._run(self._p.enqueue_batch(items))
+
+    async def enqueue_staged(
+        self, objects: Iterable[StagedObject], token: str | None = None
+    ) -> list[str] | None:
+        """Commit the messages of staged objects in one log object; see s3q.AsyncQueue."""
+        return await self._run(self._p.enqueue_staged(objects, token))
 
     async def dequeue(
         self, max_messages: int = 1, visibility_timeout: float | None = None, wait: float = 0.0

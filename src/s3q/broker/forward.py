@@ -23,6 +23,7 @@ from ..collector import CompactionReport
 from ..config import Setting
 from ..errors import QueueClosed, Unavailable
 from ..message import Message, MessageStatus, QueueStats
+from ..staging import StagedObject
 from .wire import BrokerUnreachable
 
 if TYPE_CHECKING:
@@ -111,6 +112,12 @@ class ForwardedQueue:
     async def enqueue_batch(self, items: Iterable[bytes | dict[str, Any]]) -> list[str]:
         listed = list(items)
         return await self._call(lambda q: q.enqueue_batch(listed))
+
+    async def enqueue_staged(
+        self, objects: Iterable[StagedObject], token: str | None = None
+    ) -> list[str] | None:
+        listed = list(objects)
+        return await self._call(lambda q: q.enqueue_staged(listed, token))
 
     async def dequeue(
         self, max_messages: int = 1, visibility_timeout: float | None = None, wait: float = 0.0

@@ -11,10 +11,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import msgspec
 from starlette.requests import Request
 
 from ..api import AsyncQueue
 from ..errors import InvalidArgument
+from ..staging import StagedObject
 from .forward import FORWARDED, ForwardedQueue
 from .registry import QueueRegistry
 from .wire import QUEUE_NAME_PATTERN
@@ -112,6 +114,14 @@ async def enqueue(call: Call) -> Any:
 
 async def enqueue_batch(call: Call) -> Any:
     return {"ids": await (await call.queue()).enqueue_batch(call.args["items"])}
+
+
+async def enqueue_staged(call: Call) -> Any:
+    try:
+        objects = msgspec.convert(call.args["objects"], list[StagedObject])
+    except msgspec.ValidationError as exc:
+        raise InvalidArgument(f"objects: {exc}") from None
+    return {"ids": await (await call.queue()).enqueue_staged(objects, call.args.get("token"))}
 
 
 async def dequeue(call: Call) -> Any:
@@ -224,6 +234,19 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         enqueue_batch,
         (NAME, body("items", {"type": "array", "items": ITEM}, True)),
         obj(ids=STRS),
+    ),
+    Endpoint(
+        "POST",
+        f"{Q}/enqueue-staged",
+        "enqueueStaged",
+        "Commit staged payload objects (bulk loads) in one log object, all or none",
+        enqueue_staged,
+        (
+            NAME,
+            body("objects", {"type": "array", "items": {"type": "object"}}, True),
+            body("token", STR_OR_NULL),
+        ),
+        obj(ids={"type": ["array", "null"], "items": STR}),
     ),
     Endpoint(
         "POST",

@@ -1,7 +1,8 @@
 """Batch write: bulk enqueue of a DataFrame, all rows or none.
 
 Executors stage the payloads (``stage``); the driver then commits every staged object in one
-log object through the queue's writer, which it opens for that moment. A job that fails or is
+log object through the queue's writer, which it opens for that moment, or through the broker
+that leads the queue. A job that fails or is
 aborted deletes what it staged and enqueues nothing.
 """
 
@@ -16,13 +17,12 @@ import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
-from ..api import open_async
-from ..staging import StagedObject
 from .options import Options, run
 from .stage import (
     NOT_COMMITTED,
     Staged,
     abort_job,
+    commit_staged,
     delete_staged,
     mark_committing,
     stage_all,
@@ -50,20 +50,13 @@ class BatchWriter(DataSourceArrowWriter):
         objects = [o for m in messages if isinstance(m, Staged) for o in m.objects]
         marker = run(mark_committing(self.options, self.job))
         try:
-            run(self._commit(objects))
+            run(commit_staged(self.options, objects))
         except NOT_COMMITTED:  # certain: tidy up now (Spark's abort will find nothing)
             run(delete_staged(self.options, self.job, staged_keys(messages)))
             raise
         # Any other failure leaves the outcome unknown: the marker stays, abort deletes
         # nothing, and the collector deletes whatever no commit refers to, later.
         run(delete_staged(self.options, None, [marker]))
-
-    async def _commit(self, objects: list[StagedObject]) -> None:
-        queue = await open_async(self.options.url, **self.options.store)
-        try:
-            await queue.enqueue_staged(objects)
-        finally:
-            await queue.close()
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         if run(was_committing(self.options, self.job)):

@@ -13,11 +13,13 @@ import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 
+from ..api import open_async
 from ..config import QueueConfig
 from ..errors import (
     InvalidArgument,
@@ -268,6 +270,26 @@ def staged_keys(messages: Iterable[WriterCommitMessage | None]) -> list[str]:
 MARKER = "commit-marker"
 #: Errors after which a commit certainly did not happen (checked before anything was written).
 NOT_COMMITTED = (InvalidArgument, QueueFull, QueueLocked)
+
+
+async def commit_staged(
+    options: Options, objects: list[StagedObject], token: str | None = None
+) -> list[str] | None:
+    """Commit ``objects`` in one log object: through the queue's writer, opened for that
+    moment, or through the broker that leads the queue (option ``broker``; the queue's name
+    is the last part of its URL). None: ``token`` was committed before."""
+    broker = options.text("broker")
+    if broker:
+        from ..client import connect_async  # needs the client extra: only through a broker
+
+        name = urlsplit(options.url).path.rstrip("/").rpartition("/")[2]
+        async with connect_async(broker, token=options.text("token")) as client:
+            return await client.queue(name).enqueue_staged(objects, token)
+    queue = await open_async(options.url, **options.store)
+    try:
+        return await queue.enqueue_staged(objects, token)
+    finally:
+        await queue.close()
 
 
 async def mark_committing(options: Options, job: str) -> str:

@@ -16,13 +16,12 @@ import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from ..api import open_async
 from ..errors import InvalidConfig
-from ..staging import StagedObject
 from .options import Options, run
 from .stage import (
     NOT_COMMITTED,
     Staged,
+    commit_staged,
     delete_staged,
     mark_committing,
     stage_all,
@@ -64,7 +63,8 @@ class StreamWriter(DataSourceStreamArrowWriter):
         job = self._job(batchId)
         marker = run(mark_committing(self.options, job))
         try:
-            committed = run(self._commit(objects, f"{self.sink}:{batchId}"))
+            ids = run(commit_staged(self.options, objects, f"{self.sink}:{batchId}"))
+            committed = ids is not None
         except NOT_COMMITTED:  # certain: tidy up now
             run(delete_staged(self.options, None, [*staged_keys(messages), marker]))
             raise
@@ -72,13 +72,6 @@ class StreamWriter(DataSourceStreamArrowWriter):
             logger.info("s3q sink %s: batch %d was committed before", self.sink, batchId)
         keys = [] if committed else [o.key for o in objects]
         run(delete_staged(self.options, None, [*keys, marker]))
-
-    async def _commit(self, objects: list[StagedObject], token: str) -> bool:
-        queue = await open_async(self.options.url, **self.options.store)
-        try:
-            return await queue.enqueue_staged(objects, token=token) is not None
-        finally:
-            await queue.close()
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if run(was_committing(self.options, self._job(batchId))):
