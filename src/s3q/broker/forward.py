@@ -87,8 +87,10 @@ class ForwardedQueue:
             except (BrokerUnreachable, Unavailable, QueueClosed) as exc:
                 if queue is target:
                     raise  # this broker's own queue: nothing to fail over to
-                # nothing was done: find the leader again (a dead one's lease lapses)
-                self._registry.unreachable(self.leader, exc)
+                # nothing was done: find the leader again (a dead one's lease lapses; one that
+                # answered has handed the queue on, or is stopping, but serves its other queues)
+                if isinstance(exc, BrokerUnreachable):
+                    self._registry.unreachable(self.leader, exc)
                 if loop.time() >= deadline:
                     raise Unavailable(
                         f"queue {self.name}: its broker {self.leader} cannot be reached and no "
