@@ -174,7 +174,7 @@ def test_takeover_after_lease_lapsed_fences_old_writer(lease_env: StoreEnv) -> N
 
 
 def test_takeover_with_short_lease_ttl(lease_env: StoreEnv) -> None:
-    """The scenario of the brief: lease_ttl=0.5 and a fake clock advanced past it.
+    """A lapsed lease: lease_ttl=0.5 and a fake clock advanced past it.
 
     A background renewal may win the race against the second open; advancing again and retrying
     is bounded.
