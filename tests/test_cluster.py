@@ -252,3 +252,26 @@ def test_leader_killed_work_goes_on_and_nothing_acknowledged_is_lost(
         wrong = {n: s for n, s in statuses.items() if s is not s3q.MessageStatus.COMPLETED}
         assert not wrong, wrong
     print(f"\nerrors seen by clients during the failover: {dict(ledger.errors)}")
+
+
+def test_a_leader_stopped_with_sigterm_hands_its_queues_over_at_once(
+    moto_server: MotoServer, s3_bucket: str, tmp_path: Path
+) -> None:
+    """A long lease (60 s, beyond the 30 s a forwarding broker waits): the other broker can
+    only serve the queue if the stopping leader released its lease."""
+    store = f"s3://{s3_bucket}/{tmp_path.name}"
+    options = {**moto_server.store_options(), "lease_ttl": 60.0}
+    a, b = Node(store, options), Node(store, options)
+    try:
+        with connect(a.url) as ca, connect(b.url) as cb:
+            first = ca.queue("handover").enqueue(b"before")
+            assert cb.queue("handover").stats().pending == 1  # forwarded to a
+            a.stop()  # SIGTERM: commits finish, leases are released
+            assert a.proc.returncode in (0, -15)
+            second = cb.queue("handover").enqueue(b"after")
+            assert b.led() == ["handover"]
+            got = cb.queue("handover").dequeue(2)
+            assert [(m.id, m.payload) for m in got] == [(first, b"before"), (second, b"after")]
+    finally:
+        a.stop()
+        b.stop()
