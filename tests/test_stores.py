@@ -445,3 +445,34 @@ def test_storage_stays_bounded_and_live_payloads_survive_compaction(
     assert (m.id, m.payload) == (keeper, keeper_payload)
     assert q.stats().total_enqueued == 1 + 40 * 5
     q.close()
+
+
+def test_failed_store_requests_are_counted(tmp_path: Path) -> None:
+    """A store that cannot be reached, or a directory that is a file: each failed request is a
+    StoreError and counts in ``errors`` (``stats().store_errors``, the broker's metrics)."""
+    import asyncio
+
+    from conftest import free_port
+
+    from s3q.store import open_store
+
+    async def main() -> None:
+        dead = open_store(
+            f"s3://bucket/q?endpoint_url=http://127.0.0.1:{free_port()}&allow_http=true"
+            "&access_key_id=a&secret_access_key=b&region=us-east-1"
+        )
+        assert dead.errors == 0
+        with pytest.raises(s3q.StoreError):
+            await dead.get("log/x")
+        assert dead.errors == 1
+        await dead.close()
+        (tmp_path / "not-a-dir").write_bytes(b"")
+        local = open_store(str(tmp_path / "not-a-dir"))
+        with pytest.raises(s3q.StoreError):
+            await local.put("log/x", b"data")
+        assert local.errors == 1
+
+    asyncio.run(main())
+    with s3q.open(str(tmp_path / "fine")) as q:
+        q.enqueue(b"x")
+        assert q.stats().store_errors == 0

@@ -808,6 +808,7 @@ class Engine:
             store_puts=self.store.puts,
             store_gets=self.store.gets,
             store_bytes_written=self.store.bytes_written,
+            store_errors=self.store.errors,
         )
 
     async def peek(self, limit: int) -> list[Message]:

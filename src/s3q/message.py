@@ -51,3 +51,4 @@ class QueueStats:
     store_puts: int = 0
     store_gets: int = 0
     store_bytes_written: int = 0
+    store_errors: int = 0  # requests that failed with a StoreError

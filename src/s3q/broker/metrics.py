@@ -152,7 +152,8 @@ class BrokerMetrics:
         )
         self.requests = Gauge(
             "s3q_queue_store_requests",
-            "Object-store requests since the queue opened, by kind.",
+            "Object-store requests since the queue opened, by kind (put, get, all; failed: "
+            "those that failed).",
             ["queue", "kind"],
             registry=r,
         )
@@ -184,6 +185,7 @@ class BrokerMetrics:
                 ("put", stats.store_puts),
                 ("get", stats.store_gets),
                 ("all", stats.store_requests),
+                ("failed", stats.store_errors),
             ):
                 self.requests.labels(name, kind).set(value)
         return generate_latest(self.registry)

@@ -24,12 +24,14 @@ class Store(abc.ABC):
 
     Keys are relative to the store's root (the queue's prefix) and use ``/`` as separator.
     Every method raises :class:`~s3q.errors.StoreError` when the store fails or refuses access.
-    The counters tell how many requests of each kind were sent, and how many bytes written.
+    The counters tell how many requests of each kind were sent, how many bytes written, and
+    how many requests failed with a StoreError.
     """
 
     def __init__(self) -> None:
         self.puts = self.gets = self.lists = self.deletes = 0
         self.bytes_written = 0
+        self.errors = 0
 
     @property
     def requests(self) -> int:

@@ -52,7 +52,7 @@ class LocalStore(Store):
 
     def _put_new(self, key: str, data: bytes | bytearray) -> None:
         path = self.path(key)
-        with _os_errors(self.root):
+        with _os_errors(self):
             tmp = self._write_tmp(path, data)
             try:
                 os.link(tmp, path)
@@ -64,7 +64,7 @@ class LocalStore(Store):
 
     def _replace(self, key: str, data: bytes | bytearray) -> None:
         path = self.path(key)
-        with _os_errors(self.root):
+        with _os_errors(self):
             tmp = self._write_tmp(path, data)
             os.replace(tmp, path)
             _fsync_dir(path.parent)
@@ -108,7 +108,7 @@ class LocalStore(Store):
 
     def _read(self, key: str, start: int, end: int | None) -> bytes:
         path = self.path(key)
-        with _os_errors(self.root):
+        with _os_errors(self):
             try:
                 with open(path, "rb") as f:
                     if start:
@@ -123,7 +123,7 @@ class LocalStore(Store):
 
     def _keys(self, prefix: str, after: str | None) -> list[str]:
         keys = []
-        with _os_errors(self.root):
+        with _os_errors(self):
             if not self.root.exists():
                 return []
             for dirpath, _dirs, files in os.walk(self.root):
@@ -156,7 +156,7 @@ class LocalStore(Store):
     async def delete(self, key: str) -> None:
         self.deletes += 1
         path = self.path(key)
-        with _os_errors(self.root), contextlib.suppress(FileNotFoundError):
+        with _os_errors(self), contextlib.suppress(FileNotFoundError):
             await asyncio.to_thread(os.unlink, path)
 
     # -- versioned (used only for small metadata; the writer lease here is an OS lock) --------
@@ -180,7 +180,7 @@ class LocalStore(Store):
     def lock(self, key: str) -> int | None:
         """Take an exclusive OS lock on ``key``'s file; its descriptor, or None if held."""
         path = self.path(key)
-        with _os_errors(self.root):
+        with _os_errors(self):
             self._ensure_dir(path.parent)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
@@ -204,7 +204,7 @@ def _fsync_dir(directory: Path) -> None:
 
 
 @contextlib.contextmanager
-def _os_errors(root: Path):  # type: ignore[no-untyped-def]
+def _os_errors(store: LocalStore):  # type: ignore[no-untyped-def]
     try:
         yield
     except OSError as exc:
@@ -213,4 +213,5 @@ def _os_errors(root: Path):  # type: ignore[no-untyped-def]
         what = {errno.EACCES: "access denied", errno.ENOSPC: "disk full"}.get(
             exc.errno or 0, "I/O error"
         )
-        raise StoreError(f"{what} on local store {root}: {exc}") from exc
+        store.errors += 1
+        raise StoreError(f"{what} on local store {store.root}: {exc}") from exc

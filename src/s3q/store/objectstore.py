@@ -132,11 +132,13 @@ class ObjectStore(Store):
         except (NotFoundError, FileNotFoundError) as exc:
             if read:
                 raise NotFound(key) from None
+            self.errors += 1
             raise StoreError(
                 f"{self._url} answered 'not found' to a write of {key}: does the bucket exist? "
                 f"({_first_line(exc)})"
             ) from exc
         except Exception as exc:
+            self.errors += 1
             if isinstance(exc, PermissionDeniedError | UnauthenticatedError) or any(
                 sign in str(exc) for sign in _DENIED
             ):
