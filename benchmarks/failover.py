@@ -1,0 +1,117 @@
+"""How long a queue stalls when the broker leading it is killed with SIGKILL.
+
+    python benchmarks/failover.py [--store file|s3] [--lease-ttl 10]
+
+Starts two brokers over one store (a temporary directory, or a local moto S3 server). Broker A
+leads queue ``q``; a client of broker B enqueues one message after another, each answered only
+once durable. A is killed with SIGKILL mid-stream; B takes the queue over when A's writer lease
+lapses (at once on a directory, whose lock dies with its process; after ``--lease-ttl`` on S3).
+Prints the longest wait for one enqueue around the kill, and checks that every enqueue that
+was answered is in the queue afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import s3q
+from s3q.client import connect
+
+
+def start_broker(store: str, port: int, options: dict[str, Any]) -> subprocess.Popen[bytes]:
+    code = (
+        "from s3q.broker import serve; "
+        f"serve({store!r}, port={port}, options={options!r}, log_level='error')"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/openapi.json", timeout=1):
+                return proc
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)  # a child process: poll until it answers
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store", choices=["file", "s3"], default="file")
+    parser.add_argument("--lease-ttl", type=float, default=10.0)
+    parser.add_argument("--port", type=int, default=8781)
+    args = parser.parse_args()
+    options: dict[str, Any] = {"lease_ttl": args.lease_ttl}
+    moto = None
+    tmp = tempfile.mkdtemp(prefix="s3q-failover-")
+    if args.store == "file":
+        store = f"file://{tmp}/store"
+    else:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+        from conftest import start_moto
+
+        moto = start_moto()
+        moto.client().create_bucket(Bucket="failover")
+        options.update(moto.store_options())
+        store = "s3://failover/queues"
+    a = start_broker(store, args.port, options)
+    b = start_broker(store, args.port + 1, options)
+    acked: list[str] = []
+    waits: list[tuple[float, float]] = []  # (when it started, how long it took)
+    stop = threading.Event()
+
+    def produce() -> None:
+        with connect(f"http://127.0.0.1:{args.port + 1}") as client:
+            q = client.queue("q")
+            i = 0
+            while not stop.is_set():
+                started = time.monotonic()
+                try:
+                    acked.append(q.enqueue(f"m{i}".encode(), dedup_id=f"m{i}"))
+                    i += 1
+                except s3q.S3QError:
+                    pass  # an enqueue cut off by the kill: sent again, same dedup id
+                waits.append((started, time.monotonic() - started))
+
+    try:
+        with connect(f"http://127.0.0.1:{args.port}") as first:
+            first.queue("q").enqueue(b"a leads q")
+        producer = threading.Thread(target=produce)
+        producer.start()
+        time.sleep(2.0)  # a steady stream before the kill
+        killed_at = time.monotonic()
+        a.kill()
+        a.wait()
+        time.sleep(args.lease_ttl + 5.0 if args.store == "s3" else 5.0)
+        stop.set()
+        producer.join()
+        around = [w for started, w in waits if started >= killed_at - 1.0]
+        before = sorted(w for started, w in waits if started < killed_at)
+        with connect(f"http://127.0.0.1:{args.port + 1}") as client:
+            stats = client.queue("q").stats()
+        print(f"store {args.store}, lease_ttl {args.lease_ttl:g} s")
+        print(f"enqueues answered: {len(acked):,}; in the queue afterwards: {stats.pending:,}")
+        print(f"typical enqueue before the kill: {before[len(before) // 2] * 1000:.1f} ms")
+        print(f"longest wait for one enqueue around the kill: {max(around):.2f} s")
+        assert stats.pending == len(set(acked)) + 1, "an answered enqueue is missing"
+    finally:
+        stop.set()
+        for proc in (a, b):
+            proc.kill()
+            proc.wait()
+        if moto is not None:
+            moto.stop()
+    print("command: python " + shlex.join(sys.argv))
+
+
+if __name__ == "__main__":
+    main()
