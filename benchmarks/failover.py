@@ -66,6 +66,7 @@ def main() -> None:
     a = start_broker(store, args.port, options)
     b = start_broker(store, args.port + 1, options)
     acked: list[str] = []
+    errors: list[str] = []
     waits: list[tuple[float, float]] = []  # (when it started, how long it took)
     stop = threading.Event()
 
@@ -78,8 +79,8 @@ def main() -> None:
                 try:
                     acked.append(q.enqueue(f"m{i}".encode(), dedup_id=f"m{i}"))
                     i += 1
-                except s3q.S3QError:
-                    pass  # an enqueue cut off by the kill: sent again, same dedup id
+                except s3q.S3QError as exc:  # cut off by the kill: sent again, same dedup id
+                    errors.append(type(exc).__name__)
                 waits.append((started, time.monotonic() - started))
 
     try:
@@ -102,6 +103,7 @@ def main() -> None:
         print(f"enqueues answered: {len(acked):,}; in the queue afterwards: {stats.pending:,}")
         print(f"typical enqueue before the kill: {before[len(before) // 2] * 1000:.1f} ms")
         print(f"longest wait for one enqueue around the kill: {max(around):.2f} s")
+        print(f"errors the client saw: {len(errors)} {sorted(set(errors))}")
         assert stats.pending == len(set(acked)) + 1, "an answered enqueue is missing"
     finally:
         stop.set()
