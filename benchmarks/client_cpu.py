@@ -12,30 +12,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 import httpx
 import msgspec
 
+from s3q.broker import spawn
 from s3q.client import connect, connect_async
-
-
-def start_broker(store: str, port: int) -> subprocess.Popen[bytes]:
-    code = f"from s3q.broker import serve; serve({store!r}, port={port}, log_level='warning')"
-    proc = subprocess.Popen([sys.executable, "-c", code])
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/openapi.json", timeout=1):
-                return proc
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)  # a child process: poll until it answers
 
 
 def per_call_ms(started: float, calls: int) -> float:
@@ -77,8 +62,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8791)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        proc = start_broker(f"file://{tmp}/store", args.port)
-        url = f"http://127.0.0.1:{args.port}"
+        proc, url = spawn(f"file://{tmp}/store", args.port)
         try:
             for name, ms in (
                 ("s3q async client (aiohttp)", asyncio.run(s3q_async(url, args.calls))),

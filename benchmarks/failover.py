@@ -14,34 +14,16 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import s3q
+from s3q.broker import spawn
 from s3q.client import connect
-
-
-def start_broker(store: str, port: int, options: dict[str, Any]) -> subprocess.Popen[bytes]:
-    code = (
-        "from s3q.broker import serve; "
-        f"serve({store!r}, port={port}, options={options!r}, log_level='error')"
-    )
-    proc = subprocess.Popen([sys.executable, "-c", code])
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/openapi.json", timeout=1):
-                return proc
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)  # a child process: poll until it answers
 
 
 def main() -> None:
@@ -63,15 +45,15 @@ def main() -> None:
         moto.client().create_bucket(Bucket="failover")
         options.update(moto.store_options())
         store = "s3://failover/queues"
-    a = start_broker(store, args.port, options)
-    b = start_broker(store, args.port + 1, options)
+    a, a_url = spawn(store, args.port, options, log_level="error")
+    b, b_url = spawn(store, args.port + 1, options, log_level="error")
     acked: list[str] = []
     errors: list[str] = []
     waits: list[tuple[float, float]] = []  # (when it started, how long it took)
     stop = threading.Event()
 
     def produce() -> None:
-        with connect(f"http://127.0.0.1:{args.port + 1}") as client:
+        with connect(b_url) as client:
             q = client.queue("q")
             i = 0
             while not stop.is_set():
@@ -84,7 +66,7 @@ def main() -> None:
                 waits.append((started, time.monotonic() - started))
 
     try:
-        with connect(f"http://127.0.0.1:{args.port}") as first:
+        with connect(a_url) as first:
             first.queue("q").enqueue(b"a leads q")
         producer = threading.Thread(target=produce)
         producer.start()
@@ -97,7 +79,7 @@ def main() -> None:
         producer.join()
         around = [w for started, w in waits if started >= killed_at - 1.0]
         before = sorted(w for started, w in waits if started < killed_at)
-        with connect(f"http://127.0.0.1:{args.port + 1}") as client:
+        with connect(b_url) as client:
             stats = client.queue("q").stats()
         print(f"store {args.store}, lease_ttl {args.lease_ttl:g} s")
         print(f"enqueues answered: {len(acked):,}; in the queue afterwards: {stats.pending:,}")

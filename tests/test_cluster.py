@@ -5,19 +5,18 @@ from __future__ import annotations
 
 import collections
 import subprocess
-import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from conftest import MotoServer, child_env, free_port, state_of
+from conftest import MotoServer, state_of
 
 import s3q
+from s3q.broker import spawn
 from s3q.client import Client, connect
 
 
@@ -25,22 +24,7 @@ class Node:
     """``s3q.broker.serve`` in a child process."""
 
     def __init__(self, store: str, options: dict[str, Any]) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        code = (
-            "from s3q.broker import serve; "
-            f"serve({store!r}, port={self.port}, options={options!r}, log_level='warning')"
-        )
-        self.proc = subprocess.Popen([sys.executable, "-c", code], env=child_env())
-        deadline = time.monotonic() + 30
-        while True:
-            assert self.proc.poll() is None, f"broker exited with {self.proc.returncode}"
-            try:
-                with urllib.request.urlopen(self.url + "/openapi.json", timeout=1):
-                    return
-            except OSError:
-                assert time.monotonic() < deadline, "broker did not start"
-                time.sleep(0.05)  # polling a child process we do not control
+        self.proc, self.url = spawn(store, options=options)
 
     def led(self) -> list[str]:
         """The queues this broker leads."""

@@ -16,16 +16,13 @@ import contextlib
 import resource
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from .api import AsyncQueue, open_async
-from .errors import InvalidConfig
 
 if TYPE_CHECKING:
     from .client import AsyncRemoteQueue
@@ -207,30 +204,11 @@ class _Served(_Embedded):
         return client.queue(self.name)
 
     def _start(self) -> str:
-        import socket
+        from .broker import spawn
 
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        code = (
-            "from s3q.broker import serve; "
-            f"serve({self.url!r}, port={port}, options={self.options!r}, log_level='warning')"
-        )
-        self._child = subprocess.Popen([sys.executable, "-c", code])
+        self._child, url = spawn(self.url, options=self.options)
         self.pid = self._child.pid
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            if self._child.poll() is not None:
-                raise InvalidConfig(f"the broker exited at start ({self._child.returncode})")
-            with (
-                contextlib.suppress(OSError),
-                urllib.request.urlopen(url + "/openapi.json", timeout=1),
-            ):
-                return url
-            if time.monotonic() > deadline:
-                raise InvalidConfig("the broker did not answer within 30 s")
-            time.sleep(0.05)  # a child process we do not control: poll
+        return url
 
     async def reopen(self) -> float | None:
         return None  # the broker keeps the queue open

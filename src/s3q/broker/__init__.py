@@ -9,13 +9,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .server import check_exposure, load_sqs_keys, load_tokens, serve
+from .server import check_exposure, load_sqs_keys, load_tokens, serve, spawn
 
 if TYPE_CHECKING:
     from .app import create_app
     from .registry import QueueRegistry
 
-__all__ = ["QueueRegistry", "check_exposure", "create_app", "load_sqs_keys", "load_tokens", "serve"]
+__all__ = [
+    "QueueRegistry",
+    "check_exposure",
+    "create_app",
+    "load_sqs_keys",
+    "load_tokens",
+    "serve",
+    "spawn",
+]
 
 
 def __getattr__(name: str) -> Any:

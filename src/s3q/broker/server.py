@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -152,3 +157,35 @@ def serve(
                 on_ready(url)
 
     Server(config).run()
+
+
+def spawn(
+    store: str,
+    port: int | None = None,
+    options: dict[str, Any] | None = None,
+    log_level: str = "warning",
+    timeout: float = 30.0,
+) -> tuple[subprocess.Popen[bytes], str]:
+    """:func:`serve` ``store`` in a child process on 127.0.0.1 (``port``: a free one if None);
+    the process and the broker's URL, once it answers. ``options`` must be literals (they are
+    written into the child's command line). InvalidConfig if it exits or stays silent."""
+    if port is None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+    code = (
+        "from s3q.broker import serve; "
+        f"serve({store!r}, port={port}, options={options or {}!r}, log_level={log_level!r})"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code])
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout
+    while True:
+        if child.poll() is not None:
+            raise InvalidConfig(f"the broker exited at start ({child.returncode})")
+        with contextlib.suppress(OSError), urllib.request.urlopen(url + "/openapi.json", timeout=1):
+            return child, url
+        if time.monotonic() > deadline:
+            child.kill()
+            raise InvalidConfig(f"the broker did not answer within {timeout:g} s")
+        time.sleep(0.05)  # a child process we do not control: poll until it answers
