@@ -67,36 +67,50 @@ class ForwardedQueue:
         self._registry = registry
         self.name = name
         self.leader = leader  # the address calls go to now
+        self._peer: AsyncRemoteQueue | None = None
+        self._peer_of = leader
 
     @property
     def url(self) -> str:
         return f"{self.leader} (queue {self.name})"
 
+    def _remote(self) -> AsyncRemoteQueue:
+        if self._peer is None or self._peer_of != self.leader:
+            self._peer, self._peer_of = (
+                self._registry.peers.queue(self.leader, self.name),
+                self.leader,
+            )
+        return self._peer
+
     async def _call(self, method: Callable[[AsyncQueue | AsyncRemoteQueue], Awaitable[T]]) -> T:
+        """``method`` on the queue's leader: the one known, found again only after a failure."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._registry.failover_timeout
+        deadline: float | None = None
+        queue: AsyncQueue | AsyncRemoteQueue = self._registry.local(self.name) or self._remote()
         while True:
-            target = await self._registry.leader(self.name, deadline)
-            if isinstance(target, str):
-                self.leader = target
-                queue: AsyncQueue | AsyncRemoteQueue = self._registry.peers.queue(target, self.name)
-            else:
-                queue = target  # this broker took the queue over
             try:
                 return await method(queue)
             except (BrokerUnreachable, Unavailable, QueueClosed) as exc:
-                if queue is target:
+                if not isinstance(queue, AsyncRemoteQueue):
                     raise  # this broker's own queue: nothing to fail over to
                 # nothing was done: find the leader again (a dead one's lease lapses; one that
                 # answered has handed the queue on, or is stopping, but serves its other queues)
                 if isinstance(exc, BrokerUnreachable):
                     self._registry.unreachable(self.leader, exc)
-                if loop.time() >= deadline:
+                if deadline is None:
+                    deadline = loop.time() + self._registry.failover_timeout
+                elif loop.time() >= deadline:
                     raise Unavailable(
                         f"queue {self.name}: its broker {self.leader} cannot be reached and no "
                         "other broker has taken the queue over yet; try again"
                     ) from exc
-                await asyncio.sleep(RETRY_PAUSE)
+            await asyncio.sleep(RETRY_PAUSE)
+            target = await self._registry.leader(self.name, deadline)
+            if isinstance(target, str):
+                self.leader = target
+                queue = self._remote()
+            else:
+                queue = target  # this broker took the queue over
 
     async def enqueue(
         self,
