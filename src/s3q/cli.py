@@ -29,6 +29,7 @@ from rich.text import Text
 import s3q
 
 from .errors import InvalidArgument, S3QError, StoreError
+from .store import queue_url
 from .validate import item_of
 
 if TYPE_CHECKING:
@@ -48,14 +49,6 @@ SHOWN_PAYLOAD = 2000  # characters of a payload shown by the human-readable list
 def default_store() -> str:
     """The embedded default store: ``$S3Q_STORE``, else ``./s3q-data``."""
     return os.environ.get("S3Q_STORE") or str(Path(DEFAULT_STORE).absolute())
-
-
-def queue_url(store: str, name: str) -> str:
-    """The URL of queue ``name`` in ``store``; a store URL's query (its options) stays last."""
-    if "://" in store:
-        parts = urlsplit(store)
-        return urlunsplit(parts._replace(path=f"{parts.path.rstrip('/')}/{name}"))
-    return f"{store.rstrip('/')}/{name}"
 
 
 def friendly_errors(command: F) -> F:

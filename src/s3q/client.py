@@ -41,6 +41,8 @@ from .broker.wire import (
     BrokerUnreachable,
     check_name,
     exception_of,
+    is_broker_url,
+    split_queue_url,
 )
 from .collector import CompactionReport
 from .config import Setting
@@ -413,19 +415,6 @@ class _Protocol:
 
     def compact(self) -> _Call[CompactionReport]:
         return _Call("POST", f"{self.base}/compact", CompactionReport, None, {})
-
-
-def is_broker_url(url: str) -> bool:
-    """Whether ``url`` names a queue of a broker (``http(s)://host:port/NAME``)."""
-    return url.lower().startswith(("http://", "https://"))
-
-
-def split_queue_url(url: str) -> tuple[str, str]:
-    """``http://host:port/NAME`` as the broker's URL and the queue's name."""
-    base, _, name = url.rstrip("/").rpartition("/")
-    if "://" not in base or not base.split("://", 1)[1]:
-        raise InvalidArgument(f"a broker queue URL looks like http://host:port/NAME, got {url!r}")
-    return base, check_name(name)
 
 
 # --------------------------------------------------------------------------- blocking

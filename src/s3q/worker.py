@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from .api import AsyncQueue, Queue, open_async
+from .broker.wire import is_broker_url
 from .config import split_options
 from .engine import MAX_DEQUEUE
 from .errors import InvalidArgument, QueueClosed, ReceiptExpired
@@ -361,7 +362,7 @@ class Worker:
         if options and not isinstance(queue, str):
             raise InvalidArgument("options apply only when the worker opens the queue from a URL")
         _check_settings(concurrency, prefetch, visibility_timeout, ack_interval, grace, poll_wait)
-        if isinstance(queue, str) and _is_broker(queue):
+        if isinstance(queue, str) and is_broker_url(queue):
             unknown = set(options or {}) - {"token"}
             if unknown:
                 raise InvalidArgument(
@@ -422,7 +423,7 @@ class Worker:
                 await asyncio.wrap_future(fut)
         elif not isinstance(queue, str):
             await self._serve(queue)  # an AsyncQueue, or a broker's AsyncRemoteQueue
-        elif _is_broker(queue):
+        elif is_broker_url(queue):
             from .client import TOKEN_ENV, connect_async, split_queue_url
 
             broker, name = split_queue_url(queue)
@@ -870,10 +871,6 @@ class Worker:
         return f"<s3q.worker.Worker {queue} concurrency={self.concurrency}>"
 
 
-def _is_broker(url: str) -> bool:
-    return url.lower().startswith(("http://", "https://"))
-
-
 def _is_remote(queue: object) -> bool:
     """Whether ``queue`` is a broker's queue (the client module is loaded if it is one)."""
     client = sys.modules.get("s3q.client")
@@ -989,6 +986,7 @@ def _queue_url(name: str, store: str | None) -> str:
     """A queue name under ``store`` (or the default store); a URL or absolute path stays."""
     if "://" in name or os.path.isabs(name):
         return name
-    from .cli import default_store, queue_url  # the CLI owns the default store's location
+    from .cli import default_store  # the CLI owns the default store's location
+    from .store import queue_url
 
     return queue_url(store or default_store(), name)

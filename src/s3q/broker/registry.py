@@ -8,24 +8,16 @@ import functools
 import logging
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from ..api import AsyncQueue, open_async
 from ..errors import QueueLocked, Unavailable
+from ..store import queue_url
 from .forward import RETRY_PAUSE, ForwardedQueue, Peers
 from .wire import check_name
 
 log = logging.getLogger("s3q.broker")
 
 DOWN_FOR = 5.0  # seconds a broker that failed a forwarded call is not sent more
-
-
-def queue_url(store: str, name: str) -> str:
-    """The URL of queue ``name`` in ``store``; a store URL's query (its options) stays last."""
-    if "://" in store:
-        parts = urlsplit(store)
-        return urlunsplit(parts._replace(path=f"{parts.path.rstrip('/')}/{name}"))
-    return f"{store.rstrip('/')}/{name}"
 
 
 class QueueRegistry:

@@ -97,6 +97,19 @@ def check_name(name: object) -> str:
     return name
 
 
+def is_broker_url(url: str) -> bool:
+    """Whether ``url`` names a queue of a broker (``http(s)://host:port/NAME``)."""
+    return url.lower().startswith(("http://", "https://"))
+
+
+def split_queue_url(url: str) -> tuple[str, str]:
+    """``http://host:port/NAME`` as the broker's URL and the queue's name."""
+    base, _, name = url.rstrip("/").rpartition("/")
+    if "://" not in base or not base.split("://", 1)[1]:
+        raise InvalidArgument(f"a broker queue URL looks like http://host:port/NAME, got {url!r}")
+    return base, check_name(name)
+
+
 def status_of(exc: BaseException) -> int:
     """The HTTP status that carries ``exc``."""
     if isinstance(exc, BrokerError) and exc.status:

@@ -13,7 +13,6 @@ import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 import numpy as np
 import pyarrow as pa
@@ -30,7 +29,7 @@ from ..errors import (
     S3QError,
 )
 from ..staging import StagedObject, job_prefix, object_key
-from ..store import Store
+from ..store import Store, queue_name
 from .options import Options
 
 STAGE_BYTES = 64 * 1024 * 1024
@@ -282,7 +281,7 @@ async def commit_staged(
     if broker:
         from ..client import connect_async  # needs the client extra: only through a broker
 
-        name = urlsplit(options.url).path.rstrip("/").rpartition("/")[2]
+        name = queue_name(options.url)
         async with connect_async(broker, token=options.text("token")) as client:
             return await client.queue(name).enqueue_staged(objects, token)
     queue = await open_async(options.url, **options.store)

@@ -29,7 +29,6 @@ import asyncio
 import logging
 from collections.abc import Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlsplit
 
 import msgspec
 import pyarrow as pa
@@ -41,7 +40,7 @@ from ..engine import MAX_DEQUEUE
 from ..errors import MessageNotFound, ReceiptExpired
 from ..message import Message, MessageStatus
 from ..snapshot import Located
-from ..store import Store
+from ..store import Store, queue_name
 from . import pieces
 from .options import Options
 from .snapshot_read import PiecesPartition
@@ -107,7 +106,7 @@ class ConsumeReader(DataSourceStreamReader):
             if self.broker:  # the broker leads the queue; its name ends the queue URL
                 from ..client import connect  # needs httpx: only through a broker
 
-                name = urlsplit(self.options.url).path.rstrip("/").rpartition("/")[2]
+                name = queue_name(self.options.url)
                 self._client = connect(self.broker, token=self.options.text("token"))
                 self._queue = self._client.queue(name)
             else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import threading
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 from obstore.store import MemoryStore, S3Store, from_url
 
@@ -21,10 +21,32 @@ from .base import AlreadyExists, Conflict, NotFound, Store
 from .local import LocalStore
 from .objectstore import CLIENT, RETRY, ObjectStore
 
-__all__ = ["AlreadyExists", "Conflict", "LocalStore", "NotFound", "Store", "open_store"]
+__all__ = [
+    "AlreadyExists",
+    "Conflict",
+    "LocalStore",
+    "NotFound",
+    "Store",
+    "open_store",
+    "queue_name",
+    "queue_url",
+]
 
 _memory: dict[str, Any] = {}
 _memory_lock = threading.Lock()
+
+
+def queue_url(store: str, name: str) -> str:
+    """The URL of queue ``name`` in ``store``; a store URL's query (its options) stays last."""
+    if "://" in store:
+        parts = urlsplit(store)
+        return urlunsplit(parts._replace(path=f"{parts.path.rstrip('/')}/{name}"))
+    return f"{store.rstrip('/')}/{name}"
+
+
+def queue_name(url: str) -> str:
+    """The last part of a queue URL's path: the queue's name in its store (or on a broker)."""
+    return urlsplit(url).path.rstrip("/").rpartition("/")[2]
 
 
 def open_store(url: str, options: dict[str, Any] | None = None) -> Store:

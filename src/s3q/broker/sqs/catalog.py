@@ -12,8 +12,7 @@ import asyncio
 
 import msgspec
 
-from ...store import NotFound, Store, open_store
-from ..registry import queue_url
+from ...store import NotFound, Store, open_store, queue_url
 
 PREFIX = "queues/"
 CATALOG = ".sqs"
