@@ -175,6 +175,7 @@ def test_gc_during_concurrent_workload_keeps_every_live_message(durable_env: Sto
     sent: dict[str, bytes] = {}
     done: set[str] = set()
     lock = threading.Lock()
+    recorded = threading.Condition()
     stop = threading.Event()
     errors: list[BaseException] = []
 
@@ -183,8 +184,9 @@ def test_gc_during_concurrent_workload_keeps_every_live_message(durable_env: Sto
             for i in range(40):
                 payloads = [payload_for(worker * 10_000 + i * 10 + k, 200) for k in range(10)]
                 ids = q.enqueue_batch(payloads)
-                with lock:
+                with recorded:
                     sent.update(zip(ids, payloads, strict=True))
+                    recorded.notify_all()
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
@@ -192,6 +194,9 @@ def test_gc_during_concurrent_workload_keeps_every_live_message(durable_env: Sto
         try:
             while not stop.is_set():
                 for msg in q.dequeue(max_messages=7, wait=0.05):
+                    # a consumer may get a message before its producer has noted the ids
+                    with recorded:
+                        recorded.wait_for(lambda: msg.id in sent, timeout=30)  # noqa: B023
                     assert msg.payload == sent[msg.id]
                     if int.from_bytes(msg.payload[:1], "big") % 3:
                         q.complete(msg)
