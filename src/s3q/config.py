@@ -13,7 +13,15 @@ from .errors import InvalidConfig
 MiB = 1024 * 1024
 
 STORE_OPTIONS = frozenset(
-    {"endpoint_url", "region", "access_key_id", "secret_access_key", "session_token", "allow_http"}
+    {
+        "endpoint_url",
+        "region",
+        "access_key_id",
+        "secret_access_key",
+        "session_token",
+        "allow_http",
+        "store_timeout",
+    }
 )
 
 
@@ -30,6 +38,8 @@ class QueueConfig:
     dedup_window: float = 300.0
     completed_retention: float = 3600.0
     lease_ttl: float = 10.0
+    #: seconds a call waits for the store to confirm its write before OutcomeUnknown
+    commit_timeout: float = 20.0
     payload_cache_bytes: int = 64 * MiB
     large_payload: int = 256 * 1024
     checkpoint_ops: int = 100_000
@@ -57,7 +67,7 @@ class QueueConfig:
             "gc_grace",
         ):
             _seconds(name, getattr(self, name), allow_zero=True)
-        for name in ("visibility_timeout", "lease_ttl", "checkpoint_interval"):
+        for name in ("visibility_timeout", "lease_ttl", "checkpoint_interval", "commit_timeout"):
             _seconds(name, getattr(self, name), allow_zero=False)
         if not callable(self.clock):
             raise InvalidConfig("clock must be a callable returning unix seconds")

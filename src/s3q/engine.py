@@ -9,6 +9,11 @@ flight ride the next one: under load, one PUT carries thousands of operations.
 A writer that finds its next sequence number already taken has been fenced by a newer writer:
 it fails that batch and every later call with :class:`WriterFenced`. Its index is then ahead of
 the log, which is why it never writes again; reopening rebuilds the truth from the log.
+
+Nothing else stops a writer. A log write that fails (a 5xx, a reset, a hung request) is sent
+again with the same bytes until it lands or the writer is fenced; a first attempt that applied
+is recognised by the writer token inside the object. Callers wait for their batch up to
+``commit_timeout`` and are then told :class:`OutcomeUnknown`: the write is still being tried.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from .config import PERSISTED, QueueConfig, Setting, queue_settings
 from .errors import (
     InvalidArgument,
     MessageNotFound,
+    OutcomeUnknown,
     QueueClosed,
     QueueFull,
     ReceiptExpired,
@@ -64,12 +70,21 @@ from .snapshot import Located
 from .staging import StagedObject
 from .state import DONE, QueueState, Rec, blob_key
 from .store import AlreadyExists, NotFound, Store
+from .store.retry import Backoff
 
 logger = logging.getLogger("s3q")
 
 DEFAULT_SETTINGS = queue_settings(QueueConfig())
 
 MAX_DEQUEUE = 10_000
+
+#: A checkpoint is due at the latest this many log objects after the last one, so that
+#: recovery replays a bounded tail whatever the rate of commits.
+CHECKPOINT_OBJECTS = 1_000
+
+#: Pauses between attempts of a log write that keeps failing: short enough that the writer
+#: resumes within a second of the store's return.
+COMMIT_BACKOFF = Backoff(first=0.02, cap=0.5)
 
 
 Span = tuple[str, int, int]  # a payload: message id, offset, size
@@ -124,7 +139,7 @@ class Engine:
         )
         self._cache = PayloadCache(config.payload_cache_bytes)
         self._durable = 0  # sequence number of the last durable log object
-        self._filling: _Batch  # set in _recover, once the running loop exists
+        self._filling = _Batch(1)  # placed after the log's end by _recover
         self._unflushed: dict[int, _Batch] = {}
         self._committer: asyncio.Task[None] | None = None
         self._renewer: asyncio.Task[None] | None = None
@@ -134,7 +149,9 @@ class Engine:
         self._changed: asyncio.Future[None] | None = None
         self.checkpoints: dict[int, float] = {}  # checkpoint seq -> when written, as known
         self._ops_since_checkpoint = 0
-        self._last_checkpoint_at = config.clock()
+        self._objects_since_checkpoint = 0
+        self._last_checkpoint_at = 0.0  # when the newest checkpoint was written, by anyone
+        self._abandoned = False  # closing gave up on a write the store never confirmed
         self._collecting: asyncio.Task[collector.CompactionReport] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._id_nonce = secrets.token_hex(4)
@@ -152,15 +169,22 @@ class Engine:
         settle the queue's settings: those given (``settings``) are saved; the others are the
         saved ones, else the defaults."""
         engine = cls(store, config)
-        await engine._lease.acquire()
         try:
+            await engine._lease.acquire()
+            if engine._lease.renew_every is not None:  # kept alive through a long replay too
+                engine._renewer = asyncio.create_task(
+                    engine._renew_loop(engine._lease.renew_every)
+                )
             await engine._recover()
+            engine._check()  # fenced while recovering: the lease went to another writer
             await engine._settle(settings or {})
         except BaseException:
-            await engine._lease.release()
+            engine._closed = True
+            engine._stopping.set()
+            if engine._renewer is not None:
+                await _quietly(engine._renewer)
+            await _quietly(engine._lease.release())
             raise
-        if engine._lease.renew_every is not None:
-            engine._renewer = asyncio.create_task(engine._renew_loop(engine._lease.renew_every))
         return engine
 
     async def close(self) -> None:
@@ -170,7 +194,12 @@ class Engine:
         self._closed = True
         while self._failure is None and (pending := self._latest_batch()) is not None:
             with contextlib.suppress(S3QError):
-                await pending.done
+                await self._durable_after(pending)
+            if not pending.done.done():  # the store has not confirmed it: give up on it
+                self._abandon()
+        self._abandoned = True  # a write still being tried stops at its next failure
+        if self._committer is not None:
+            await asyncio.wait([self._committer])
         for task in [*self._tasks, self._collecting]:
             if task is not None and not task.done():
                 with contextlib.suppress(Exception):
@@ -198,6 +227,8 @@ class Engine:
         loaded = await snapshot.load(self.store)
         self.state, self._durable = loaded.state, loaded.seq
         self.checkpoints.update(loaded.checkpoints)
+        self._last_checkpoint_at = max(loaded.checkpoints.values(), default=0.0)
+        self._objects_since_checkpoint = loaded.replayed
         # Fence: the first record of this writer, at the first free sequence number.
         while True:
             seq = self._durable + 1
@@ -214,6 +245,13 @@ class Engine:
             self._durable = seq
             break
         self._filling = _Batch(self._durable + 1)
+        self._objects_since_checkpoint += 1
+        if self._objects_since_checkpoint >= CHECKPOINT_OBJECTS // 10:
+            # A long tail was replayed (a writer that stopped without a checkpoint): take one
+            # now, so the next open does not replay it all again.
+            data = self._snapshot_if_due(self._durable, force=True)
+            assert data is not None
+            self._background(self._write_checkpoint(self._durable, data))
 
     async def _settle(self, given: dict[str, Setting]) -> None:
         saved = self.state.settings
@@ -229,6 +267,7 @@ class Engine:
     def _replay(self, seq: int, data: bytes) -> None:
         snapshot.replay(self.state, seq, data)
         self._durable = seq
+        self._objects_since_checkpoint += 1
 
     async def _renew_loop(self, every: float) -> None:
         """Renew every ``every`` seconds until closing. Stopped between renewals, never in
@@ -288,8 +327,18 @@ class Engine:
         return self._unflushed.get(self._filling.seq - 1)
 
     async def _durable_after(self, batch: _Batch | None) -> None:
-        if batch is not None:
-            await batch.done
+        """Wait until ``batch`` is durable; OutcomeUnknown after ``commit_timeout``."""
+        if batch is None:
+            return
+        if not batch.done.done():
+            await asyncio.wait([batch.done], timeout=self.config.commit_timeout)
+        if not batch.done.done():
+            raise OutcomeUnknown(
+                f"the store has not confirmed the write of {self.store.url} that carries "
+                f"this call within {self.config.commit_timeout:g} s; the writer goes on "
+                "trying it, so it may yet apply: retry with the same dedup_id or receipt"
+            )
+        await batch.done
 
     async def _commit_loop(self) -> None:
         try:
@@ -300,10 +349,11 @@ class Engine:
                 self._unflushed[batch.seq] = batch
                 self._filling = _Batch(batch.seq + 1)
                 self._ops_since_checkpoint += len(batch.ops)
+                self._objects_since_checkpoint += 1
                 snapshot = self._snapshot_if_due(batch.seq)
                 started = time.perf_counter()
                 try:
-                    await self._write(batch)
+                    await self._write_until_known(batch)
                 except S3QError as exc:
                     self._fail_writer(exc)
                     return
@@ -343,12 +393,15 @@ class Engine:
         if not (force or self._checkpoint_due()):
             return None
         self._ops_since_checkpoint, self._last_checkpoint_at = 0, now
+        self._objects_since_checkpoint = 0
         return checkpoint.encode(checkpoint.Checkpoint(seq, self.token, now, self.state.snapshot()))
 
     def _checkpoint_due(self) -> bool:
         config, ops = self.config, self._ops_since_checkpoint + len(self._filling.ops)
-        return ops >= max(config.checkpoint_ops, len(self.state.messages) // 4) or bool(
-            ops and self.clock() - self._last_checkpoint_at >= config.checkpoint_interval
+        return (
+            ops >= max(config.checkpoint_ops, len(self.state.messages) // 4)
+            or self._objects_since_checkpoint >= CHECKPOINT_OBJECTS
+            or bool(ops and self.clock() - self._last_checkpoint_at >= config.checkpoint_interval)
         )
 
     def _prune(self) -> tuple[int, _Batch | None]:
@@ -415,22 +468,65 @@ class Engine:
         report.objects, report.bytes = await self.store.usage()
         return report
 
-    async def _write(self, batch: _Batch) -> None:
-        await self._lease.ensure()
+    async def _write_until_known(self, batch: _Batch) -> None:
+        """Write ``batch`` as the next log object, the same bytes again after each failure,
+        until it is in the log or a rival's object is (WriterFenced)."""
         header = log.Header(batch.seq, self.token, self.clock(), batch.ops)
-        try:
-            await self.store.put_new(log.key(batch.seq), log.encode(header, batch.payloads))
-        except AlreadyExists:
-            # Ours if a retried PUT landed twice; a rival writer's otherwise.
+        data = log.encode(header, batch.payloads)
+        for attempt in itertools.count():
             try:
-                writer = log.decode(await self.store.get(log.key(batch.seq)), "").writer
-            except (StoreError, msgspec.DecodeError):
-                writer = None  # not even a log object: certainly not ours
-            if writer != self.token:
-                raise WriterFenced(
-                    f"queue {self.store.url} was taken over by another writer (log object "
-                    f"{batch.seq} exists); this queue object can no longer change it, reopen it"
-                ) from None
+                await self._lease.ensure()
+                await self._write(batch.seq, data)
+                return
+            except StoreError as exc:
+                if self._abandoned:
+                    raise
+                logger.warning(
+                    "log write %s of %s failed (attempt %d), trying again: %s",
+                    batch.seq,
+                    self.store.url,
+                    attempt + 1,
+                    exc,
+                )
+                await asyncio.sleep(COMMIT_BACKOFF.delay(attempt))
+
+    async def _write(self, seq: int, data: bytes) -> None:
+        try:
+            await self.store.put_new(log.key(seq), data)
+        except AlreadyExists:
+            # Ours if an earlier attempt applied; a rival writer's otherwise.
+            try:
+                header = log.decode(await self.store.get(log.key(seq)), log.key(seq))
+            except (log.Corrupt, msgspec.DecodeError):
+                header = None  # not even a log object: certainly not ours
+            if header is None or header.writer != self.token:
+                raise await self._fenced_by(seq, header) from None
+
+    async def _fenced_by(self, seq: int, header: log.Header | None) -> WriterFenced:
+        """The error of a writer that found log object ``seq`` written by another."""
+        holder = None
+        if header is not None and header.ops and isinstance(header.ops[0], Open):
+            holder = header.ops[0].holder
+        else:
+            with contextlib.suppress(S3QError):
+                holder = await self._lease.holder_now()
+        who = holder or "another writer"
+        return WriterFenced(
+            f"queue {self.store.url} was taken over by {who} (log object {seq} is theirs); "
+            "this queue object can no longer change it: reopen it",
+            holder=holder,
+        )
+
+    def _abandon(self) -> None:
+        """Stop trying the write in flight (at close, once ``commit_timeout`` has passed): its
+        callers and every later one are told the outcome is unknown."""
+        self._abandoned = True
+        self._fail_writer(
+            OutcomeUnknown(
+                f"queue {self.store.url} closed while the store had not confirmed its last "
+                "write; it may or may not have applied"
+            )
+        )
 
     def _fail_writer(self, exc: S3QError, in_flight: bool = True) -> None:
         """Stop for good. Batches not yet written fail; the one being written fails too when
@@ -651,15 +747,13 @@ class Engine:
         if not chosen:
             await self._durable_after(buried)
             return []
-        token = self.token[:6]
-        leases = [
-            (rec.id, f"{rec.id}~{token}{next(self._receipts):x}", now + timeout) for rec in chosen
-        ]
+        leases = self._leases(chosen, now + timeout)
         where = [snapshot.location(rec) for rec in chosen]  # durable once the lease is
         await self._durable_after(self._add(Lease(leases)))
         return [
             Located(self._message(rec, b""), place)
-            for rec, place in zip(chosen, where, strict=True)
+            for rec, place, (_, receipt, _) in zip(chosen, where, leases, strict=True)
+            if self._still_held(rec, receipt)
         ]
 
     async def locate(self, ids: list[str]) -> dict[str, Located]:
@@ -686,17 +780,15 @@ class Engine:
             now = self.clock()
             chosen, buried = self._select(now, max_messages)
             if chosen:
-                leases = [
-                    (rec.id, f"{rec.id}~{self.token[:6]}{next(self._receipts):x}", now + timeout)
-                    for rec in chosen
-                ]
+                leases = self._leases(chosen, now + timeout)
                 batch = self._add(Lease(leases))
                 payloads, _ = await asyncio.gather(
                     self._payloads(chosen), self._durable_after(batch)
                 )
                 return [
                     self._message(rec, payload)
-                    for rec, payload in zip(chosen, payloads, strict=True)
+                    for rec, payload, (_, receipt, _) in zip(chosen, payloads, leases, strict=True)
+                    if self._still_held(rec, receipt)
                 ]
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -706,6 +798,20 @@ class Engine:
             if upcoming is not None:
                 remaining = min(remaining, max(upcoming - now, 0.001))
             await self._wait_change(remaining)
+
+    def _leases(self, chosen: list[Rec], until: float) -> list[tuple[str, str, float]]:
+        """A new lease of each of ``chosen``: (id, receipt, until)."""
+        prefix = self.token[:6]
+        return [(rec.id, f"{rec.id}~{prefix}{next(self._receipts):x}", until) for rec in chosen]
+
+    def _still_held(self, rec: Rec, receipt: str) -> bool:
+        """Whether the lease this call made on ``rec`` still runs, now that it is durable.
+
+        A commit slower than the visibility timeout lets the lease lapse while the caller
+        waits, and the message may have gone to another consumer meanwhile: such a message is
+        left out of the answer (its delivery counts as an attempt), never handed out twice.
+        """
+        return rec.receipt == receipt and rec.lease_until > self.clock()
 
     def _select(self, now: float, limit: int) -> tuple[list[Rec], _Batch | None]:
         """Deliverable messages, after burying those whose last lease ran out of attempts."""
@@ -794,6 +900,7 @@ class Engine:
         await self._sweep()
         now = self.clock()
         counts = self.state.counts(now, self.config.completed_retention)
+        store = self.store.counts
         return QueueStats(
             pending=counts[MessageStatus.PENDING],
             delayed=counts[MessageStatus.DELAYED],
@@ -804,11 +911,12 @@ class Engine:
             total_enqueued=self.state.total_enqueued,
             commits=self.commits,
             mean_ops_per_commit=self.ops_committed / self.commits if self.commits else 0.0,
-            store_requests=self.store.requests,
-            store_puts=self.store.puts,
-            store_gets=self.store.gets,
-            store_bytes_written=self.store.bytes_written,
-            store_errors=self.store.errors,
+            store_requests=store.requests,
+            store_puts=store.puts,
+            store_gets=store.gets,
+            store_bytes_written=store.bytes_written,
+            store_errors=store.errors,
+            store_retries=store.retries,
         )
 
     async def peek(self, limit: int) -> list[Message]:

@@ -51,11 +51,23 @@ class QueueLocked(S3QError):
 
 
 class WriterFenced(S3QError):
-    """A newer writer took the queue over; this one can no longer change it."""
+    """This writer can no longer change the queue: another writer took it over (``holder``
+    names it when known), or this writer lost its own lease. A call that raised it changed
+    nothing; reopen the queue (or go through the broker that holds it)."""
+
+    def __init__(self, message: str, holder: str | None = None) -> None:
+        super().__init__(message)
+        self.holder = holder
 
 
 class StoreError(S3QError):
     """The object store is unreachable, refused access, or failed."""
+
+
+class OutcomeUnknown(StoreError):
+    """The store did not confirm the write that carries this call within ``commit_timeout``:
+    it may yet apply, or may never. Retry with the same ``dedup_id`` (an enqueue) or the same
+    receipt (a completion): either is safe whichever way the first attempt went."""
 
 
 class QueueClosed(S3QError):

@@ -42,6 +42,7 @@ class WriterLease(abc.ABC):
     """Held by exactly one writer of a queue at a time."""
 
     renew_every: float | None = None  # seconds between renewals, None if it needs none
+    store: Store
 
     @abc.abstractmethod
     async def acquire(self) -> None:
@@ -58,6 +59,16 @@ class WriterLease(abc.ABC):
     async def release(self) -> None:
         """Give the lease up so the next writer need not wait for it to lapse."""
 
+    async def holder_now(self) -> str | None:
+        """Who the lease object names now (to tell a fenced writer who took over)."""
+        current = await self.store.get_versioned(KEY)
+        if current is None:
+            return None
+        try:
+            return msgspec.json.decode(current[0], type=LeaseRecord).holder
+        except msgspec.DecodeError:
+            return None
+
 
 def writer_lease(
     store: Store,
@@ -67,13 +78,15 @@ def writer_lease(
     clock: Callable[[], float],
     address: str | None = None,
 ) -> WriterLease:
-    if isinstance(store, LocalStore):
-        return FileLockLease(store, holder, token, address)
+    if isinstance(store.base, LocalStore):
+        return FileLockLease(store.base, holder, token, address)
     return CasLease(store, holder, token, ttl, clock, address)
 
 
 class FileLockLease(WriterLease):
     """An exclusive ``flock`` on ``writer.lock``; the holder is described in ``writer.lease``."""
+
+    store: LocalStore
 
     def __init__(
         self, store: LocalStore, holder: str, token: str, address: str | None = None
@@ -108,7 +121,12 @@ class FileLockLease(WriterLease):
 
 
 class CasLease(WriterLease):
-    """A lease object replaced with If-Match, renewed every ``ttl / 3`` seconds."""
+    """A lease object replaced with If-Match, renewed every ``ttl / 3`` seconds.
+
+    A write whose answer was lost may have applied: a compare-and-swap that then meets a
+    ``Conflict`` reads the lease again and, when the record there carries this writer's token,
+    adopts it as its own instead of concluding that another writer took over.
+    """
 
     def __init__(
         self,
@@ -123,19 +141,16 @@ class CasLease(WriterLease):
         self.address = address
         self.renew_every = ttl / 3
         self._version: str | None = None
+        self._tried = False  # a write of ours may be in the lease object
         self._expires_at = 0.0  # as far as this writer knows
         self._renewing = asyncio.Lock()
 
     async def acquire(self) -> None:
-        for _ in range(3):
-            current = await self.store.get_versioned(KEY)
+        for _ in range(5):
+            current = await self._read()
             version = None
             if current is not None:
-                data, version = current
-                try:
-                    other = msgspec.json.decode(data, type=LeaseRecord)
-                except msgspec.DecodeError:
-                    other = None
+                other, version = current
                 now = self.clock()
                 live = other is not None and (other.expires_at is None or other.expires_at > now)
                 if other is not None and live and other.token != self.token:
@@ -152,6 +167,7 @@ class CasLease(WriterLease):
                         address=other.address,
                     )
             expires_at = self.clock() + self.ttl
+            self._tried = True
             try:
                 self._version = await self.store.put_versioned(
                     KEY, self._record(expires_at), version
@@ -159,12 +175,23 @@ class CasLease(WriterLease):
                 self._expires_at = expires_at
                 return
             except Conflict:
-                continue  # somebody wrote it meanwhile: look again
+                continue  # somebody wrote it meanwhile, perhaps our own lost attempt: look again
         raise QueueLocked(
             f"queue {self.store.url}: the writer lease keeps changing hands; try again",
             holder="unknown",
             expires_at=None,
         )
+
+    async def _read(self) -> tuple[LeaseRecord | None, str] | None:
+        """The lease record (None if unreadable) and its version; None if there is none."""
+        current = await self.store.get_versioned(KEY)
+        if current is None:
+            return None
+        data, version = current
+        try:
+            return msgspec.json.decode(data, type=LeaseRecord), version
+        except msgspec.DecodeError:
+            return None, version
 
     def _overdue(self) -> bool:
         return self.clock() >= self._expires_at - 2 * self.ttl / 3
@@ -182,25 +209,60 @@ class CasLease(WriterLease):
     async def _renew(self) -> None:
         """Replace the lease object; callers hold ``_renewing``: two CAS writes at once
         would make this writer fence itself."""
-        expires_at = self.clock() + self.ttl
-        try:
-            self._version = await self.store.put_versioned(
-                KEY, self._record(expires_at), self._version
+        for _ in range(5):
+            expires_at = self.clock() + self.ttl
+            try:
+                self._version = await self.store.put_versioned(
+                    KEY, self._record(expires_at), self._version
+                )
+            except Conflict:
+                current = await self._read()
+                other = current[0] if current is not None else None
+                if current is None or other is None or other.token != self.token:
+                    raise self._fenced(other) from None
+                self._version = current[1]  # our own write, whose answer was lost: again
+                continue
+            self._expires_at = expires_at
+            return
+        raise WriterFenced(
+            f"queue {self.store.url}: the writer lease keeps changing under this writer",
+        )
+
+    def _fenced(self, other: LeaseRecord | None) -> WriterFenced:
+        if other is None:
+            return WriterFenced(
+                f"queue {self.store.url}: this writer lost its own lease (the lease object "
+                "was removed or overwritten); reopen the queue"
             )
-        except Conflict:
-            raise WriterFenced(
-                f"queue {self.store.url}: the writer lease was taken over by another writer"
-            ) from None
-        self._expires_at = expires_at
+        return WriterFenced(
+            f"queue {self.store.url} was taken over by {other.holder}; this queue object can "
+            "no longer change it",
+            holder=other.holder,
+        )
 
     async def release(self) -> None:
-        if self._version is None:
-            return
-        record = LeaseRecord(self.holder, self.token, 0.0, self.address)
+        """Mark the lease lapsed, if it is still this writer's; a lost answer is looked into
+        rather than taken for a rival's write, so a failed ``open`` or ``close`` never leaves
+        the queue locked by a writer that is gone."""
         async with self._renewing:
-            with contextlib.suppress(Conflict):  # already someone else's
-                await self.store.put_versioned(KEY, msgspec.json.encode(record), self._version)
-            self._version = None
+            if not self._tried:
+                return
+            record = msgspec.json.encode(LeaseRecord(self.holder, self.token, 0.0, self.address))
+            version = self._version
+            for _ in range(5):
+                if version is None:
+                    current = await self._read()
+                    if current is None or current[0] is None or current[0].token != self.token:
+                        break  # not ours (any more)
+                    if current[0].expires_at == 0.0:
+                        break  # released already: our lost answer
+                    version = current[1]
+                try:
+                    await self.store.put_versioned(KEY, record, version)
+                    break
+                except Conflict:
+                    version = None  # look again: perhaps our own attempt applied
+            self._version, self._tried = None, False
 
     def _record(self, expires_at: float) -> bytes:
         return msgspec.json.encode(LeaseRecord(self.holder, self.token, expires_at, self.address))

@@ -32,6 +32,10 @@ class Header(msgspec.Struct, array_like=True):
     ops: list[AnyOp]
 
 
+class Corrupt(StoreError):
+    """The bytes read are not a sealed s3q object: a foreign object, or a checksum mismatch."""
+
+
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Header)
 
@@ -60,14 +64,14 @@ def seal_in_place(head: bytearray) -> bytearray:
 def unseal(data: bytes, where: str) -> memoryview:
     """The checked ``head`` of a sealed object."""
     if len(data) < _TRAILER.size:
-        raise StoreError(f"corrupt object {where}: only {len(data)} bytes")
+        raise Corrupt(f"corrupt object {where}: only {len(data)} bytes")
     crc, size, magic = _TRAILER.unpack_from(data, len(data) - _TRAILER.size)
     start = len(data) - _TRAILER.size - size
     if magic != MAGIC or start < 0:
-        raise StoreError(f"corrupt object {where}: bad trailer")
+        raise Corrupt(f"corrupt object {where}: bad trailer")
     head = memoryview(data)[start : start + size]
     if zlib.crc32(head) != crc:
-        raise StoreError(f"corrupt object {where}: checksum mismatch")
+        raise Corrupt(f"corrupt object {where}: checksum mismatch")
     return head
 
 

@@ -52,3 +52,4 @@ class QueueStats:
     store_gets: int = 0
     store_bytes_written: int = 0
     store_errors: int = 0  # requests that failed with a StoreError
+    store_retries: int = 0  # requests sent again after a transient fault

@@ -10,9 +10,12 @@ that finishes within that time never misses one; one that does gets :class:`Snap
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import msgspec
 
@@ -24,7 +27,9 @@ from .store import NotFound, Store
 
 logger = logging.getLogger("s3q")
 
-REPLAY_WINDOW = 16  # log objects fetched concurrently
+T = TypeVar("T")
+
+REPLAY_CONCURRENCY = 32  # log objects being fetched at once while replaying
 
 
 class SnapshotExpired(StoreError):
@@ -38,6 +43,7 @@ class Loaded:
     state: QueueState
     seq: int
     checkpoints: dict[int, float] = field(default_factory=dict)
+    replayed: int = 0  # log objects folded in after the checkpoint
 
 
 class Location(NamedTuple):
@@ -104,13 +110,34 @@ async def _load_once(store: Store) -> Loaded:
             f"log of {store.url} is missing object(s) {missing} after "
             f"{'checkpoint ' + str(base) if base else 'its start'}"
         )
-    for start in range(0, len(seqs), REPLAY_WINDOW):
-        window = seqs[start : start + REPLAY_WINDOW]
-        blobs = await asyncio.gather(*(store.get(log.key(s)) for s in window))
-        for seq, data in zip(window, blobs, strict=True):
-            replay(loaded.state, seq, data)
-            loaded.seq = seq
+    async for seq, data in fetch_in_order(store, [log.key(s) for s in seqs], seqs):
+        replay(loaded.state, seq, data)
+        loaded.seq = seq
+        loaded.replayed += 1
     return loaded
+
+
+async def fetch_in_order(
+    store: Store, keys: list[str], tags: list[T], concurrency: int = REPLAY_CONCURRENCY
+) -> AsyncIterator[tuple[T, bytes]]:
+    """The objects at ``keys`` in order, each with its tag, with up to ``concurrency`` GETs
+    in flight: a slow object holds back only what follows it, never a whole window."""
+    pending: deque[tuple[T, asyncio.Task[bytes]]] = deque()
+    upcoming = iter(zip(tags, keys, strict=True))
+    try:
+        for tag, key in itertools.islice(upcoming, concurrency):
+            pending.append((tag, asyncio.ensure_future(store.get(key))))
+        while pending:
+            tag, task = pending.popleft()
+            data = await task
+            for next_tag, key in itertools.islice(upcoming, 1):
+                pending.append((next_tag, asyncio.ensure_future(store.get(key))))
+            yield tag, data
+    finally:
+        for _, task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*(task for _, task in pending), return_exceptions=True)
 
 
 async def _load_checkpoint(store: Store) -> Loaded:

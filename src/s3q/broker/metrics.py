@@ -186,6 +186,7 @@ class BrokerMetrics:
                 ("get", stats.store_gets),
                 ("all", stats.store_requests),
                 ("failed", stats.store_errors),
+                ("retried", stats.store_retries),
             ):
                 self.requests.labels(name, kind).set(value)
         return generate_latest(self.registry)

@@ -4,10 +4,14 @@
 ``file:///path``   a local directory (also a plain path): the embedded default
 ``s3://bucket/prefix``  S3 or any S3-compatible store; ``gs://`` and ``az://`` likewise.
     Store options may also ride in the query: ``s3://b/q?endpoint_url=http://h:9000&allow_http=true``
+
+Object stores come wrapped in :class:`RetryingStore`: a request that hangs past
+``store_timeout`` seconds (default 5) or meets a transient fault is sent again.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from typing import Any
@@ -17,16 +21,19 @@ from obstore.store import MemoryStore, S3Store, from_url
 
 from ..config import STORE_OPTIONS
 from ..errors import InvalidConfig
-from .base import AlreadyExists, Conflict, NotFound, Store
+from .base import AlreadyExists, Conflict, NotFound, Store, TransientError
 from .local import LocalStore
-from .objectstore import CLIENT, RETRY, ObjectStore
+from .objectstore import DEFAULT_TIMEOUT, RETRY, ObjectStore, client_options
+from .retry import RetryingStore
 
 __all__ = [
     "AlreadyExists",
     "Conflict",
     "LocalStore",
     "NotFound",
+    "RetryingStore",
     "Store",
+    "TransientError",
     "open_store",
     "queue_name",
     "queue_url",
@@ -62,20 +69,24 @@ def open_store(url: str, options: dict[str, Any] | None = None) -> Store:
         if scheme == "file" and parts.netloc not in ("", "localhost"):
             raise InvalidConfig(f"file URLs take an absolute path (file:///dir), got {url!r}")
         return LocalStore(path)
+    timeout = _timeout(options.pop("store_timeout", None))
     if scheme == "memory":
         _no_options("memory://", options)
         name = (parts.netloc + parts.path).strip("/")
         with _memory_lock:
             inner = _memory.setdefault(name, MemoryStore()) if name else MemoryStore()
-        return ObjectStore(inner, f"memory://{name}")
+        return _retrying(ObjectStore(inner, f"memory://{name}"), timeout)
     if scheme in ("s3", "s3a"):
         for name, value in parse_qsl(parts.query, keep_blank_values=True):
             if name not in STORE_OPTIONS:
                 raise InvalidConfig(f"unknown store option {name!r} in {url!r}")
+            if name == "store_timeout":
+                timeout = _timeout(value)
+                continue
             options.setdefault(name, _flag(value) if name == "allow_http" else value)
-        return _s3(parts.netloc, parts.path.strip("/"), options)
+        return _retrying(_s3(parts.netloc, parts.path.strip("/"), options, timeout), timeout)
     if scheme in ("gs", "az", "abfs", "abfss", "azure"):
-        client: dict[str, Any] = dict(CLIENT)
+        client = client_options(timeout)
         if "allow_http" in options:
             client["allow_http"] = bool(options.pop("allow_http"))
         if options:
@@ -87,14 +98,32 @@ def open_store(url: str, options: dict[str, Any] | None = None) -> Store:
             inner = from_url(url, client_options=client, retry_config=RETRY)  # type: ignore[call-overload]
         except Exception as exc:
             raise InvalidConfig(f"cannot use {url!r}: {exc}") from exc
-        return ObjectStore(inner, url)
+        return _retrying(ObjectStore(inner, url), timeout)
     raise InvalidConfig(
         f"unsupported store URL {url!r}: use memory://NAME, file:///path, a path, "
         "s3://bucket/prefix, gs://bucket/prefix or az://container/prefix"
     )
 
 
-def _s3(bucket: str, prefix: str, options: dict[str, Any]) -> Store:
+def _retrying(store: Store, timeout: float) -> RetryingStore:
+    """Retried for twice the request timeout, and at least 10 s: long enough to ride out a
+    hung request and a burst of 503s, short enough for a reader to hear of an outage."""
+    return RetryingStore(store, patience=max(10.0, 2 * timeout))
+
+
+def _timeout(value: object) -> float:
+    if value is None:
+        return DEFAULT_TIMEOUT
+    try:
+        seconds = float(value) if isinstance(value, str | int | float) else math.nan
+    except ValueError:
+        seconds = math.nan
+    if isinstance(value, bool) or not math.isfinite(seconds) or seconds <= 0:
+        raise InvalidConfig(f"store_timeout must be a number of seconds > 0, got {value!r}")
+    return seconds
+
+
+def _s3(bucket: str, prefix: str, options: dict[str, Any], timeout: float) -> ObjectStore:
     if not bucket:
         raise InvalidConfig("s3 URLs name a bucket: s3://bucket/prefix")
     config: dict[str, Any] = {}
@@ -110,7 +139,7 @@ def _s3(bucket: str, prefix: str, options: dict[str, Any]) -> Store:
             if not isinstance(value, str) or not value:
                 raise InvalidConfig(f"{ours} must be a non-empty string, got {value!r}")
             config[theirs] = value
-    client: dict[str, Any] = dict(CLIENT)
+    client = client_options(timeout)
     allow_http = options.get("allow_http")
     if allow_http is None and "AWS_ALLOW_HTTP" in os.environ:
         allow_http = _flag(os.environ["AWS_ALLOW_HTTP"])

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import abc
+from dataclasses import dataclass
 
-from ..errors import S3QError
+from ..errors import S3QError, StoreError
 
 
 class AlreadyExists(S3QError):
@@ -19,24 +20,46 @@ class Conflict(S3QError):
     """A compare-and-swap write found another version than expected."""
 
 
+class TransientError(StoreError):
+    """A fault worth trying again: a 5xx or 429 answer, a reset connection, a timeout, a
+    truncated body. A write that failed this way may have applied all the same."""
+
+
+@dataclass
+class Counts:
+    """Requests sent to a store, by kind; bytes written; requests that failed; retries."""
+
+    puts: int = 0
+    gets: int = 0
+    lists: int = 0
+    deletes: int = 0
+    bytes_written: int = 0
+    errors: int = 0
+    retries: int = 0
+
+    @property
+    def requests(self) -> int:
+        return self.puts + self.gets + self.lists + self.deletes
+
+
 class Store(abc.ABC):
     """Immutable objects by key, plus create-if-absent and compare-and-swap.
 
     Keys are relative to the store's root (the queue's prefix) and use ``/`` as separator.
-    Every method raises :class:`~s3q.errors.StoreError` when the store fails or refuses access.
-    The counters tell how many requests of each kind were sent, how many bytes written, and
-    how many requests failed with a StoreError.
+    Every method raises :class:`~s3q.errors.StoreError` when the store fails or refuses access
+    (:class:`TransientError` when trying again may help). A write tried again after a
+    transient fault may meet its own first attempt: ``put_new`` then raises
+    :class:`AlreadyExists` and ``put_versioned`` :class:`Conflict`, and the caller tells its
+    own object from a rival's by the content. ``counts`` are shared with wrapping stores.
     """
 
     def __init__(self) -> None:
-        self.puts = self.gets = self.lists = self.deletes = 0
-        self.bytes_written = 0
-        self.errors = 0
+        self.counts = Counts()
 
     @property
-    def requests(self) -> int:
-        """Requests sent to the store so far."""
-        return self.puts + self.gets + self.lists + self.deletes
+    def base(self) -> Store:
+        """The adapter under any wrappers (retries, injected faults)."""
+        return self
 
     @property
     @abc.abstractmethod
@@ -86,8 +109,8 @@ class Store(abc.ABC):
         """
 
     def _wrote(self, data: bytes | bytearray) -> None:
-        self.puts += 1
-        self.bytes_written += len(data)
+        self.counts.puts += 1
+        self.counts.bytes_written += len(data)
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release what the adapter holds."""

@@ -99,11 +99,11 @@ class LocalStore(Store):
     # -- reads -------------------------------------------------------------------------------
 
     async def get(self, key: str) -> bytes:
-        self.gets += 1
+        self.counts.gets += 1
         return await asyncio.to_thread(self._read, key, 0, None)
 
     async def get_range(self, key: str, start: int, end: int) -> bytes:
-        self.gets += 1
+        self.counts.gets += 1
         return await asyncio.to_thread(self._read, key, start, end)
 
     def _read(self, key: str, start: int, end: int | None) -> bytes:
@@ -118,7 +118,7 @@ class LocalStore(Store):
                 raise NotFound(key) from None
 
     async def keys(self, prefix: str, after: str | None = None) -> list[str]:
-        self.lists += 1
+        self.counts.lists += 1
         return await asyncio.to_thread(self._keys, prefix, after)
 
     def _keys(self, prefix: str, after: str | None) -> list[str]:
@@ -142,7 +142,7 @@ class LocalStore(Store):
         return keys
 
     async def usage(self) -> tuple[int, int]:
-        self.lists += 1
+        self.counts.lists += 1
         return await asyncio.to_thread(self._usage)
 
     def _usage(self) -> tuple[int, int]:
@@ -154,7 +154,7 @@ class LocalStore(Store):
         return count, size
 
     async def delete(self, key: str) -> None:
-        self.deletes += 1
+        self.counts.deletes += 1
         path = self.path(key)
         with _os_errors(self), contextlib.suppress(FileNotFoundError):
             await asyncio.to_thread(os.unlink, path)
@@ -213,5 +213,5 @@ def _os_errors(store: LocalStore):  # type: ignore[no-untyped-def]
         what = {errno.EACCES: "access denied", errno.ENOSPC: "disk full"}.get(
             exc.errno or 0, "I/O error"
         )
-        store.errors += 1
+        store.counts.errors += 1
         raise StoreError(f"{what} on local store {store.root}: {exc}") from exc

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -11,18 +12,30 @@ from typing import Any
 import obstore
 from obstore.exceptions import (
     AlreadyExistsError,
+    InvalidPathError,
     NotFoundError,
+    NotSupportedError,
     PermissionDeniedError,
     PreconditionError,
     UnauthenticatedError,
+    UnknownConfigurationKeyError,
 )
 
 from ..errors import StoreError
-from .base import AlreadyExists, Conflict, NotFound, Store
+from .base import AlreadyExists, Conflict, NotFound, Store, TransientError
 
-#: Bounded retries: a store that stays down surfaces as StoreError within seconds, not minutes.
-RETRY = {"max_retries": 4, "retry_timeout": timedelta(seconds=20)}
-CLIENT = {"connect_timeout": "5s", "timeout": "60s"}
+#: obstore sends each request once: :mod:`s3q.store.retry` tries again, the same way on
+#: every store, recognising a write whose first attempt applied.
+RETRY = {"max_retries": 0, "retry_timeout": timedelta(seconds=1)}
+
+#: Seconds one request may take before it counts as hung (a transient fault, tried again).
+DEFAULT_TIMEOUT = 5.0
+
+
+def client_options(timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
+    """obstore's HTTP client settings for a request timeout of ``timeout`` seconds."""
+    millis = max(1, round(timeout * 1000))
+    return {"connect_timeout": f"{min(millis, 5000)}ms", "timeout": f"{millis}ms"}
 
 
 class ObjectStore(Store):
@@ -53,24 +66,30 @@ class ObjectStore(Store):
             await obstore.put_async(self.inner, key, data)
 
     async def get(self, key: str) -> bytes:
-        self.gets += 1
+        self.counts.gets += 1
         async with self._errors(key):
             result = await obstore.get_async(self.inner, key)
             return bytes(await result.bytes_async())
 
     async def get_range(self, key: str, start: int, end: int) -> bytes:
-        self.gets += 1
+        self.counts.gets += 1
         if end <= start:
             return b""
         async with self._errors(key):
-            return bytes(await obstore.get_range_async(self.inner, key, start=start, end=end))
+            data = bytes(await obstore.get_range_async(self.inner, key, start=start, end=end))
+        if len(data) < end - start:  # a body cut short, or an object shorter than asked for
+            self.counts.errors += 1
+            raise TransientError(
+                f"store {self._url} returned {len(data)} of {end - start} bytes of {key}"
+            )
+        return data
 
     async def keys(self, prefix: str, after: str | None = None) -> list[str]:
         keys: list[str] = []
         async with self._errors(prefix):
             stream = obstore.list(self.inner, prefix=prefix or None, offset=after)
             async for chunk in stream:
-                self.lists += 1
+                self.counts.lists += 1
                 keys.extend(meta["path"] for meta in chunk)
         keys.sort()
         return keys
@@ -79,13 +98,13 @@ class ObjectStore(Store):
         count = size = 0
         async with self._errors(""):
             async for chunk in obstore.list(self.inner):
-                self.lists += 1
+                self.counts.lists += 1
                 count += len(chunk)
                 size += sum(meta["size"] for meta in chunk)
         return count, size
 
     async def delete(self, key: str) -> None:
-        self.deletes += 1
+        self.counts.deletes += 1
         async with self._errors(key):
             with contextlib.suppress(NotFound):
                 await obstore.delete_async(self.inner, key)
@@ -98,7 +117,7 @@ class ObjectStore(Store):
         await asyncio.sleep(0.02)
 
     async def get_versioned(self, key: str) -> tuple[bytes, str] | None:
-        self.gets += 1
+        self.counts.gets += 1
         try:
             async with self._errors(key):
                 result = await obstore.get_async(self.inner, key)
@@ -132,13 +151,13 @@ class ObjectStore(Store):
         except (NotFoundError, FileNotFoundError) as exc:
             if read:
                 raise NotFound(key) from None
-            self.errors += 1
+            self.counts.errors += 1
             raise StoreError(
                 f"{self._url} answered 'not found' to a write of {key}: does the bucket exist? "
                 f"({_first_line(exc)})"
             ) from exc
         except Exception as exc:
-            self.errors += 1
+            self.counts.errors += 1
             if isinstance(exc, PermissionDeniedError | UnauthenticatedError) or any(
                 sign in str(exc) for sign in _DENIED
             ):
@@ -146,7 +165,10 @@ class ObjectStore(Store):
                     f"access denied by {self._url} for {key}: check the credentials "
                     f"({_first_line(exc)})"
                 ) from exc
-            raise StoreError(f"store {self._url} failed on {key}: {_first_line(exc)}") from exc
+            text = f"store {self._url} failed on {key}: {_first_line(exc)}"
+            if _permanent(exc):
+                raise StoreError(text) from exc
+            raise TransientError(text) from exc
 
 
 _DENIED = (
@@ -156,6 +178,20 @@ _DENIED = (
     "SignatureDoesNotMatch",
     "InvalidAccessKeyId",
 )
+
+
+def _permanent(exc: Exception) -> bool:
+    """Whether trying again cannot help: a bad key or setting, or a 4xx answer other than
+    408 (timeout) and 429 (slow down). Everything else (5xx, resets, timeouts, bodies cut
+    short) is transient."""
+    if isinstance(exc, InvalidPathError | NotSupportedError | UnknownConfigurationKeyError):
+        return True
+    match = _STATUS.search(str(exc))
+    return match is not None and match.group(1).startswith("4") and match.group(1) not in _RETRY_4XX
+
+
+_STATUS = re.compile(r"\b([45]\d\d) [A-Z][A-Za-z ]+")
+_RETRY_4XX = ("408", "429")
 
 
 def _first_line(exc: BaseException) -> str:
