@@ -161,6 +161,11 @@ class Engine:
 
     # -- life cycle --------------------------------------------------------------------------
 
+    @property
+    def failure(self) -> S3QError | None:
+        """Why this writer stopped, if it did (then every call raises it)."""
+        return self._failure
+
     @classmethod
     async def open(
         cls, store: Store, config: QueueConfig, settings: dict[str, Setting] | None = None
@@ -456,7 +461,7 @@ class Engine:
         self._check()
         self._prune()
         while (pending := self._latest_batch()) is not None:
-            await pending.done
+            await self._durable_after(pending)
         await self._checkpoint_now()
         while self._tasks:
             await asyncio.wait(set(self._tasks))
@@ -609,8 +614,7 @@ class Engine:
             self._notify()
         else:  # all duplicates: answer once the originals are durable
             batch = self._latest_batch()
-        if batch is not None:
-            await batch.done
+        await self._durable_after(batch)
         return ids
 
     def _admit(self, items: list[validate.Item]) -> None:

@@ -1,0 +1,14 @@
+"""Fault injection and history checking: how s3q is tested against a store that fails.
+
+``store``     :class:`FaultyStore`, a wrapper around any store that fails the way object stores
+              do (5xx before or after applying, resets, hung requests, bodies cut short,
+              partitions of one writer), on a seeded schedule.
+``proxy``     the same faults in an HTTP proxy in front of an S3 server, for the real client.
+``history``   a record of every call and its outcome, and the checker of what must hold.
+``workload``  producers and consumers that run a fixed number of calls under faults.
+"""
+
+from .history import Call, History, Violation, check
+from .store import FaultProfile, FaultyStore
+
+__all__ = ["Call", "FaultProfile", "FaultyStore", "History", "Violation", "check"]

@@ -1,0 +1,346 @@
+"""Producers and consumers running a fixed number of calls against a queue under faults.
+
+:func:`run_embedded` opens the queue as its writer over a :class:`FaultyStore`; when the
+writer stops (it should not, short of another writer taking over) the stop is counted by
+cause and the queue reopened. Every call lands in a :class:`History`; at the end the faults
+are turned off, the queue is read back from the store, and the history is checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from .. import snapshot
+from ..api import AsyncQueue
+from ..config import QueueConfig
+from ..engine import Engine
+from ..errors import (
+    InvalidArgument,
+    MessageNotFound,
+    QueueClosed,
+    QueueFull,
+    QueueLocked,
+    ReceiptExpired,
+    S3QError,
+    Unavailable,
+    WriterFenced,
+)
+from ..message import Message
+from ..state import DONE
+from ..store import RetryingStore, Store
+from .history import Call, Final, History, Outcome, Violation, check
+from .store import HARSH, FaultProfile, FaultyStore
+
+T = TypeVar("T")
+
+#: Errors that say the call changed nothing.
+KNOWN_FAILURES = (
+    InvalidArgument,
+    MessageNotFound,
+    QueueClosed,
+    QueueFull,
+    QueueLocked,
+    ReceiptExpired,
+    Unavailable,
+    WriterFenced,
+)
+#: Errors of a queue that is not serving (the others are answers about one message).
+DOWN = frozenset(
+    {
+        "StoreError",
+        "TransientError",
+        "OutcomeUnknown",
+        "WriterFenced",
+        "QueueClosed",
+        "QueueLocked",
+        "Unavailable",
+    }
+)
+
+
+@dataclass
+class Plan:
+    """What to run: how many calls in all, by how many producers and consumers."""
+
+    ops: int = 10_000
+    producers: int = 4
+    consumers: int = 4
+    seed: int = 0
+    profile: FaultProfile = HARSH
+    visibility_timeout: float = 5.0
+    fail_rate: float = 0.05  # share of deliveries a consumer fails rather than completes
+    store_timeout: float = 0.5  # how long a hung request hangs
+    lease_ttl: float = 3.0
+    commit_timeout: float = 5.0
+
+
+@dataclass
+class Report:
+    """What a run did and found."""
+
+    plan: Plan
+    history: History
+    violations: list[Violation]
+    injected: collections.Counter[str]
+    stops: collections.Counter[str]
+    seconds: float
+    partitions: list[tuple[float, float]] = field(default_factory=list)
+
+    @property
+    def calls(self) -> int:
+        return len(self.history.calls)
+
+    @property
+    def faults(self) -> int:
+        return sum(self.injected.values())
+
+    def availability(self) -> float:
+        """Share of the run, outside partitions, in which no call failed for a queue that
+        was not serving."""
+        spans = [(c.invoked, c.returned) for c in self.history.calls if c.error in DOWN]
+        down = _length(_minus(_union(spans), _union(self.partitions)))
+        total = self.seconds - _length(_union(self.partitions))
+        return 1.0 - down / total if total > 0 else 1.0
+
+    def unknown_outcomes(self) -> int:
+        return sum(1 for c in self.history.calls if c.outcome == "unknown")
+
+    def summary(self) -> str:
+        outcomes = collections.Counter(c.outcome for c in self.history.calls)
+        return (
+            f"seed {self.plan.seed}: {self.calls} calls in {self.seconds:.1f} s "
+            f"({dict(outcomes)}), {self.faults} faults injected {dict(self.injected)}, "
+            f"writer stops {dict(self.stops) or 0}, availability outside partitions "
+            f"{self.availability():.4%}, violations {len(self.violations)}"
+        )
+
+
+class _Writer:
+    """The queue's current writer, reopened when it stops."""
+
+    def __init__(self, store: Store, config: QueueConfig, history: History) -> None:
+        self.store, self.config, self.history = store, config, history
+        self.engine: Engine | None = None
+        self.queue: AsyncQueue | None = None
+        self.stops: collections.Counter[str] = collections.Counter()
+        self._opening = asyncio.Lock()
+
+    async def current(self) -> tuple[AsyncQueue, Engine]:
+        async with self._opening:
+            engine = self.engine
+            if engine is not None and engine.failure is None and self.queue is not None:
+                return self.queue, engine
+            if engine is not None:
+                self.stops[type(engine.failure).__name__] += 1
+                with contextlib.suppress(S3QError):
+                    await engine.close()
+            for attempt in range(1000):
+                try:
+                    engine = await Engine.open(self.store, self.config)
+                    break
+                except (QueueLocked, S3QError):
+                    await asyncio.sleep(min(0.05 * 2**attempt, 0.5))
+            else:  # pragma: no cover - the store never came back
+                raise RuntimeError("the queue could not be reopened")
+            self.history.opens.append((engine.token, time.monotonic()))
+            self.engine, self.queue = engine, AsyncQueue(engine)
+            return self.queue, engine
+
+    async def close(self) -> None:
+        if self.engine is not None:
+            with contextlib.suppress(S3QError):
+                await self.engine.close()
+
+
+class _Budget:
+    def __init__(self, total: int) -> None:
+        self.left = total
+
+    def take(self) -> bool:
+        self.left -= 1
+        return self.left >= 0
+
+
+async def run_embedded(plan: Plan, name: str | None = None) -> Report:
+    """Run ``plan`` on a fresh in-memory queue behind a faulty store; check its history."""
+    from ..store import open_store
+
+    raw = open_store(f"memory://faults-{name or plan.seed}-{time.monotonic_ns()}")
+    assert isinstance(raw, RetryingStore)
+    faulty = FaultyStore(raw.inner, plan.profile, plan.seed, plan.store_timeout)
+    store = RetryingStore(faulty, patience=max(2.0, 4 * plan.store_timeout))
+    config = QueueConfig(
+        visibility_timeout=plan.visibility_timeout,
+        lease_ttl=plan.lease_ttl,
+        commit_timeout=plan.commit_timeout,
+        max_attempts=1_000_000,
+        retry_delay=0.01,
+        retry_delay_max=0.05,
+        dedup_window=86_400.0,
+        completed_retention=86_400.0,
+        payload_cache_bytes=1 << 20,
+    )
+    history = History(visibility_timeout=plan.visibility_timeout)
+    writer = _Writer(store, config, history)
+    budget = _Budget(plan.ops)
+    started = time.monotonic()
+    await writer.current()
+    await asyncio.gather(
+        *(_produce(f"p{i}", writer, history, budget) for i in range(plan.producers)),
+        *(_consume(f"c{i}", writer, history, budget, plan) for i in range(plan.consumers)),
+    )
+    seconds = time.monotonic() - started
+    faulty.enabled = False
+    await writer.close()
+    loaded = await snapshot.load(raw)
+    messages = loaded.state.messages.values()
+    history.final = Final(
+        remaining=[rec.id for rec in messages if rec.state != DONE],
+        total_enqueued=loaded.state.total_enqueued,
+        completed=sum(1 for rec in messages if rec.state == DONE),
+    )
+    return Report(
+        plan,
+        history,
+        check(history),
+        faulty.injected,
+        writer.stops,
+        seconds,
+        faulty.partitions.spans,
+    )
+
+
+async def _call(
+    process: str,
+    kind: Any,
+    writer: _Writer,
+    history: History,
+    act: Callable[[AsyncQueue], Awaitable[T]],
+    **known: Any,
+) -> tuple[Call, T | None]:
+    """Make one call through the current writer and record it."""
+    queue, engine = await writer.current()
+    wall, invoked = time.time(), time.monotonic()
+    result: T | None = None
+    outcome: Outcome = "ok"
+    error = None
+    try:
+        result = await act(queue)
+    except KNOWN_FAILURES as exc:
+        outcome, error = "fail", type(exc).__name__
+    except S3QError as exc:  # OutcomeUnknown, or a store error the writer let through
+        outcome, error = "unknown", type(exc).__name__
+    call = Call(
+        process,
+        kind,
+        invoked,
+        time.monotonic(),
+        outcome,
+        wall=wall,
+        writer=engine.token,
+        error=error,
+        **known,
+    )
+    history.calls.append(call)
+    return call, result
+
+
+async def _produce(process: str, writer: _Writer, history: History, budget: _Budget) -> None:
+    n = 0
+    while budget.take():
+        dedup = f"{process}-{n}"
+        call, mid = await _call(
+            process,
+            "enqueue",
+            writer,
+            history,
+            lambda q, d=dedup: q.enqueue(d.encode(), dedup_id=d),  # type: ignore[misc]
+            dedup=dedup,
+        )
+        if call.outcome == "ok" and mid is not None:
+            call.ids = [mid]
+            n += 1  # else: the same dedup id again, as a careful producer retries
+
+
+async def _consume(
+    process: str, writer: _Writer, history: History, budget: _Budget, plan: Plan
+) -> None:
+    rng = random.Random(f"{plan.seed}-{process}")
+    while budget.take():
+        call, got = await _call(
+            process,
+            "dequeue",
+            writer,
+            history,
+            lambda q: q.dequeue(max_messages=8, wait=0.05),
+        )
+        messages: list[Message] = got or []
+        if not messages:
+            if budget.left <= 0:
+                return
+            continue
+        call.ids = [m.id for m in messages]
+        call.receipts = [m.receipt or "" for m in messages]
+        call.dedups = [m.dedup_id for m in messages]
+        failing = [m for m in messages if rng.random() < plan.fail_rate]
+        done = [m for m in messages if m not in failing]
+        for m in failing:
+            budget.take()
+            await _call(
+                process,
+                "fail",
+                writer,
+                history,
+                lambda q, m=m: q.fail(m, "injected by the workload"),  # type: ignore[misc]
+                ids=[m.id],
+                receipts=[m.receipt or ""],
+            )
+        if done:
+            budget.take()
+            await _call(
+                process,
+                "complete",
+                writer,
+                history,
+                lambda q, d=done: q.complete_batch(d),  # type: ignore[misc]
+                ids=[m.id for m in done],
+                receipts=[m.receipt or "" for m in done],
+            )
+
+
+def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _minus(
+    spans: list[tuple[float, float]], holes: list[tuple[float, float]]
+) -> list[tuple[float, float]]:
+    out = []
+    for start, end in spans:
+        pieces = [(start, end)]
+        for h0, h1 in holes:
+            pieces = [
+                piece
+                for s, e in pieces
+                for piece in ((s, min(e, h0)), (max(s, h1), e))
+                if piece[1] > piece[0]
+            ]
+        out.extend(pieces)
+    return out
+
+
+def _length(spans: list[tuple[float, float]]) -> float:
+    return sum(end - start for start, end in spans)

@@ -1,0 +1,325 @@
+"""The writer under store faults: scripted faults for each finding, the history checker's
+teeth (each check fails on a corrupted history), and short seeded fault runs.
+
+Real parts: the in-process memory store behind :class:`s3q.faults.FaultyStore` and the
+writer's own retry layer; nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import os
+import random
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+import s3q
+from s3q.config import QueueConfig
+from s3q.engine import Engine
+from s3q.faults import Call, FaultProfile, FaultyStore, History, check
+from s3q.faults.history import Final
+from s3q.faults.store import HARSH
+from s3q.faults.workload import Plan, run_embedded
+from s3q.lease import KEY as LEASE_KEY
+from s3q.store import RetryingStore, open_store
+
+QUIET = FaultProfile()
+
+
+def stack(timeout: float = 0.3) -> tuple[FaultyStore, RetryingStore]:
+    """A fresh memory store behind scripted faults, behind the writer's retries."""
+    raw = open_store(f"memory://faults-{uuid.uuid4().hex}")
+    assert isinstance(raw, RetryingStore)
+    faulty = FaultyStore(raw.inner, QUIET, seed=1, timeout=timeout)
+    return faulty, RetryingStore(faulty, patience=2.0)
+
+
+def run(coro_fn: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(coro_fn())
+
+
+def config(**kw: Any) -> QueueConfig:
+    return QueueConfig(**{"lease_ttl": 3.0, "commit_timeout": 5.0, **kw})
+
+
+# --------------------------------------------------------------------------- scripted faults
+
+
+@pytest.mark.parametrize("fault", ["before", "after", "hang"])
+def test_a_failed_log_write_is_tried_again_and_counted_once(fault: str) -> None:
+    """A reset before the store, an answer lost after it, a hung PUT: the enqueue succeeds,
+    the writer goes on, and the message is in the log once."""
+
+    async def main() -> None:
+        faulty, store = stack()
+        engine = await Engine.open(store, config())
+        q = s3q.AsyncQueue(engine)
+        faulty.script(fault, "put_new", "log/", times=2)
+        mid = await q.enqueue(b"x")
+        # "after": the second attempt meets the first one's object (AlreadyExists), its own
+        assert faulty.injected[fault] == (1 if fault == "after" else 2)
+        assert engine.failure is None
+        await q.enqueue(b"y")
+        await q.close()
+        again = s3q.AsyncQueue(await Engine.open(store, config()))
+        assert (await again.stats()).total_enqueued == 2
+        got = await again.dequeue(max_messages=10)
+        assert [m.id for m in got][:1] == [mid]
+        await again.close()
+
+    run(main)
+
+
+def test_a_renewal_whose_answer_was_lost_does_not_fence_the_writer() -> None:
+    async def main() -> None:
+        faulty, store = stack()
+        engine = await Engine.open(store, config())
+        faulty.script("after", "put_versioned", LEASE_KEY, times=1)
+        await engine._lease.renew()  # applied; its answer lost; the retry meets a Conflict
+        assert faulty.injected["after"] == 1
+        await engine._lease.renew()
+        q = s3q.AsyncQueue(engine)
+        await q.enqueue(b"still the writer")
+        assert engine.failure is None
+        await q.close()
+
+    run(main)
+
+
+@pytest.mark.parametrize("fault", ["after", "hang"])
+def test_open_and_close_never_leave_the_lease_held(fault: str) -> None:
+    """An acquire or release whose answer was lost (or that hung, applied or not): the next
+    open is not QueueLocked."""
+
+    async def main() -> None:
+        faulty, store = stack()
+        faulty.script(fault, "put_versioned", LEASE_KEY, times=1)  # the acquire
+        engine = await Engine.open(store, config())
+        faulty.script(fault, "put_versioned", LEASE_KEY, times=1)  # the release
+        await engine.close()
+        assert faulty.injected[fault] == 2
+        again = await Engine.open(store, config())  # QueueLocked if the lease were held
+        await again.close()
+
+    run(main)
+
+
+def test_a_failed_open_gives_the_lease_back() -> None:
+    """An open that fails after taking the lease (its replay cannot read the log) releases
+    it: the next open succeeds at once rather than waiting out lease_ttl."""
+
+    async def main() -> None:
+        faulty, store = stack()
+        first = s3q.AsyncQueue(await Engine.open(store, config()))
+        await first.enqueue(b"x")
+        await first.close()
+        faulty.script("before", "list", "log/", times=100)  # more than the retries last
+        with pytest.raises(s3q.StoreError):
+            await Engine.open(store, config(lease_ttl=600.0))
+        faulty.enabled = False  # the store is back
+        again = await Engine.open(store, config(lease_ttl=600.0))
+        await again.close()
+
+    run(main)
+
+
+def test_a_dequeue_slower_than_its_lease_hands_out_nothing_twice() -> None:
+    """The commit of a lease hangs past the visibility timeout: meanwhile another consumer
+    may lease the message; the slow dequeue leaves it out rather than answer with a lease
+    that lapsed (or with the other consumer's receipt)."""
+
+    async def main() -> None:
+        faulty, store = stack(timeout=0.6)
+        engine = await Engine.open(store, config())
+        q = s3q.AsyncQueue(engine)
+        await q.enqueue(b"x")
+        faulty.script("hang", "put_new", "log/", times=1)
+        slow = asyncio.create_task(q.dequeue(visibility_timeout=0.2))
+        await asyncio.sleep(0.35)  # the slow dequeue's lease has lapsed by now
+        fast = await q.dequeue(visibility_timeout=30)
+        first = await slow
+        receipts = [m.receipt for m in [*first, *fast]]
+        assert len(fast) == 1 and first == []
+        assert len(set(receipts)) == len(receipts)
+        await q.complete(fast[0])
+        await q.close()
+
+    run(main)
+
+
+def test_a_partition_longer_than_commit_timeout_answers_outcome_unknown_then_applies() -> None:
+    async def main() -> None:
+        faulty, store = stack()
+        engine = await Engine.open(store, config(commit_timeout=0.5))
+        q = s3q.AsyncQueue(engine)
+        faulty.partitions.cut(1.5)
+        with pytest.raises(s3q.OutcomeUnknown):
+            await q.enqueue(b"x", dedup_id="order-1")
+        assert engine.failure is None  # still trying
+        while time.monotonic() < faulty.partitions.until:
+            await asyncio.sleep(0.05)
+        for _ in range(20):  # the safe retry, as often as it takes the writer to catch up
+            try:
+                again = await q.enqueue(b"x", dedup_id="order-1")
+                break
+            except s3q.OutcomeUnknown:
+                continue
+        stats = await q.stats()
+        assert stats.total_enqueued == 1
+        assert (await q.dequeue())[0].id == again
+        await q.close()
+
+    run(main)
+
+
+def test_writer_fenced_names_the_writer_that_took_over() -> None:
+    async def main() -> None:
+        faulty, store = stack()
+        old = await Engine.open(store, config(lease_ttl=0.5))
+        old._stopping.set()  # no more renewals: the lease lapses, as in a long pause
+        assert old._renewer is not None
+        await old._renewer
+        await asyncio.sleep(0.6)
+        new = await Engine.open(store, config(writer_address="http://10.0.0.2:8765"))
+        with pytest.raises(s3q.WriterFenced) as caught:
+            await s3q.AsyncQueue(old).enqueue(b"late")
+        assert caught.value.holder is not None and "10.0.0.2:8765" in caught.value.holder
+        assert "10.0.0.2:8765" in str(caught.value)
+        await old.close()
+        await new.close()
+
+    run(main)
+
+
+def test_a_long_replay_is_checkpointed_so_the_next_open_is_short() -> None:
+    async def main() -> None:
+        _, store = stack()
+        engine = await Engine.open(store, config(checkpoint_interval=3600))
+        q = s3q.AsyncQueue(engine)
+        for i in range(150):
+            await q.enqueue(b"%d" % i)
+        engine._failure = s3q.StoreError("stopped without a checkpoint")  # as if killed
+        await engine._lease.release()
+        again = await Engine.open(store, config())
+        while again._tasks:  # the checkpoint taken after the long replay
+            await asyncio.wait(set(again._tasks))
+        assert max(again.checkpoints) >= 150
+        await again.close()
+        third = await Engine.open(store, config())
+        assert third._objects_since_checkpoint <= 3
+        assert (await s3q.AsyncQueue(third).stats()).pending == 150
+        await third.close()
+
+    run(main)
+
+
+# --------------------------------------------------------------------------- the checker
+
+
+def good_history() -> History:
+    """Two messages enqueued, delivered, one completed, one left in the queue."""
+    h = History(visibility_timeout=10.0)
+    a, b = "0000000003e8aaaa0001", "0000000004b0aaaa0002"  # made at 1.0 s and 1.2 s
+    h.opens = [("w1", 0.5)]
+    h.calls = [
+        Call("p", "enqueue", 1.0, 1.1, "ok", wall=1.0, writer="w1", dedup="d1", ids=[a]),
+        Call("p", "enqueue", 1.2, 1.3, "ok", wall=1.2, writer="w1", dedup="d2", ids=[b]),
+        Call("c", "dequeue", 2.0, 2.1, "ok", writer="w1", ids=[a], receipts=["ra"]),
+        Call("c", "complete", 2.2, 2.3, "ok", writer="w1", ids=[a], receipts=["ra"]),
+    ]
+    h.calls[2].dedups = ["d1"]
+    h.final = Final(remaining=[b], total_enqueued=2, completed=1)
+    return h
+
+
+def test_the_checker_passes_a_good_history() -> None:
+    assert check(good_history()) == []
+
+
+CORRUPTIONS: dict[str, Callable[[History], None]] = {
+    "lost": lambda h: h.final.remaining.clear(),  # type: ignore[union-attr]
+    "resurrected": lambda h: h.final.remaining.append(h.calls[0].ids[0]),  # type: ignore[union-attr]
+    "double-lease": lambda h: h.calls.append(
+        Call("c2", "dequeue", 3.0, 3.1, "ok", writer="w1", ids=[h.calls[1].ids[0]], receipts=["ra"])
+    ),
+    "dedup": lambda h: h.calls.append(
+        Call(
+            "p",
+            "enqueue",
+            4.0,
+            4.1,
+            "ok",
+            wall=4.0,
+            writer="w1",
+            dedup="d1",
+            ids=["0000000003e9bbbb0003"],
+        )
+    ),
+    # the attempt that made d2's message was answered "nothing changed"; a retry found it
+    "known-failure-applied": lambda h: (
+        h.calls.insert(
+            1, Call("p", "enqueue", 1.15, 1.19, "fail", wall=1.15, dedup="d2", error="Fenced")
+        ),
+        setattr(h.calls[2], "wall", 1.25),
+    ),
+    "fenced-ack": lambda h: (
+        h.opens.append(("w2", 2.15)),
+        h.calls.append(
+            Call("c", "complete", 2.2, 2.3, "ok", writer="w1", ids=["y"], receipts=["ry"])
+        ),
+    ),
+    "stats": lambda h: setattr(h.final, "completed", 0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORRUPTIONS))
+def test_each_check_fails_on_a_corrupted_history(name: str) -> None:
+    h = copy.deepcopy(good_history())
+    CORRUPTIONS[name](h)
+    found = {v.check for v in check(h)}
+    assert name in found, check(h)
+
+
+def test_a_lease_that_surely_ran_is_a_double_lease_but_one_completed_is_not() -> None:
+    h = good_history()
+    a = h.calls[0].ids[0]
+    # delivered again after the first consumer completed it: resurrected, not double-leased
+    h.calls.append(Call("c2", "dequeue", 2.5, 2.6, "ok", writer="w1", ids=[a], receipts=["rb"]))
+    assert {v.check for v in check(h)} == {"resurrected"}
+    h = good_history()
+    h.calls[3].outcome = "fail"  # the completion failed: the first lease still ran at 2.5
+    h.calls.append(Call("c2", "dequeue", 2.5, 2.6, "ok", writer="w1", ids=[a], receipts=["rb"]))
+    assert "double-lease" in {v.check for v in check(h)}
+
+
+# --------------------------------------------------------------------------- seeded fault runs
+
+
+def fault_run(seed: int, **kw: Any) -> None:
+    report = asyncio.run(run_embedded(Plan(seed=seed, **kw)))
+    print(report.summary())
+    assert report.faults > 0
+    assert report.violations == [], f"seed {seed}: {report.violations[:5]}"
+    assert not report.stops, f"seed {seed}: the writer stopped: {dict(report.stops)}"
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_short_fault_run_keeps_every_promise(seed: int) -> None:
+    fault_run(seed, ops=3000, profile=HARSH)
+
+
+def test_leases_shorter_than_a_hung_commit_are_never_shared() -> None:
+    """Visibility timeouts shorter than a hung request: the case that once handed one
+    message to two consumers."""
+    fault_run(3, ops=2000, profile=HARSH, visibility_timeout=0.3)
+
+
+def test_a_random_seed_keeps_every_promise() -> None:
+    seed = int(os.environ.get("S3Q_FAULT_SEED") or random.randrange(1 << 30))
+    print(f"fault run seed {seed} (S3Q_FAULT_SEED={seed} repeats it)")
+    fault_run(seed, ops=3000, profile=HARSH)
