@@ -179,7 +179,7 @@ def test_a_partition_longer_than_commit_timeout_answers_outcome_unknown_then_app
 
 def test_writer_fenced_names_the_writer_that_took_over() -> None:
     async def main() -> None:
-        faulty, store = stack()
+        _, store = stack()
         old = await Engine.open(store, config(lease_ttl=0.5))
         old._stopping.set()  # no more renewals: the lease lapses, as in a long pause
         assert old._renewer is not None

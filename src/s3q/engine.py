@@ -177,9 +177,7 @@ class Engine:
         try:
             await engine._lease.acquire()
             if engine._lease.renew_every is not None:  # kept alive through a long replay too
-                engine._renewer = asyncio.create_task(
-                    engine._renew_loop(engine._lease.renew_every)
-                )
+                engine._renewer = asyncio.create_task(engine._renew_loop(engine._lease.renew_every))
             await engine._recover()
             engine._check()  # fenced while recovering: the lease went to another writer
             await engine._settle(settings or {})
