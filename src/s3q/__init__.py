@@ -16,6 +16,7 @@ from .errors import (
     ReceiptExpired,
     S3QError,
     StoreError,
+    TransientError,
     Unavailable,
     WriterFenced,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "ReceiptExpired",
     "S3QError",
     "StoreError",
+    "TransientError",
     "Unavailable",
     "WriterFenced",
     "open",

@@ -69,7 +69,7 @@ from .ops import (
 from .snapshot import Located
 from .staging import StagedObject
 from .state import DONE, QueueState, Rec, blob_key
-from .store import AlreadyExists, NotFound, Store
+from .store import AlreadyExists, NotFound, Store, TransientError
 from .store.retry import Backoff
 
 logger = logging.getLogger("s3q")
@@ -230,7 +230,12 @@ class Engine:
         loaded = await snapshot.load(self.store)
         self.state, self._durable = loaded.state, loaded.seq
         self.checkpoints.update(loaded.checkpoints)
-        self._last_checkpoint_at = max(loaded.checkpoints.values(), default=0.0)
+        # The checkpoint clock runs from the newest checkpoint, whoever wrote it (else from
+        # the log's start): a new leader does not restart it.
+        self._last_checkpoint_at = max(
+            loaded.checkpoints.values(),
+            default=self.clock() if loaded.first_at is None else loaded.first_at,
+        )
         self._objects_since_checkpoint = loaded.replayed
         # Fence: the first record of this writer, at the first free sequence number.
         while True:
@@ -481,7 +486,7 @@ class Engine:
                 await self._lease.ensure()
                 await self._write(batch.seq, data)
                 return
-            except StoreError as exc:
+            except TransientError as exc:
                 if self._abandoned:
                     raise
                 logger.warning(

@@ -64,6 +64,11 @@ class StoreError(S3QError):
     """The object store is unreachable, refused access, or failed."""
 
 
+class TransientError(StoreError):
+    """A store fault worth trying again (a 5xx or 429 answer, a reset connection, a timeout, a
+    truncated body) that outlasted the retries. A read that raised it changed nothing."""
+
+
 class OutcomeUnknown(StoreError):
     """The store did not confirm the write that carries this call within ``commit_timeout``:
     it may yet apply, or may never. Retry with the same ``dedup_id`` (an enqueue) or the same

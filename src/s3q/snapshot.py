@@ -44,6 +44,7 @@ class Loaded:
     seq: int
     checkpoints: dict[int, float] = field(default_factory=dict)
     replayed: int = 0  # log objects folded in after the checkpoint
+    first_at: float | None = None  # when the first of them was written
 
 
 class Location(NamedTuple):
@@ -111,7 +112,9 @@ async def _load_once(store: Store) -> Loaded:
             f"{'checkpoint ' + str(base) if base else 'its start'}"
         )
     async for seq, data in fetch_in_order(store, [log.key(s) for s in seqs], seqs):
-        replay(loaded.state, seq, data)
+        at = replay(loaded.state, seq, data)
+        if loaded.first_at is None:
+            loaded.first_at = at
         loaded.seq = seq
         loaded.replayed += 1
     return loaded
@@ -153,11 +156,12 @@ async def _load_checkpoint(store: Store) -> Loaded:
     return Loaded(QueueState(), 0)
 
 
-def replay(state: QueueState, seq: int, data: bytes) -> None:
-    """Fold log object ``seq`` (its bytes) into ``state``."""
+def replay(state: QueueState, seq: int, data: bytes) -> float:
+    """Fold log object ``seq`` (its bytes) into ``state``; when the object was written."""
     header = log.decode(data, log.key(seq))
     for op in header.ops:
         state.apply(op, seq)
+    return header.at
 
 
 async def read_spans(store: Store, key: str, spans: list[tuple[str, int, int]]) -> dict[str, bytes]:

@@ -24,6 +24,7 @@ from ..errors import (
     ReceiptExpired,
     S3QError,
     StoreError,
+    TransientError,
     Unavailable,
     WriterFenced,
 )
@@ -79,6 +80,7 @@ ERRORS: dict[str, type[S3QError]] = {
         QueueLocked,
         QueueFull,
         OutcomeUnknown,
+        TransientError,
         StoreError,
         WriterFenced,
         QueueClosed,
@@ -124,7 +126,8 @@ def status_of(exc: BaseException) -> int:
 
 def error_body(exc: BaseException) -> dict[str, Any]:
     """``{"error": ClassName, "message": text}``, plus what QueueLocked carries."""
-    name = type(exc).__name__ if isinstance(exc, S3QError) else "InternalError"
+    # the nearest class a client knows (an internal subclass travels as its public parent)
+    name = next((c.__name__ for c in type(exc).__mro__ if c.__name__ in ERRORS), "InternalError")
     body: dict[str, Any] = {"error": name, "message": str(exc)}
     if isinstance(exc, QueueLocked):
         body["holder"] = exc.holder

@@ -5,7 +5,9 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 
-from ..errors import S3QError, StoreError
+from ..errors import S3QError, TransientError
+
+__all__ = ["AlreadyExists", "Conflict", "Counts", "NotFound", "Store", "TransientError"]
 
 
 class AlreadyExists(S3QError):
@@ -18,11 +20,6 @@ class NotFound(S3QError):
 
 class Conflict(S3QError):
     """A compare-and-swap write found another version than expected."""
-
-
-class TransientError(StoreError):
-    """A fault worth trying again: a 5xx or 429 answer, a reset connection, a timeout, a
-    truncated body. A write that failed this way may have applied all the same."""
 
 
 @dataclass
