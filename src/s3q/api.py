@@ -15,7 +15,7 @@ from . import validate
 from .collector import CompactionReport
 from .config import PERSISTED, QueueConfig, Setting, split_options
 from .engine import MAX_DEQUEUE, Engine
-from .errors import InvalidArgument, InvalidConfig
+from .errors import InvalidArgument, InvalidConfig, S3QError
 from .message import Message, MessageStatus, QueueStats
 from .snapshot import Located
 from .staging import StagedObject
@@ -52,6 +52,12 @@ class AsyncQueue:
     @property
     def config(self) -> QueueConfig:
         return self._engine.config
+
+    @property
+    def stopped(self) -> S3QError | None:
+        """Why this queue's writer stopped (another writer took the queue over), if it did:
+        then every call raises it, and the queue must be reopened."""
+        return self._engine.failure
 
     def on_commit(self, listener: Callable[[float, int], None]) -> None:
         """Call ``listener(seconds, operations)`` after each durable commit of the queue's

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..errors import InvalidArgument, S3QError, StoreError, WriterFenced
+from ..errors import InvalidArgument, S3QError
 from . import dashboard, openapi, sqs
 from .metrics import CONTENT_TYPE as METRICS_TYPE
 from .metrics import BrokerMetrics
@@ -201,7 +201,7 @@ def _endpoint(
         except S3QError as exc:
             outcome = type(exc).__name__
             local = registry.local(name) if name is not None else None
-            if isinstance(exc, WriterFenced | StoreError) and local is not None:
+            if local is not None and local.stopped is not None:  # its writer stopped
                 assert name is not None
                 await registry.evict(name, local)
             return _answer(request, status_of(exc), error_body(exc))

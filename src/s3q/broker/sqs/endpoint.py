@@ -128,7 +128,7 @@ class Endpoint:
             error = sqs_error(exc)
             outcome = error.name
             local = self.registry.local(call.queue) if call.queue is not None else None
-            if isinstance(exc, WriterFenced | StoreError) and local is not None:
+            if local is not None and local.stopped is not None:  # its writer stopped
                 assert call.queue is not None
                 await self.registry.evict(call.queue, local)
             return _error(error)
