@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
 from ..store import Store, TransientError
+from ..store.base import WrappingStore
 
 T = TypeVar("T")
 
@@ -102,7 +103,7 @@ class Partitions:
         return now < self.until
 
 
-class FaultyStore(Store):
+class FaultyStore(WrappingStore):
     """``inner``, with faults drawn from ``profile`` by a generator seeded with ``seed``.
 
     ``timeout`` is how long a hung request hangs before it fails, as a client's request
@@ -116,8 +117,7 @@ class FaultyStore(Store):
         seed: int = 0,
         timeout: float = 1.0,
     ) -> None:
-        self.inner = inner
-        self.counts = inner.counts
+        super().__init__(inner)
         self.profile = profile
         self.rng = random.Random(seed)
         self.timeout = timeout
@@ -142,14 +142,6 @@ class FaultyStore(Store):
                 entry[3] = left - 1
                 return str(fault)
         return self.profile.draw(self.rng, read)
-
-    @property
-    def url(self) -> str:
-        return self.inner.url
-
-    @property
-    def base(self) -> Store:
-        return self.inner.base
 
     async def _faulty(self, what: str, call: Callable[[], Awaitable[T]], read: bool = False) -> T:
         if not self.enabled:
@@ -216,6 +208,3 @@ class FaultyStore(Store):
         return await self._faulty(
             f"put_versioned {key}", lambda: self.inner.put_versioned(key, data, version)
         )
-
-    async def close(self) -> None:
-        await self.inner.close()

@@ -7,7 +7,15 @@ from dataclasses import dataclass
 
 from ..errors import S3QError, TransientError
 
-__all__ = ["AlreadyExists", "Conflict", "Counts", "NotFound", "Store", "TransientError"]
+__all__ = [
+    "AlreadyExists",
+    "Conflict",
+    "Counts",
+    "NotFound",
+    "Store",
+    "TransientError",
+    "WrappingStore",
+]
 
 
 class AlreadyExists(S3QError):
@@ -111,3 +119,22 @@ class Store(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release what the adapter holds."""
+
+
+class WrappingStore(Store):
+    """A store in front of ``inner`` (retries, injected faults): same URL, same counts."""
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+        self.counts = inner.counts
+
+    @property
+    def url(self) -> str:
+        return self.inner.url
+
+    @property
+    def base(self) -> Store:
+        return self.inner.base
+
+    async def close(self) -> None:
+        await self.inner.close()

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from .base import Store, TransientError
+from .base import Store, TransientError, WrappingStore
 
 T = TypeVar("T")
 
@@ -63,22 +63,13 @@ async def retrying(
             await asyncio.sleep(pause)
 
 
-class RetryingStore(Store):
+class RetryingStore(WrappingStore):
     """``inner`` with every request retried after transient faults for up to ``patience`` s."""
 
     def __init__(self, inner: Store, patience: float = 10.0, backoff: Backoff = Backoff()) -> None:
-        self.inner = inner
-        self.counts = inner.counts
+        super().__init__(inner)
         self.patience = patience
         self.backoff = backoff
-
-    @property
-    def url(self) -> str:
-        return self.inner.url
-
-    @property
-    def base(self) -> Store:
-        return self.inner.base
 
     def _retry(self, call: Callable[[], Awaitable[T]]) -> Awaitable[T]:
         return retrying(call, self.patience, self.backoff, self._noted)
@@ -113,6 +104,3 @@ class RetryingStore(Store):
 
     async def put_versioned(self, key: str, data: bytes, version: str | None) -> str:
         return await self._retry(lambda: self.inner.put_versioned(key, data, version))
-
-    async def close(self) -> None:
-        await self.inner.close()
