@@ -2,9 +2,14 @@
 history checked.
 
     python benchmarks/faults.py --ops 1000000 --seed 7 [--profile realistic|harsh]
+        [--store memory|s3] [--clock-jumps SECONDS]
 
-The queue is embedded, over the in-process memory store behind ``s3q.faults.FaultyStore`` and
-the writer's own retries. ``realistic`` is the profile seen on object stores (about 1 % 5xx,
+The queue is embedded. With ``--store memory`` (the default) it lives in the in-process memory
+store behind ``s3q.faults.FaultyStore`` and the writer's own retries; with ``--store s3`` in a
+moto S3 server this script starts, reached by the real S3 client through
+``s3q.faults.proxy.FaultProxy``, which injects the same faults on the wire.
+``--clock-jumps S`` makes the writer's clock jump by up to S seconds either way every few
+seconds. ``realistic`` is the profile seen on object stores (about 1 % 5xx,
 0.2 % answers lost after applying, 2 % truncated reads, rare hung requests, a partition of
 1.5-10 s about every 40 s); ``harsh`` is many times those rates without partitions. Prints one
 line per run: calls, outcomes, faults injected by kind, writer stops by cause, availability
@@ -16,12 +21,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import shlex
 import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
 
-from s3q.faults.store import HARSH, REALISTIC
-from s3q.faults.workload import Plan, run_embedded
+from s3q.faults import HARSH, REALISTIC
+from s3q.faults.workload import Plan, Report, Target, in_memory, run_embedded, through_proxy
 
 PROFILES = {"realistic": REALISTIC, "harsh": HARSH}
 
@@ -35,6 +44,8 @@ def main() -> None:
     parser.add_argument("--consumers", type=int, default=8)
     parser.add_argument("--visibility-timeout", type=float, default=5.0)
     parser.add_argument("--store-timeout", type=float, default=1.0)
+    parser.add_argument("--store", choices=["memory", "s3"], default="memory")
+    parser.add_argument("--clock-jumps", type=float, default=0.0)
     args = parser.parse_args()
     logging.basicConfig(level=logging.CRITICAL)
     print("$ python " + " ".join(shlex.quote(a) for a in sys.argv))
@@ -48,8 +59,9 @@ def main() -> None:
             profile=PROFILES[args.profile],
             visibility_timeout=args.visibility_timeout,
             store_timeout=args.store_timeout,
+            clock_jumps=args.clock_jumps,
         )
-        report = asyncio.run(run_embedded(plan))
+        report = run(plan, args.store)
         print(report.summary())
         unknown = report.unknown_outcomes()
         print(
@@ -61,6 +73,30 @@ def main() -> None:
             print(f"  VIOLATION {violation.check}: {violation.detail}")
         bad = bad or bool(report.violations or report.stops)
     sys.exit(1 if bad else 0)
+
+
+def run(plan: Plan, store: str) -> Report:
+    if store == "memory":
+        return asyncio.run(run_embedded(plan, in_memory(plan)))
+    with _through_proxy(plan) as target:
+        return asyncio.run(run_embedded(plan, target))
+
+
+@contextlib.contextmanager
+def _through_proxy(plan: Plan) -> Iterator[Target]:
+    from s3q.faults.proxy import FaultProxy
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from conftest import start_moto
+
+    moto = start_moto()
+    try:
+        moto.client().create_bucket(Bucket="faults")
+        options = moto.store_options()
+        with FaultProxy(moto.endpoint, plan.profile, plan.seed, 2 * plan.store_timeout) as proxy:
+            yield through_proxy(plan, proxy, f"s3://faults/{uuid.uuid4().hex[:8]}", options)
+    finally:
+        moto.stop()
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import os
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -21,10 +21,11 @@ import pytest
 import s3q
 from s3q.config import QueueConfig
 from s3q.engine import Engine
-from s3q.faults import Call, FaultProfile, FaultyStore, History, check
+from s3q.errors import TransientError
+from s3q.faults import HARSH, Call, FaultProfile, FaultyStore, History, check
 from s3q.faults.history import Final
-from s3q.faults.store import HARSH
-from s3q.faults.workload import Plan, run_embedded
+from s3q.faults.proxy import FaultProxy
+from s3q.faults.workload import Plan, Target, run_embedded, through_proxy
 from s3q.lease import KEY as LEASE_KEY
 from s3q.store import RetryingStore, open_store
 
@@ -297,11 +298,28 @@ def test_a_lease_that_surely_ran_is_a_double_lease_but_one_completed_is_not() ->
     assert "double-lease" in {v.check for v in check(h)}
 
 
+def test_a_lease_runs_by_the_writers_clock() -> None:
+    """b is delivered at 2.0 (visibility 10 s) and again at 5.0: a double lease, unless the
+    writer's clock jumped forward past the first lease's end meanwhile."""
+    h = good_history()
+    b = h.calls[1].ids[0]
+    h.calls.append(Call("c", "dequeue", 2.0, 2.1, "ok", writer="w1", ids=[b], receipts=["rb"]))
+    h.calls.append(Call("c2", "dequeue", 5.0, 5.1, "ok", writer="w1", ids=[b], receipts=["rc"]))
+    assert {v.check for v in check(h)} == {"double-lease"}
+    h.clock_jumps = [(4.0, 9.0)]  # at 4.0 the writer's clock reads 13.0: past 2.0 + 10
+    assert check(h) == []
+    h.clock_jumps = [(4.0, -9.0)]  # a jump back only makes the lease longer
+    assert {v.check for v in check(h)} == {"double-lease"}
+    h.clock_jumps = [(1.0, 5.0), (4.0, 0.0)]  # the lease began at writer time 7.0
+    assert {v.check for v in check(h)} == {"double-lease"}
+
+
 # --------------------------------------------------------------------------- seeded fault runs
 
 
-def fault_run(seed: int, **kw: Any) -> None:
-    report = asyncio.run(run_embedded(Plan(seed=seed, **kw)))
+def fault_run(seed: int, target: Callable[[Plan], Target] | None = None, **kw: Any) -> None:
+    plan = Plan(seed=seed, **kw)
+    report = asyncio.run(run_embedded(plan, target(plan) if target else None))
     print(report.summary())
     assert report.faults > 0
     assert report.violations == [], f"seed {seed}: {report.violations[:5]}"
@@ -319,7 +337,81 @@ def test_leases_shorter_than_a_hung_commit_are_never_shared() -> None:
     fault_run(3, ops=2000, profile=HARSH, visibility_timeout=0.3)
 
 
+def test_a_writer_whose_clock_jumps_keeps_every_promise() -> None:
+    """Jumps forward and back larger than the visibility timeout and the lease TTL: leases
+    end early or late by the writer's clock, and nothing else changes."""
+    fault_run(4, ops=3000, profile=HARSH, clock_jumps=8.0, jump_every=0.5)
+
+
 def test_a_random_seed_keeps_every_promise() -> None:
     seed = int(os.environ.get("S3Q_FAULT_SEED") or random.randrange(1 << 30))
     print(f"fault run seed {seed} (S3Q_FAULT_SEED={seed} repeats it)")
     fault_run(seed, ops=3000, profile=HARSH)
+
+
+# --------------------------------------------------------------------------- the proxy
+
+
+@pytest.fixture
+def proxied(moto_server: Any, s3_bucket: str) -> Iterator[tuple[FaultProxy, str, dict[str, Any]]]:
+    """A quiet fault proxy in front of the moto server, a fresh queue URL, and the options
+    that reach the server directly."""
+    with FaultProxy(moto_server.endpoint, QUIET, seed=1, hang=1.0) as proxy:
+        yield proxy, f"s3://{s3_bucket}/{uuid.uuid4().hex[:8]}", moto_server.store_options()
+
+
+# request, fault -> (error expected, object there afterwards)
+WIRE_FAULTS = {
+    ("put_new", "before"): True,
+    ("put_new", "after"): True,
+    ("put_new", "hang"): None,  # applied or not, even odds
+    ("get", "truncate"): True,
+    ("list", "before"): True,
+}
+
+
+@pytest.mark.parametrize(("request_", "fault"), sorted(WIRE_FAULTS))
+def test_the_proxy_fails_the_real_client_on_the_wire(
+    proxied: tuple[FaultProxy, str, dict[str, Any]], request_: str, fault: str
+) -> None:
+    """The S3 client meets each fault as a transient error; a write that applied is there."""
+    proxy, url, options = proxied
+    through = open_store(url, {**options, "endpoint_url": proxy.endpoint, "store_timeout": 0.4})
+    direct = open_store(url, options)
+    assert isinstance(through, RetryingStore)
+    client = through.inner  # no retries: each request meets its fault
+
+    async def main() -> None:
+        await direct.put_new("log/there", b"0123456789")
+        proxy.schedule.script(fault, request_)
+        started = time.monotonic()
+        with pytest.raises(TransientError):
+            if request_ == "put_new":
+                await client.put_new("log/new", b"abc")
+            elif request_ == "get":
+                await client.get("log/there")
+            else:
+                await client.keys("log/")
+        took = time.monotonic() - started
+        assert proxy.schedule.injected == {fault: 1}
+        assert (took >= 0.4) == (fault == "hang")
+        if request_ == "put_new" and fault != "hang":
+            assert ("log/new" in await direct.keys("log/")) == (fault == "after")
+        assert await client.get("log/there") == b"0123456789"  # the next request goes through
+
+    asyncio.run(main())
+
+
+def test_a_queue_over_s3_through_the_proxy_keeps_every_promise(
+    moto_server: Any, s3_bucket: str
+) -> None:
+    """The whole stack, real S3 client included, under harsh faults on the wire."""
+    url = f"s3://{s3_bucket}/{uuid.uuid4().hex[:8]}"
+    with FaultProxy(moto_server.endpoint, HARSH, seed=5, hang=1.0) as proxy:
+        fault_run(
+            5,
+            lambda plan: through_proxy(plan, proxy, url, moto_server.store_options()),
+            ops=1500,
+            profile=HARSH,
+            store_timeout=0.5,
+        )

@@ -1,5 +1,6 @@
 """Fault injection and history checking: how s3q is tested against a store that fails.
 
+``schedule``  which fault each request meets: seeded profiles, partitions, scripted faults.
 ``store``     :class:`FaultyStore`, a wrapper around any store that fails the way object stores
               do (5xx before or after applying, resets, hung requests, bodies cut short,
               partitions of one writer), on a seeded schedule.
@@ -9,6 +10,17 @@
 """
 
 from .history import Call, History, Violation, check
-from .store import FaultProfile, FaultyStore
+from .schedule import HARSH, REALISTIC, FaultProfile, Schedule
+from .store import FaultyStore
 
-__all__ = ["Call", "FaultProfile", "FaultyStore", "History", "Violation", "check"]
+__all__ = [
+    "HARSH",
+    "REALISTIC",
+    "Call",
+    "FaultProfile",
+    "FaultyStore",
+    "History",
+    "Schedule",
+    "Violation",
+    "check",
+]

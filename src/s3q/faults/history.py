@@ -7,8 +7,8 @@ store error a client cannot see through). After the run, the queue's contents ar
 
 - ``lost``: an acknowledged enqueue whose message is neither in the queue nor was completed;
 - ``resurrected``: a message delivered or still queued after an acknowledged completion;
-- ``double-lease``: a message delivered while another consumer's lease on it surely ran, or
-  two deliveries answered with the same receipt;
+- ``double-lease``: a message delivered while another consumer's lease on it surely ran (by
+  the writer's clock, which may jump), or two deliveries answered with the same receipt;
 - ``dedup``: two messages made from one dedup id, or one dedup id answered with two ids;
 - ``known-failure-applied``: an enqueue answered with an error that says nothing changed,
   whose message exists all the same;
@@ -20,6 +20,7 @@ Times are ``time.monotonic()`` except ``wall`` (``time.time()``, to read message
 
 from __future__ import annotations
 
+import bisect
 import collections
 from collections.abc import Iterable
 from typing import Literal
@@ -62,12 +63,34 @@ class Violation(msgspec.Struct, frozen=True):
 
 class History(msgspec.Struct):
     """Calls, the writers' opens (token, monotonic time the open returned), the lease
-    length used, and the queue as read back after the run."""
+    length used, the writer's clock jumps (monotonic time, its offset from then on), and
+    the queue as read back after the run."""
 
     visibility_timeout: float
     calls: list[Call] = []
     opens: list[tuple[str, float]] = []
+    clock_jumps: list[tuple[float, float]] = []
     final: Final | None = None
+
+    def lease_runs_until(self, invoked: float, returned: float) -> float:
+        """The monotonic time until which a lease handed out by a call sent at ``invoked``
+        and answered at ``returned`` surely runs: ``visibility_timeout`` by the writer's
+        clock, which a jump forward shortens and a jump back lengthens."""
+        jumps = self.clock_jumps
+        if not jumps:
+            return invoked + self.visibility_timeout
+        times = [at for at, _ in jumps]
+        start = bisect.bisect_right(times, invoked)
+        # Offsets in force while the call ran; the lease began at the earliest writer time.
+        during = [jumps[start - 1][1] if start else 0.0]
+        during += [off for at, off in jumps[start:] if at <= returned]
+        ends = invoked + min(during) + self.visibility_timeout  # in the writer's time
+        offset, since = during[0], invoked
+        for at, new in jumps[start:]:
+            if ends - offset < at:
+                break  # it ran out before this jump
+            offset, since = new, at
+        return max(ends - offset, since)
 
 
 def check(history: History) -> list[Violation]:
@@ -113,7 +136,6 @@ def _lost_and_resurrected(h: History) -> list[Violation]:
 
 def _double_leases(h: History) -> list[Violation]:
     out: list[Violation] = []
-    vt = h.visibility_timeout
     ended: dict[str, float] = {}  # receipt -> when a call that may end its lease was sent
     for c in h.calls:
         if c.kind in ("complete", "fail") and c.outcome != "fail":
@@ -135,9 +157,12 @@ def _double_leases(h: History) -> list[Violation]:
     for mid, ds in deliveries.items():
         ds.sort(key=lambda d: d[0].invoked)
         for i, (first, receipt) in enumerate(ds):
-            # The first lease surely runs until first.invoked + vt, unless its holder
+            # The first lease surely runs its visibility timeout, unless its holder
             # completed or failed it before then.
-            runs_until = min(first.invoked + vt, ended.get(receipt, float("inf")))
+            runs_until = min(
+                h.lease_runs_until(first.invoked, first.returned),
+                ended.get(receipt, float("inf")),
+            )
             for later, _ in ds[i + 1 :]:
                 if later.invoked > first.returned and later.returned < runs_until:
                     out.append(

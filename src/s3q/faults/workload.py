@@ -9,13 +9,14 @@ are turned off, the queue is read back from the store, and the history is checke
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import contextlib
 import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import snapshot
 from ..api import AsyncQueue
@@ -36,7 +37,11 @@ from ..message import Message
 from ..state import DONE
 from ..store import RetryingStore, Store
 from .history import Call, Final, History, Outcome, Violation, check
-from .store import HARSH, FaultProfile, FaultyStore
+from .schedule import HARSH, FaultProfile, Schedule
+from .store import FaultyStore
+
+if TYPE_CHECKING:
+    from .proxy import FaultProxy
 
 T = TypeVar("T")
 
@@ -65,6 +70,10 @@ DOWN = frozenset(
 )
 
 
+#: What a partition may cost beyond its own length, in seconds.
+PARTITION_GRACE = 1.0
+
+
 @dataclass
 class Plan:
     """What to run: how many calls in all, by how many producers and consumers."""
@@ -79,6 +88,42 @@ class Plan:
     store_timeout: float = 0.5  # how long a hung request hangs
     lease_ttl: float = 3.0
     commit_timeout: float = 5.0
+    #: the writer's clock jumps by up to this many seconds, forward or back (0: never)
+    clock_jumps: float = 0.0
+    jump_every: float = 3.0  # mean seconds between jumps
+
+
+@dataclass
+class Target:
+    """Where a run's queue lives: the store its writer uses (faults in), the same objects
+    without faults (to read the queue back), and the schedule of the faults."""
+
+    store: Store
+    raw: Store
+    schedule: Schedule
+
+
+def in_memory(plan: Plan) -> Target:
+    """A fresh in-process memory store behind a :class:`FaultyStore` and the writer's retries."""
+    from ..store import open_store
+
+    raw = open_store(f"memory://faults-{plan.seed}-{time.monotonic_ns()}")
+    assert isinstance(raw, RetryingStore)
+    faulty = FaultyStore(raw.inner, plan.profile, plan.seed, plan.store_timeout)
+    return Target(
+        RetryingStore(faulty, patience=max(2.0, 4 * plan.store_timeout)), raw, faulty.schedule
+    )
+
+
+def through_proxy(plan: Plan, proxy: FaultProxy, url: str, options: dict[str, Any]) -> Target:
+    """The S3 queue at ``url`` (``options``: how to reach the server directly), reached by
+    the writer through ``proxy`` with ``plan.store_timeout``."""
+    from ..store import open_store
+
+    store = open_store(
+        url, {**options, "endpoint_url": proxy.endpoint, "store_timeout": plan.store_timeout}
+    )
+    return Target(store, open_store(url, options), proxy.schedule)
 
 
 @dataclass
@@ -92,6 +137,7 @@ class Report:
     stops: collections.Counter[str]
     seconds: float
     partitions: list[tuple[float, float]] = field(default_factory=list)
+    store: str = "memory"
 
     @property
     def calls(self) -> int:
@@ -102,12 +148,28 @@ class Report:
         return sum(self.injected.values())
 
     def availability(self) -> float:
-        """Share of the run, outside partitions, in which no call failed for a queue that
-        was not serving."""
-        spans = [(c.invoked, c.returned) for c in self.history.calls if c.error in DOWN]
-        down = _length(_minus(_union(spans), _union(self.partitions)))
-        total = self.seconds - _length(_union(self.partitions))
-        return 1.0 - down / total if total > 0 else 1.0
+        """Share of the run outside partitions in which no call failed for a queue that was
+        not serving. A partition's window runs from its start to a second after its end
+        (what a partition may cost); a failed call that overlaps a window is the
+        partition's, and neither it nor the window counts."""
+        windows = _union([(start, end + PARTITION_GRACE) for start, end in self.partitions])
+        spans = [
+            (c.invoked, c.returned)
+            for c in self.history.calls
+            if c.error in DOWN and not any(s < c.returned and c.invoked < e for s, e in windows)
+        ]
+        total = self.seconds - _length(windows)
+        return 1.0 - _length(_union(spans)) / total if total > 0 else 1.0
+
+    def recovery(self) -> float:
+        """The longest time from a partition's end to the next call answered ok."""
+        answered = sorted(c.returned for c in self.history.calls if c.outcome == "ok")
+        lags = [0.0]
+        for _, end in self.partitions:
+            after = bisect.bisect_right(answered, end)
+            if after < len(answered):
+                lags.append(answered[after] - end)
+        return max(lags)
 
     def unknown_outcomes(self) -> int:
         return sum(1 for c in self.history.calls if c.outcome == "unknown")
@@ -115,10 +177,11 @@ class Report:
     def summary(self) -> str:
         outcomes = collections.Counter(c.outcome for c in self.history.calls)
         return (
-            f"seed {self.plan.seed}: {self.calls} calls in {self.seconds:.1f} s "
+            f"seed {self.plan.seed} on {self.store}: {self.calls} calls in {self.seconds:.1f} s "
             f"({dict(outcomes)}), {self.faults} faults injected {dict(self.injected)}, "
             f"writer stops {dict(self.stops) or 0}, availability outside partitions "
-            f"{self.availability():.4%}, violations {len(self.violations)}"
+            f"{self.availability():.4%}, longest recovery after a partition "
+            f"{self.recovery():.2f} s, violations {len(self.violations)}"
         )
 
 
@@ -168,14 +231,30 @@ class _Budget:
         return self.left >= 0
 
 
-async def run_embedded(plan: Plan, name: str | None = None) -> Report:
-    """Run ``plan`` on a fresh in-memory queue behind a faulty store; check its history."""
-    from ..store import open_store
+class JumpingClock:
+    """Unix time, off by an offset that jumps by up to ``jumps`` seconds either way about
+    every ``every`` seconds; each jump is noted in ``history.clock_jumps``."""
 
-    raw = open_store(f"memory://faults-{name or plan.seed}-{time.monotonic_ns()}")
-    assert isinstance(raw, RetryingStore)
-    faulty = FaultyStore(raw.inner, plan.profile, plan.seed, plan.store_timeout)
-    store = RetryingStore(faulty, patience=max(2.0, 4 * plan.store_timeout))
+    def __init__(self, jumps: float, every: float, seed: int, history: History) -> None:
+        self.jumps, self.every, self.history = jumps, every, history
+        self.rng = random.Random(f"clock-{seed}")
+        self.offset = 0.0
+        self._next = time.monotonic() + self.rng.expovariate(1 / every)
+
+    def __call__(self) -> float:
+        now = time.monotonic()
+        if self.jumps and now >= self._next:
+            self.offset = self.rng.uniform(-self.jumps, self.jumps)
+            self.history.clock_jumps.append((now, self.offset))
+            self._next = now + self.rng.expovariate(1 / self.every)
+        return time.time() + self.offset
+
+
+async def run_embedded(plan: Plan, target: Target | None = None) -> Report:
+    """Run ``plan`` on a fresh queue (in memory unless ``target`` says where, with its
+    faults); read the queue back and check the history."""
+    target = target or in_memory(plan)
+    history = History(visibility_timeout=plan.visibility_timeout)
     config = QueueConfig(
         visibility_timeout=plan.visibility_timeout,
         lease_ttl=plan.lease_ttl,
@@ -186,9 +265,9 @@ async def run_embedded(plan: Plan, name: str | None = None) -> Report:
         dedup_window=86_400.0,
         completed_retention=86_400.0,
         payload_cache_bytes=1 << 20,
+        clock=JumpingClock(plan.clock_jumps, plan.jump_every, plan.seed, history),
     )
-    history = History(visibility_timeout=plan.visibility_timeout)
-    writer = _Writer(store, config, history)
+    writer = _Writer(target.store, config, history)
     budget = _Budget(plan.ops)
     started = time.monotonic()
     await writer.current()
@@ -197,9 +276,9 @@ async def run_embedded(plan: Plan, name: str | None = None) -> Report:
         *(_consume(f"c{i}", writer, history, budget, plan) for i in range(plan.consumers)),
     )
     seconds = time.monotonic() - started
-    faulty.enabled = False
+    target.schedule.enabled = False
     await writer.close()
-    loaded = await snapshot.load(raw)
+    loaded = await snapshot.load(target.raw)
     messages = loaded.state.messages.values()
     history.final = Final(
         remaining=[rec.id for rec in messages if rec.state != DONE],
@@ -210,10 +289,11 @@ async def run_embedded(plan: Plan, name: str | None = None) -> Report:
         plan,
         history,
         check(history),
-        faulty.injected,
+        target.schedule.injected,
         writer.stops,
         seconds,
-        faulty.partitions.spans,
+        target.schedule.partitions.spans,
+        target.store.url.partition(":")[0],
     )
 
 
@@ -323,23 +403,6 @@ def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
         else:
             merged.append((start, end))
     return merged
-
-
-def _minus(
-    spans: list[tuple[float, float]], holes: list[tuple[float, float]]
-) -> list[tuple[float, float]]:
-    out = []
-    for start, end in spans:
-        pieces = [(start, end)]
-        for h0, h1 in holes:
-            pieces = [
-                piece
-                for s, e in pieces
-                for piece in ((s, min(e, h0)), (max(s, h1), e))
-                if piece[1] > piece[0]
-            ]
-        out.extend(pieces)
-    return out
 
 
 def _length(spans: list[tuple[float, float]]) -> float:
