@@ -2,18 +2,22 @@
 history checked.
 
     python benchmarks/faults.py --ops 1000000 --seed 7 [--profile realistic|harsh]
-        [--store memory|s3] [--clock-jumps SECONDS]
+        [--store memory|s3|brokers] [--clock-jumps S] [--pause-every S --lease-ttl S]
 
-The queue is embedded. With ``--store memory`` (the default) it lives in the in-process memory
-store behind ``s3q.faults.FaultyStore`` and the writer's own retries; with ``--store s3`` in a
-moto S3 server this script starts, reached by the real S3 client through
-``s3q.faults.proxy.FaultProxy``, which injects the same faults on the wire.
-``--clock-jumps S`` makes the writer's clock jump by up to S seconds either way every few
-seconds. ``realistic`` is the profile seen on object stores (about 1 % 5xx,
-0.2 % answers lost after applying, 2 % truncated reads, rare hung requests, a partition of
-1.5-10 s about every 40 s); ``harsh`` is many times those rates without partitions. Prints one
-line per run: calls, outcomes, faults injected by kind, writer stops by cause, availability
-outside partitions, calls answered OutcomeUnknown, and every violation the checker found.
+With ``--store memory`` (the default) the queue is embedded, in the in-process memory store
+behind ``s3q.faults.FaultyStore`` and the writer's own retries; with ``--store s3`` embedded
+in a moto S3 server this script starts, reached by the real S3 client through
+``s3q.faults.proxy.FaultProxy``, which injects the same faults on the wire; with
+``--store brokers`` served by two brokers (``s3q serve``) over that server, each through its
+own proxy, to clients. ``--pause-every S`` SIGSTOPs the leading broker about every S seconds
+for ``--lease-ttl`` + 1.5 s. ``--clock-jumps S`` makes an embedded writer's clock jump by up
+to S seconds either way every few seconds.
+
+``realistic`` is the profile seen on object stores (about 1 % 5xx, 0.2 % answers lost after
+applying, 2 % truncated reads, rare hung requests, a partition of 1.5-10 s about every 40 s);
+``harsh`` is many times those rates without partitions. Prints one line per run: calls,
+outcomes, faults injected by kind, writer stops by cause, availability outside partitions and
+pauses, recovery after them, calls answered OutcomeUnknown, and every violation found.
 Exits 1 if there is any violation or writer stop.
 """
 
@@ -28,9 +32,10 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from s3q.faults import HARSH, REALISTIC
-from s3q.faults.workload import Plan, Report, Target, in_memory, run_embedded, through_proxy
+from s3q.faults.workload import Plan, Report, in_memory, run_embedded, through_proxy
 
 PROFILES = {"realistic": REALISTIC, "harsh": HARSH}
 
@@ -44,7 +49,9 @@ def main() -> None:
     parser.add_argument("--consumers", type=int, default=8)
     parser.add_argument("--visibility-timeout", type=float, default=5.0)
     parser.add_argument("--store-timeout", type=float, default=1.0)
-    parser.add_argument("--store", choices=["memory", "s3"], default="memory")
+    parser.add_argument("--store", choices=["memory", "s3", "brokers"], default="memory")
+    parser.add_argument("--pause-every", type=float, default=0.0)
+    parser.add_argument("--lease-ttl", type=float, default=3.0)
     parser.add_argument("--clock-jumps", type=float, default=0.0)
     args = parser.parse_args()
     logging.basicConfig(level=logging.CRITICAL)
@@ -60,8 +67,9 @@ def main() -> None:
             visibility_timeout=args.visibility_timeout,
             store_timeout=args.store_timeout,
             clock_jumps=args.clock_jumps,
+            lease_ttl=args.lease_ttl,
         )
-        report = run(plan, args.store)
+        report = run(plan, args.store, args.pause_every)
         print(report.summary())
         unknown = report.unknown_outcomes()
         print(
@@ -75,26 +83,33 @@ def main() -> None:
     sys.exit(1 if bad else 0)
 
 
-def run(plan: Plan, store: str) -> Report:
+def run(plan: Plan, store: str, pause_every: float) -> Report:
     if store == "memory":
         return asyncio.run(run_embedded(plan, in_memory(plan)))
-    with _through_proxy(plan) as target:
-        return asyncio.run(run_embedded(plan, target))
+    with _moto() as (endpoint, options):
+        if store == "brokers":
+            from s3q.faults.cluster import run_cluster
+
+            return asyncio.run(
+                run_cluster(plan, endpoint, "faults", options, pause_every=pause_every)
+            )
+        from s3q.faults.proxy import FaultProxy
+
+        with FaultProxy(endpoint, plan.profile, plan.seed, 2 * plan.store_timeout) as proxy:
+            url = f"s3://faults/{uuid.uuid4().hex[:8]}"
+            return asyncio.run(run_embedded(plan, through_proxy(plan, proxy, url, options)))
 
 
 @contextlib.contextmanager
-def _through_proxy(plan: Plan) -> Iterator[Target]:
-    from s3q.faults.proxy import FaultProxy
-
+def _moto() -> Iterator[tuple[str, dict[str, Any]]]:
+    """A moto S3 server with a bucket "faults": its endpoint and the options to reach it."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     from conftest import start_moto
 
     moto = start_moto()
     try:
         moto.client().create_bucket(Bucket="faults")
-        options = moto.store_options()
-        with FaultProxy(moto.endpoint, plan.profile, plan.seed, 2 * plan.store_timeout) as proxy:
-            yield through_proxy(plan, proxy, f"s3://faults/{uuid.uuid4().hex[:8]}", options)
+        yield moto.endpoint, moto.store_options()
     finally:
         moto.stop()
 

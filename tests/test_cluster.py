@@ -4,6 +4,7 @@ takeover when the leader is killed with SIGKILL. Brokers are real processes on 1
 from __future__ import annotations
 
 import collections
+import signal
 import subprocess
 import threading
 import time
@@ -256,6 +257,40 @@ def test_a_leader_stopped_with_sigterm_hands_its_queues_over_at_once(
             assert b.led() == ["handover"]
             got = cb.queue("handover").dequeue(2)
             assert [(m.id, m.payload) for m in got] == [(first, b"before"), (second, b"after")]
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_a_paused_leader_is_taken_over_and_its_late_commits_are_refused(
+    moto_server: MotoServer, s3_bucket: str, tmp_path: Path
+) -> None:
+    """SIGSTOP the leader: a call forwarded to it ends in OutcomeUnknown once its lease
+    lapses, the forwarding broker leads the queue from then on, and the old leader, woken by
+    SIGCONT, acknowledges nothing: it forwards to the new one. (On S3: a local directory's
+    lease is a lock the paused process still holds.)"""
+    store = f"s3://{s3_bucket}/{tmp_path.name}"
+    options = {**moto_server.store_options(), "lease_ttl": 1.5}
+    a, b = Node(store, options), Node(store, options)
+    try:
+        with connect(a.url, timeout=30) as ca, connect(b.url, timeout=30) as cb:
+            first = ca.queue("held").enqueue(b"before", dedup_id="before")
+            assert a.led() == ["held"]
+            a.proc.send_signal(signal.SIGSTOP)
+            try:
+                with pytest.raises(s3q.OutcomeUnknown, match="stopped answering"):
+                    cb.queue("held").enqueue(b"during", dedup_id="during")
+                assert b.led() == ["held"]
+                again = cb.queue("held").enqueue(b"during", dedup_id="during")  # a safe retry
+                after = cb.queue("held").enqueue(b"after", dedup_id="after")
+            finally:
+                a.proc.send_signal(signal.SIGCONT)
+            # the old leader serves the queue through the new one
+            assert ca.queue("held").enqueue(b"after", dedup_id="after") == after
+            assert ca.queue("held").stats().pending == 3
+            assert b.led() == ["held"] and a.led() == []
+            got = cb.queue("held").dequeue(10)
+            assert sorted(m.id for m in got) == sorted([first, again, after])
     finally:
         a.stop()
         b.stop()

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..errors import InvalidArgument, S3QError
+from ..errors import InvalidArgument, S3QError, WriterFenced
 from . import dashboard, openapi, sqs
 from .metrics import CONTENT_TYPE as METRICS_TYPE
 from .metrics import BrokerMetrics
@@ -197,13 +197,17 @@ def _endpoint(
         try:
             _authorize(request, secrets)
             call = Call(registry, request, name, await _arguments(endpoint, request))
-            result = await endpoint.handler(call)
+            try:
+                result = await endpoint.handler(call)
+            except WriterFenced:
+                # this broker's writer lost the queue to another broker: nothing was done,
+                # so the call goes once more, to the new leader
+                if not await registry.evict_stopped(name):
+                    raise
+                result = await endpoint.handler(call)
         except S3QError as exc:
             outcome = type(exc).__name__
-            local = registry.local(name) if name is not None else None
-            if local is not None and local.stopped is not None:  # its writer stopped
-                assert name is not None
-                await registry.evict(name, local)
+            await registry.evict_stopped(name)
             return _answer(request, status_of(exc), error_body(exc))
         except Exception as exc:
             outcome = "internal"

@@ -5,7 +5,10 @@ the broker that holds it (its ``writer_address``). A broker asked for a queue th
 leads answers through a :class:`ForwardedQueue`, which has the coroutines of
 :class:`s3q.AsyncQueue` and sends each call to the leader over the native API. When the leader
 cannot be reached, the call waits for its lease to lapse, for this broker (or another) to take
-the queue over, and then goes to the new leader, all within ``failover_timeout``.
+the queue over, and then goes to the new leader, all within ``failover_timeout``. A leader that
+takes a call and then stops answering (paused, or cut off from the store) is watched through
+its lease: once that lapses, this broker takes the queue over and the call ends in
+``OutcomeUnknown``.
 
 Only calls that certainly did nothing are sent again: those that could not connect, and those
 the leader refused with ``Unavailable``. A call whose leader died after receiving it ends with
@@ -21,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..client import AsyncClient, AsyncRemoteQueue
 from ..collector import CompactionReport
 from ..config import Setting
-from ..errors import QueueClosed, Unavailable
+from ..errors import OutcomeUnknown, QueueClosed, QueueLocked, StoreError, Unavailable
 from ..message import Message, MessageStatus, QueueStats
 from ..staging import StagedObject
 from .wire import BrokerUnreachable
@@ -89,6 +92,8 @@ class ForwardedQueue:
         queue: AsyncQueue | AsyncRemoteQueue = self._registry.local(self.name) or self._remote()
         while True:
             try:
+                if isinstance(queue, AsyncRemoteQueue):
+                    return await self._watched(method(queue))
                 return await method(queue)
             except (BrokerUnreachable, Unavailable, QueueClosed) as exc:
                 if not isinstance(queue, AsyncRemoteQueue):
@@ -111,6 +116,30 @@ class ForwardedQueue:
                 queue = self._remote()
             else:
                 queue = target  # this broker took the queue over
+
+    async def _watched(self, call: Awaitable[T]) -> T:
+        """A call sent to the leader, watched: if it stays unanswered while the leader's lease
+        lapses (a leader paused, or cut off from the store, stops renewing it), this broker
+        takes the queue over, and the call ends in OutcomeUnknown (the leader may have
+        applied it before it stopped), instead of waiting out the peer timeout."""
+        task = asyncio.ensure_future(call)
+        ttl = self._registry.lease_ttl
+        try:
+            await asyncio.wait([task], timeout=ttl / 3)
+            while not task.done():
+                try:
+                    await self._registry.take_over(self.name)
+                except (QueueLocked, StoreError):  # its lease runs, or the store is away
+                    await asyncio.wait([task], timeout=ttl / 6)
+                    continue
+                raise OutcomeUnknown(
+                    f"queue {self.name}: its leader {self.leader} stopped answering and lost "
+                    "its lease while this call was in flight; it may have applied it. This "
+                    "broker leads the queue now: retry with a dedup id"
+                )
+            return task.result()
+        finally:
+            task.cancel()
 
     async def enqueue(
         self,

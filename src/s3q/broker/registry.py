@@ -10,10 +10,13 @@ from collections.abc import Callable
 from typing import Any
 
 from ..api import AsyncQueue, open_async
+from ..config import QueueConfig
 from ..errors import QueueLocked, Unavailable
 from ..store import queue_url
 from .forward import RETRY_PAUSE, ForwardedQueue, Peers
 from .wire import check_name
+
+DEFAULT_LEASE_TTL = QueueConfig().lease_ttl
 
 log = logging.getLogger("s3q.broker")
 
@@ -117,6 +120,15 @@ class QueueRegistry:
                     ) from None
                 await asyncio.sleep(min(RETRY_PAUSE, max(0.0, deadline - loop.time())))
 
+    @property
+    def lease_ttl(self) -> float:
+        """The writer lease length of the queues this broker opens."""
+        return float(self.options.get("lease_ttl", DEFAULT_LEASE_TTL))
+
+    async def take_over(self, name: str) -> AsyncQueue:
+        """Open queue ``name`` here: QueueLocked while another writer's lease runs."""
+        return await self._open(name)
+
     def unreachable(self, address: str, error: Exception) -> None:
         """A broker did not serve a forwarded call: look for the queue's leader elsewhere (or
         wait for its lease to lapse) instead of going back to it for a while."""
@@ -145,6 +157,15 @@ class QueueRegistry:
                 self._forwarded.pop(name, None)
                 log.info("opened queue %s", url)
         return queue
+
+    async def evict_stopped(self, name: str | None) -> bool:
+        """Evict queue ``name`` if it is open here and its writer stopped; whether it was."""
+        queue = self._queues.get(name) if name is not None else None
+        if queue is None or queue.stopped is None:
+            return False
+        assert name is not None
+        await self.evict(name, queue)
+        return True
 
     async def evict(self, name: str, queue: AsyncQueue) -> None:
         """Forget a queue whose writer stopped (fenced, or a failed commit): the next request

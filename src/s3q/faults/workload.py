@@ -14,9 +14,9 @@ import collections
 import contextlib
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .. import snapshot
 from ..api import AsyncQueue
@@ -148,11 +148,11 @@ class Report:
         return sum(self.injected.values())
 
     def availability(self) -> float:
-        """Share of the run outside partitions in which no call failed for a queue that was
-        not serving. A partition's window runs from its start to a second after its end
-        (what a partition may cost); a failed call that overlaps a window is the
-        partition's, and neither it nor the window counts."""
-        windows = _union([(start, end + PARTITION_GRACE) for start, end in self.partitions])
+        """Share of the run outside :meth:`outages` in which no call failed for a queue that
+        was not serving. An outage's window runs from its start to a second after its end
+        (what a partition may cost); a failed call that overlaps a window is the outage's,
+        and neither it nor the window counts."""
+        windows = _union([(start, end + PARTITION_GRACE) for start, end in self.outages()])
         spans = [
             (c.invoked, c.returned)
             for c in self.history.calls
@@ -160,6 +160,10 @@ class Report:
         ]
         total = self.seconds - _length(windows)
         return 1.0 - _length(_union(spans)) / total if total > 0 else 1.0
+
+    def outages(self) -> list[tuple[float, float]]:
+        """The spans the run made the queue unreachable on purpose: its partitions."""
+        return self.partitions
 
     def recovery(self) -> float:
         """The longest time from a partition's end to the next call answered ok."""
@@ -185,8 +189,15 @@ class Report:
         )
 
 
+class Conn(Protocol):
+    """How callers reach the queue: ``current()`` gives the queue object to call (an
+    embedded or a remote queue) and the token of the writer behind it, when known."""
+
+    async def current(self) -> tuple[Any, str | None]: ...
+
+
 class _Writer:
-    """The queue's current writer, reopened when it stops."""
+    """The queue's current writer, embedded, reopened when it stops."""
 
     def __init__(self, store: Store, config: QueueConfig, history: History) -> None:
         self.store, self.config, self.history = store, config, history
@@ -195,11 +206,11 @@ class _Writer:
         self.stops: collections.Counter[str] = collections.Counter()
         self._opening = asyncio.Lock()
 
-    async def current(self) -> tuple[AsyncQueue, Engine]:
+    async def current(self) -> tuple[AsyncQueue, str | None]:
         async with self._opening:
             engine = self.engine
             if engine is not None and engine.failure is None and self.queue is not None:
-                return self.queue, engine
+                return self.queue, engine.token
             if engine is not None:
                 self.stops[type(engine.failure).__name__] += 1
                 with contextlib.suppress(S3QError):
@@ -214,7 +225,7 @@ class _Writer:
                 raise RuntimeError("the queue could not be reopened")
             self.history.opens.append((engine.token, time.monotonic()))
             self.engine, self.queue = engine, AsyncQueue(engine)
-            return self.queue, engine
+            return self.queue, engine.token
 
     async def close(self) -> None:
         if self.engine is not None:
@@ -222,7 +233,9 @@ class _Writer:
                 await self.engine.close()
 
 
-class _Budget:
+class Budget:
+    """How many calls are left to make, shared by every caller."""
+
     def __init__(self, total: int) -> None:
         self.left = total
 
@@ -250,41 +263,49 @@ class JumpingClock:
         return time.time() + self.offset
 
 
+def queue_options(plan: Plan) -> dict[str, Any]:
+    """The queue settings of a run: the plan's timeouts, retries without end, and every
+    dedup id and completion remembered for the whole run."""
+    return {
+        "visibility_timeout": plan.visibility_timeout,
+        "lease_ttl": plan.lease_ttl,
+        "commit_timeout": plan.commit_timeout,
+        "max_attempts": 1_000_000,
+        "retry_delay": 0.01,
+        "retry_delay_max": 0.05,
+        "dedup_window": 86_400.0,
+        "completed_retention": 86_400.0,
+        "payload_cache_bytes": 1 << 20,
+    }
+
+
+async def read_back(raw: Store) -> Final:
+    """The queue in ``raw`` as its log and checkpoints say it is."""
+    loaded = await snapshot.load(raw)
+    messages = loaded.state.messages.values()
+    return Final(
+        remaining=[rec.id for rec in messages if rec.state != DONE],
+        total_enqueued=loaded.state.total_enqueued,
+        completed=sum(1 for rec in messages if rec.state == DONE),
+    )
+
+
 async def run_embedded(plan: Plan, target: Target | None = None) -> Report:
     """Run ``plan`` on a fresh queue (in memory unless ``target`` says where, with its
     faults); read the queue back and check the history."""
     target = target or in_memory(plan)
     history = History(visibility_timeout=plan.visibility_timeout)
-    config = QueueConfig(
-        visibility_timeout=plan.visibility_timeout,
-        lease_ttl=plan.lease_ttl,
-        commit_timeout=plan.commit_timeout,
-        max_attempts=1_000_000,
-        retry_delay=0.01,
-        retry_delay_max=0.05,
-        dedup_window=86_400.0,
-        completed_retention=86_400.0,
-        payload_cache_bytes=1 << 20,
-        clock=JumpingClock(plan.clock_jumps, plan.jump_every, plan.seed, history),
-    )
+    clock = JumpingClock(plan.clock_jumps, plan.jump_every, plan.seed, history)
+    config = QueueConfig(**queue_options(plan), clock=clock)
     writer = _Writer(target.store, config, history)
-    budget = _Budget(plan.ops)
+    budget = Budget(plan.ops)
     started = time.monotonic()
     await writer.current()
-    await asyncio.gather(
-        *(_produce(f"p{i}", writer, history, budget) for i in range(plan.producers)),
-        *(_consume(f"c{i}", writer, history, budget, plan) for i in range(plan.consumers)),
-    )
+    await run_calls(plan, [writer], history, budget)
     seconds = time.monotonic() - started
     target.schedule.enabled = False
     await writer.close()
-    loaded = await snapshot.load(target.raw)
-    messages = loaded.state.messages.values()
-    history.final = Final(
-        remaining=[rec.id for rec in messages if rec.state != DONE],
-        total_enqueued=loaded.state.total_enqueued,
-        completed=sum(1 for rec in messages if rec.state == DONE),
-    )
+    history.final = await read_back(target.raw)
     return Report(
         plan,
         history,
@@ -297,16 +318,30 @@ async def run_embedded(plan: Plan, target: Target | None = None) -> Report:
     )
 
 
+async def run_calls(plan: Plan, conns: Sequence[Conn], history: History, budget: Budget) -> None:
+    """``plan.producers`` producers and ``plan.consumers`` consumers, the i-th of each
+    calling through ``conns[i % len(conns)]``, until ``budget`` is spent; every call is
+    recorded in ``history``."""
+
+    def conn(i: int) -> Conn:
+        return conns[i % len(conns)]
+
+    await asyncio.gather(
+        *(_produce(f"p{i}", conn(i), history, budget) for i in range(plan.producers)),
+        *(_consume(f"c{i}", conn(i), history, budget, plan) for i in range(plan.consumers)),
+    )
+
+
 async def _call(
     process: str,
     kind: Any,
-    writer: _Writer,
+    writer: Conn,
     history: History,
-    act: Callable[[AsyncQueue], Awaitable[T]],
+    act: Callable[[Any], Awaitable[T]],
     **known: Any,
 ) -> tuple[Call, T | None]:
     """Make one call through the current writer and record it."""
-    queue, engine = await writer.current()
+    queue, token = await writer.current()
     wall, invoked = time.time(), time.monotonic()
     result: T | None = None
     outcome: Outcome = "ok"
@@ -324,7 +359,7 @@ async def _call(
         time.monotonic(),
         outcome,
         wall=wall,
-        writer=engine.token,
+        writer=token,
         error=error,
         **known,
     )
@@ -332,7 +367,7 @@ async def _call(
     return call, result
 
 
-async def _produce(process: str, writer: _Writer, history: History, budget: _Budget) -> None:
+async def _produce(process: str, writer: Conn, history: History, budget: Budget) -> None:
     n = 0
     while budget.take():
         dedup = f"{process}-{n}"
@@ -350,7 +385,7 @@ async def _produce(process: str, writer: _Writer, history: History, budget: _Bud
 
 
 async def _consume(
-    process: str, writer: _Writer, history: History, budget: _Budget, plan: Plan
+    process: str, writer: Conn, history: History, budget: Budget, plan: Plan
 ) -> None:
     rng = random.Random(f"{plan.seed}-{process}")
     while budget.take():

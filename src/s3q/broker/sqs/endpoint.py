@@ -127,10 +127,7 @@ class Endpoint:
         except S3QError as exc:
             error = sqs_error(exc)
             outcome = error.name
-            local = self.registry.local(call.queue) if call.queue is not None else None
-            if local is not None and local.stopped is not None:  # its writer stopped
-                assert call.queue is not None
-                await self.registry.evict(call.queue, local)
+            await self.registry.evict_stopped(call.queue)
             return _error(error)
         except Exception as exc:
             outcome = "internal"

@@ -1,0 +1,216 @@
+"""Producers and consumers through brokers over one S3 store, while the store fails on the wire
+and the leading broker is paused.
+
+:func:`run_cluster` starts ``plan.brokers`` brokers (``s3q serve`` in child processes), each
+reaching the S3 server through its own :class:`~s3q.faults.proxy.FaultProxy`, so one broker
+can be partitioned while the others work. Half the callers know every broker, half only the
+last one, which forwards their calls to the leader; all call one queue. A
+nemesis pauses the broker that leads the queue (SIGSTOP) for longer than the writer lease,
+so that another broker takes the queue over, then lets it run again (SIGCONT): the old
+leader wakes up with commits in flight, which must not be acknowledged. The history is
+checked as for an embedded queue; which writer answered a call is not known to a client, so
+the fenced-writer check rests on the others (a fenced writer's acknowledgement would show
+as a lost or resurrected message, or a double lease).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from ..broker.server import spawn
+from ..client import AsyncRemoteQueue, connect_async
+from ..lease import KEY as LEASE_KEY
+from ..lease import LeaseRecord
+from ..store import Store, open_store, queue_url
+from .history import History, check
+from .proxy import FaultProxy
+from .workload import Budget, Plan, Report, queue_options, read_back, run_calls
+
+QUEUE = "work"
+
+
+@dataclass
+class Pause:
+    """One pause of a leader: when it began and ended (monotonic), and when a call was next
+    answered ok (through any broker)."""
+
+    broker: str
+    started: float
+    ended: float
+    served_again: float | None = None
+
+
+@dataclass
+class ClusterReport(Report):
+    pauses: list[Pause] = field(default_factory=list)
+
+    def outages(self) -> list[tuple[float, float]]:
+        """Partitions, and each pause until the queue served again."""
+        return self.partitions + [
+            (p.started, max(p.ended, p.served_again or self.seconds)) for p in self.pauses
+        ]
+
+    def takeover(self) -> float:
+        """The longest time from a pause's start to the next call answered ok."""
+        return max(((p.served_again or self.seconds) - p.started for p in self.pauses), default=0.0)
+
+    def summary(self) -> str:
+        return (
+            f"{super().summary()}; {len(self.pauses)} leader pauses, longest until served "
+            f"again {self.takeover():.2f} s"
+        )
+
+
+class _Remote:
+    def __init__(self, queue: AsyncRemoteQueue) -> None:
+        self.queue = queue
+
+    async def current(self) -> tuple[AsyncRemoteQueue, str | None]:
+        return self.queue, None
+
+
+async def run_cluster(
+    plan: Plan,
+    upstream: str,
+    bucket: str,
+    options: dict[str, Any],
+    brokers: int = 2,
+    pause_every: float = 0.0,
+) -> ClusterReport:
+    """Run ``plan`` through ``brokers`` brokers over a fresh queue in ``bucket`` of the S3
+    server at ``upstream`` (``options``: how to reach it directly), pausing the leader about
+    every ``pause_every`` seconds (0: never); read the queue back and check the history."""
+    root = f"s3://{bucket}/cluster-{uuid.uuid4().hex[:8]}"
+    proxies = [
+        FaultProxy(upstream, plan.profile, plan.seed * 1000 + i, 2 * plan.store_timeout)
+        for i in range(brokers)
+    ]
+    history = History(visibility_timeout=plan.visibility_timeout)
+    with contextlib.ExitStack() as stack:
+        for proxy in proxies:
+            stack.enter_context(proxy)
+        children = dict(stack.enter_context(_brokers(root, proxies, options, plan)))
+        # Half the callers know every broker (and call the leader first), half know only
+        # the last broker (whose calls it forwards to the leader).
+        urls = list(children)
+        clients = [
+            connect_async(urls, timeout=plan.commit_timeout + 5),
+            connect_async(urls[-1], timeout=plan.commit_timeout + 5),
+        ]
+        try:
+            raw = open_store(queue_url(root, QUEUE), options)
+            started = time.monotonic()
+            pauses: list[Pause] = []
+            calls = asyncio.ensure_future(
+                run_calls(
+                    plan, [_Remote(c.queue(QUEUE)) for c in clients], history, Budget(plan.ops)
+                )
+            )
+            nemesis = asyncio.ensure_future(
+                _pause_leaders(raw, children, plan, pause_every, pauses, calls)
+            )
+            await calls
+            seconds = time.monotonic() - started
+            await nemesis
+        finally:
+            await asyncio.gather(*(c.close() for c in clients))
+        for proxy in proxies:
+            proxy.schedule.enabled = False
+    # the brokers have closed their queues: read what they left
+    history.final = await read_back(raw)
+    answered = sorted(c.returned for c in history.calls if c.outcome == "ok")
+    for pause in pauses:
+        pause.served_again = next((t for t in answered if t > pause.started), None)
+    return ClusterReport(
+        plan,
+        history,
+        check(history),
+        sum((p.schedule.injected for p in proxies), collections.Counter()),
+        collections.Counter(),  # a broker reopens a stopped writer itself
+        seconds,
+        sorted(span for p in proxies for span in p.schedule.partitions.spans),
+        "s3 via brokers",
+        pauses=pauses,
+    )
+
+
+@contextlib.contextmanager
+def _brokers(
+    root: str, proxies: list[FaultProxy], options: dict[str, Any], plan: Plan
+) -> Iterator[list[tuple[str, subprocess.Popen[bytes]]]]:
+    """One broker per proxy, serving ``root``; stopped (SIGTERM, then SIGKILL) at the end."""
+    started: list[tuple[str, subprocess.Popen[bytes]]] = []
+    try:
+        for proxy in proxies:
+            broker_options = {
+                **options,
+                **queue_options(plan),
+                "endpoint_url": proxy.endpoint,
+                "store_timeout": plan.store_timeout,
+            }
+            child, url = spawn(root, None, broker_options, log_level="critical")
+            started.append((url, child))
+        yield started
+    finally:
+        for _, child in started:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signal.SIGCONT)
+            child.terminate()
+        for _, child in started:
+            try:
+                child.wait(30)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait(30)
+
+
+async def _pause_leaders(
+    raw: Store,
+    children: dict[str, subprocess.Popen[bytes]],
+    plan: Plan,
+    every: float,
+    pauses: list[Pause],
+    calls: asyncio.Future[None],
+) -> None:
+    """Until ``calls`` is done: about every ``every`` seconds, SIGSTOP the broker whose
+    address the writer lease names for ``lease_ttl + 1.5`` s, then SIGCONT it."""
+    if not every:
+        return
+    rng = random.Random(f"pause-{plan.seed}")
+    while not calls.done():
+        await asyncio.wait([calls], timeout=rng.expovariate(1 / every))
+        if calls.done():
+            return
+        leader = await _leader(raw)
+        child = children.get(leader or "")
+        if child is None:
+            continue
+        started = time.monotonic()
+        os.kill(child.pid, signal.SIGSTOP)
+        try:
+            await asyncio.wait([calls], timeout=plan.lease_ttl + 1.5)
+        finally:
+            os.kill(child.pid, signal.SIGCONT)
+        pauses.append(Pause(leader or "", started, time.monotonic()))
+
+
+async def _leader(raw: Store) -> str | None:
+    """The address of the broker holding the queue's writer lease, if any."""
+    with contextlib.suppress(Exception):
+        current = await raw.get_versioned(LEASE_KEY)
+        if current is not None:
+            return msgspec.json.decode(current[0], type=LeaseRecord).address
+    return None
