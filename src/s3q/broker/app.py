@@ -200,10 +200,12 @@ def _endpoint(
             try:
                 result = await endpoint.handler(call)
             except WriterFenced:
-                # this broker's writer lost the queue to another broker: nothing was done,
-                # so the call goes once more, to the new leader
-                if not await registry.evict_stopped(name):
+                # the queue's writer lost it to another broker: nothing was done, so the
+                # call goes once more, to the new leader (another call may have evicted the
+                # stopped queue already)
+                if name is None:
                     raise
+                await registry.evict_stopped(name)
                 result = await endpoint.handler(call)
         except S3QError as exc:
             outcome = type(exc).__name__
