@@ -77,6 +77,12 @@ def main() -> None:
             f"calls); partitions: {len(report.partitions)}; "
             f"calls/s: {report.calls / report.seconds:,.0f}"
         )
+        t0 = min((c.invoked for c in report.history.calls), default=0.0)
+        for c in report.down_calls()[:20]:
+            print(
+                f"  DOWN outside outages: {c.process} {c.kind} {c.error} for "
+                f"{c.returned - c.invoked:.2f} s, {c.invoked - t0:.2f} s into the run"
+            )
         for violation in report.violations[:20]:
             print(f"  VIOLATION {violation.check}: {violation.detail}")
         bad = bad or bool(report.violations or report.stops)

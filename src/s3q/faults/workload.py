@@ -152,14 +152,21 @@ class Report:
         was not serving. An outage's window runs from its start to a second after its end
         (what a partition may cost); a failed call that overlaps a window is the outage's,
         and neither it nor the window counts."""
-        windows = _union([(start, end + PARTITION_GRACE) for start, end in self.outages()])
-        spans = [
-            (c.invoked, c.returned)
+        spans = [(c.invoked, c.returned) for c in self.down_calls()]
+        total = self.seconds - _length(self._windows())
+        return 1.0 - _length(_union(spans)) / total if total > 0 else 1.0
+
+    def down_calls(self) -> list[Call]:
+        """Calls that failed because the queue was not serving, outside every outage window."""
+        windows = self._windows()
+        return [
+            c
             for c in self.history.calls
             if c.error in DOWN and not any(s < c.returned and c.invoked < e for s, e in windows)
         ]
-        total = self.seconds - _length(windows)
-        return 1.0 - _length(_union(spans)) / total if total > 0 else 1.0
+
+    def _windows(self) -> list[tuple[float, float]]:
+        return _union([(start, end + PARTITION_GRACE) for start, end in self.outages()])
 
     def outages(self) -> list[tuple[float, float]]:
         """The spans the run made the queue unreachable on purpose: its partitions."""
