@@ -197,14 +197,35 @@ def test_writer_fenced_names_the_writer_that_took_over() -> None:
     run(main)
 
 
-def test_a_long_replay_is_checkpointed_so_the_next_open_is_short() -> None:
+def test_a_small_queue_checkpoints_every_hundred_log_objects() -> None:
+    """A checkpoint costs little next to replaying log objects one GET each: a writer whose
+    checkpoint is small takes one every 100 objects, so a reopen replays at most that."""
+
     async def main() -> None:
         _, store = stack()
         engine = await Engine.open(store, config(checkpoint_interval=3600))
         q = s3q.AsyncQueue(engine)
+        for i in range(250):
+            await q.enqueue(b"%d" % i)
+        while engine._tasks:
+            await asyncio.wait(set(engine._tasks))
+        assert sorted(seq for seq in engine.checkpoints if seq)[-2:] == [100, 200]
+        assert engine._objects_since_checkpoint == 51  # the Open record and 250 enqueues
+        await engine.close()
+
+    run(main)
+
+
+def test_a_long_replay_is_checkpointed_so_the_next_open_is_short() -> None:
+    async def main() -> None:
+        faulty, store = stack()
+        engine = await Engine.open(store, config(checkpoint_interval=3600))
+        q = s3q.AsyncQueue(engine)
+        faulty.script("before", "put_new", "checkpoint", times=10**6)  # none lands
         for i in range(150):
             await q.enqueue(b"%d" % i)
         engine._failure = s3q.StoreError("stopped without a checkpoint")  # as if killed
+        faulty.enabled = False
         await engine._lease.release()
         again = await Engine.open(store, config())
         while again._tasks:  # the checkpoint taken after the long replay

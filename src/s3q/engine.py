@@ -78,9 +78,12 @@ DEFAULT_SETTINGS = queue_settings(QueueConfig())
 
 MAX_DEQUEUE = 10_000
 
-#: A checkpoint is due at the latest this many log objects after the last one, so that
-#: recovery replays a bounded tail whatever the rate of commits.
-CHECKPOINT_OBJECTS = 1_000
+#: A checkpoint is due once the log since the last one costs more to replay than a new one
+#: costs to write: replaying a log object (a GET, mostly latency) is worth writing this many
+#: checkpoint bytes. So recovery replays a bounded tail whatever the rate of commits: at
+#: least 100 objects apart (a small queue), at most 1,000 (however large its checkpoint).
+REPLAYED_OBJECT_BYTES = 64 * 1024
+CHECKPOINT_OBJECTS = (100, 1_000)
 
 #: Pauses between attempts of a log write that keeps failing: short enough that the writer
 #: resumes within a second of the store's return.
@@ -151,6 +154,7 @@ class Engine:
         self._ops_since_checkpoint = 0
         self._objects_since_checkpoint = 0
         self._last_checkpoint_at = 0.0  # when the newest checkpoint was written, by anyone
+        self._checkpoint_bytes = 0  # the size of the last checkpoint this writer encoded
         self._abandoned = False  # closing gave up on a write the store never confirmed
         self._collecting: asyncio.Task[collector.CompactionReport] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -254,7 +258,7 @@ class Engine:
             break
         self._filling = _Batch(self._durable + 1)
         self._objects_since_checkpoint += 1
-        if self._objects_since_checkpoint >= CHECKPOINT_OBJECTS // 10:
+        if self._objects_since_checkpoint >= CHECKPOINT_OBJECTS[0]:
             # A long tail was replayed (a writer that stopped without a checkpoint): take one
             # now, so the next open does not replay it all again.
             data = self._snapshot_if_due(self._durable, force=True)
@@ -395,20 +399,27 @@ class Engine:
 
         Taken as ``seq`` leaves for the store, when the index holds exactly the log up to it.
         Encoding costs time in the size of the index, so checkpoints come at most once per
-        ``max(checkpoint_ops, messages / 4)`` operations: amortised O(1) per operation.
+        ``max(checkpoint_ops, messages / 4)`` operations (amortised O(1) per operation), or
+        once per so many log objects that each costs at most ``REPLAYED_OBJECT_BYTES``.
         """
         now = self.clock()
         if not (force or self._checkpoint_due()):
             return None
         self._ops_since_checkpoint, self._last_checkpoint_at = 0, now
         self._objects_since_checkpoint = 0
-        return checkpoint.encode(checkpoint.Checkpoint(seq, self.token, now, self.state.snapshot()))
+        data = checkpoint.encode(checkpoint.Checkpoint(seq, self.token, now, self.state.snapshot()))
+        self._checkpoint_bytes = len(data)
+        return data
+
+    def _objects_between_checkpoints(self) -> int:
+        least, most = CHECKPOINT_OBJECTS
+        return min(most, max(least, self._checkpoint_bytes // REPLAYED_OBJECT_BYTES))
 
     def _checkpoint_due(self) -> bool:
         config, ops = self.config, self._ops_since_checkpoint + len(self._filling.ops)
         return (
             ops >= max(config.checkpoint_ops, len(self.state.messages) // 4)
-            or self._objects_since_checkpoint >= CHECKPOINT_OBJECTS
+            or self._objects_since_checkpoint >= self._objects_between_checkpoints()
             or bool(ops and self.clock() - self._last_checkpoint_at >= config.checkpoint_interval)
         )
 
