@@ -3,7 +3,9 @@
 Object stores fail like a network: a 500 or 503 SlowDown, a reset connection, a request that
 hangs past the client's timeout, a body cut short. :class:`RetryingStore` wraps any store and
 sends a request that failed that way again, with capped exponential backoff and full jitter,
-until it succeeds, fails for good, or ``patience`` seconds have passed.
+until it succeeds, fails for good, or ``patience`` seconds have passed. Until the store has
+answered once, patience is at most :data:`FIRST_PATIENCE`: a store that never answered is more
+likely misconfigured (a wrong endpoint, a port nothing listens on) than briefly away.
 
 Every request of the interface is safe to send twice: reads and deletes are idempotent, a plain
 ``put`` writes the same bytes again, and a create-if-absent or compare-and-swap write that
@@ -25,6 +27,9 @@ from .base import Store, TransientError, WrappingStore
 T = TypeVar("T")
 
 logger = logging.getLogger("s3q")
+
+#: Seconds of patience before the store has answered any request.
+FIRST_PATIENCE = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +75,22 @@ class RetryingStore(WrappingStore):
         super().__init__(inner)
         self.patience = patience
         self.backoff = backoff
+        self._answered = False  # has the store answered a request yet?
 
     def _retry(self, call: Callable[[], Awaitable[T]]) -> Awaitable[T]:
-        return retrying(call, self.patience, self.backoff, self._noted)
+        patience = self.patience if self._answered else min(self.patience, FIRST_PATIENCE)
+        return retrying(lambda: self._noting_answers(call), patience, self.backoff, self._noted)
+
+    async def _noting_answers(self, call: Callable[[], Awaitable[T]]) -> T:
+        try:
+            result = await call()
+        except TransientError:
+            raise
+        except Exception:
+            self._answered = True  # an answer, if not the one hoped for (e.g. NotFound)
+            raise
+        self._answered = True
+        return result
 
     def _noted(self, exc: TransientError) -> None:
         self.counts.retries += 1
