@@ -22,10 +22,10 @@ import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
+import local_s3
 
 import s3q
 from s3q.broker import spawn
@@ -46,11 +46,7 @@ def main() -> None:
     if args.store == "file":
         store = f"file://{tmp}/store"
     else:
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-        from conftest import start_moto
-
-        moto = start_moto()
-        moto.client().create_bucket(Bucket="failover")
+        moto = local_s3.start("failover")
         options.update(moto.store_options())
         store = "s3://failover/queues"
     brokers = [spawn(store, args.port + i, options, log_level="error") for i in range(args.brokers)]

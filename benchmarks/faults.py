@@ -31,8 +31,9 @@ import shlex
 import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
+
+import local_s3
 
 from s3q.faults import HARSH, REALISTIC
 from s3q.faults.workload import Plan, Report, in_memory, run_embedded, through_proxy
@@ -109,12 +110,8 @@ def run(plan: Plan, store: str, pause_every: float) -> Report:
 @contextlib.contextmanager
 def _moto() -> Iterator[tuple[str, dict[str, Any]]]:
     """A moto S3 server with a bucket "faults": its endpoint and the options to reach it."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from conftest import start_moto
-
-    moto = start_moto()
+    moto = local_s3.start("faults")
     try:
-        moto.client().create_bucket(Bucket="faults")
         yield moto.endpoint, moto.store_options()
     finally:
         moto.stop()

@@ -21,8 +21,9 @@ import sys
 import tempfile
 import time
 import uuid
-from pathlib import Path
 from typing import Any
+
+import local_s3
 
 import s3q
 from s3q import snapshot
@@ -50,11 +51,7 @@ def main() -> None:
     if args.store == "file":
         root = f"file://{tempfile.mkdtemp(prefix='s3q-reopen-')}"
     else:
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-        from conftest import start_moto
-
-        moto = start_moto()
-        moto.client().create_bucket(Bucket="reopen")
+        moto = local_s3.start("reopen")
         options = moto.store_options()
         root = "s3://reopen"
     try:

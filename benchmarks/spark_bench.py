@@ -80,11 +80,9 @@ def main() -> None:
     if args.store == "file":
         url = (work / "queue").as_uri()
     else:
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-        from conftest import start_moto
+        import local_s3
 
-        moto = start_moto()
-        moto.client().create_bucket(Bucket="bench")
+        moto = local_s3.start("bench")
         options = moto.store_options()
         url = "s3://bench/queue"
     spark = session()

@@ -61,13 +61,22 @@ class WriterLease(abc.ABC):
 
     async def holder_now(self) -> str | None:
         """Who the lease object names now (to tell a fenced writer who took over)."""
-        current = await self.store.get_versioned(KEY)
-        if current is None:
-            return None
-        try:
-            return msgspec.json.decode(current[0], type=LeaseRecord).holder
-        except msgspec.DecodeError:
-            return None
+        current = await read_record(self.store)
+        record = current[0] if current is not None else None
+        return record.holder if record is not None else None
+
+
+async def read_record(store: Store) -> tuple[LeaseRecord | None, str] | None:
+    """The lease record of the queue in ``store`` (None if unreadable) and its version;
+    None if there is none."""
+    current = await store.get_versioned(KEY)
+    if current is None:
+        return None
+    data, version = current
+    try:
+        return msgspec.json.decode(data, type=LeaseRecord), version
+    except msgspec.DecodeError:
+        return None, version
 
 
 def writer_lease(
@@ -147,7 +156,7 @@ class CasLease(WriterLease):
 
     async def acquire(self) -> None:
         for _ in range(5):
-            current = await self._read()
+            current = await read_record(self.store)
             version = None
             if current is not None:
                 other, version = current
@@ -182,17 +191,6 @@ class CasLease(WriterLease):
             expires_at=None,
         )
 
-    async def _read(self) -> tuple[LeaseRecord | None, str] | None:
-        """The lease record (None if unreadable) and its version; None if there is none."""
-        current = await self.store.get_versioned(KEY)
-        if current is None:
-            return None
-        data, version = current
-        try:
-            return msgspec.json.decode(data, type=LeaseRecord), version
-        except msgspec.DecodeError:
-            return None, version
-
     def _overdue(self) -> bool:
         return self.clock() >= self._expires_at - 2 * self.ttl / 3
 
@@ -216,7 +214,7 @@ class CasLease(WriterLease):
                     KEY, self._record(expires_at), self._version
                 )
             except Conflict:
-                current = await self._read()
+                current = await read_record(self.store)
                 other = current[0] if current is not None else None
                 if current is None or other is None or other.token != self.token:
                     raise self._fenced(other) from None
@@ -251,7 +249,7 @@ class CasLease(WriterLease):
             version = self._version
             for _ in range(5):
                 if version is None:
-                    current = await self._read()
+                    current = await read_record(self.store)
                     if current is None or current[0] is None or current[0].token != self.token:
                         break  # not ours (any more)
                     if current[0].expires_at == 0.0:

@@ -28,12 +28,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
-
 from ..broker.server import spawn
 from ..client import AsyncRemoteQueue, connect_async
-from ..lease import KEY as LEASE_KEY
-from ..lease import LeaseRecord
+from ..lease import read_record
 from ..store import Store, open_store, queue_url
 from .history import History, check
 from .proxy import FaultProxy
@@ -210,7 +207,7 @@ async def _pause_leaders(
 async def _leader(raw: Store) -> str | None:
     """The address of the broker holding the queue's writer lease, if any."""
     with contextlib.suppress(Exception):
-        current = await raw.get_versioned(LEASE_KEY)
-        if current is not None:
-            return msgspec.json.decode(current[0], type=LeaseRecord).address
+        current = await read_record(raw)
+        if current is not None and current[0] is not None:
+            return current[0].address
     return None
