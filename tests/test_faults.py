@@ -178,6 +178,30 @@ def test_a_partition_longer_than_commit_timeout_answers_outcome_unknown_then_app
     run(main)
 
 
+def test_close_on_a_vanished_store_ends_within_commit_timeout() -> None:
+    """The store goes away with a write in flight and a checkpoint due: close gives up on
+    each step in time (the store's own patience is ten times longer) and the caller whose
+    write was never confirmed is told OutcomeUnknown."""
+
+    async def main() -> None:
+        faulty, _ = stack()
+        store = RetryingStore(faulty, patience=20.0)
+        engine = await Engine.open(store, config(commit_timeout=1.0, lease_ttl=30.0))
+        q = s3q.AsyncQueue(engine)
+        await q.enqueue(b"before")
+        faulty.partitions.cut(120)
+        in_flight = asyncio.create_task(q.enqueue(b"during"))
+        await asyncio.sleep(0)  # its operation is in the batch being written
+        started = time.monotonic()
+        await q.close()
+        took = time.monotonic() - started
+        with pytest.raises(s3q.OutcomeUnknown):
+            await in_flight
+        assert took < 1.0 + 1.0 + 1.0, took  # commit_timeout, the lease's second, slack
+
+    run(main)
+
+
 def test_writer_fenced_names_the_writer_that_took_over() -> None:
     async def main() -> None:
         _, store = stack()

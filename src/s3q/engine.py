@@ -195,37 +195,45 @@ class Engine:
         return engine
 
     async def close(self) -> None:
-        """Finish the commits under way, then give up the lease."""
+        """Finish the commits under way, then give up the lease: within ``commit_timeout``
+        and one more second for the lease, however the store behaves (a lease not given back
+        lapses by itself)."""
         if self._closed:
             return
         self._closed = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.commit_timeout
+
+        def left() -> float:
+            return max(0.0, deadline - loop.time())
+
         while self._failure is None and (pending := self._latest_batch()) is not None:
             with contextlib.suppress(S3QError):
-                await self._durable_after(pending)
+                await self._durable_after(pending, timeout=left())
             if not pending.done.done():  # the store has not confirmed it: give up on it
                 self._abandon()
         self._abandoned = True  # a write still being tried stops at its next failure
-        if self._committer is not None:
-            await asyncio.wait([self._committer])
-        for task in [*self._tasks, self._collecting]:
-            if task is not None and not task.done():
-                with contextlib.suppress(Exception):
-                    await task
+        # What is still running gets what is left of the time, then is cut short: a log
+        # write already given up on, checkpoint writes and collection (whole objects each).
+        await _settle([self._committer, *self._tasks, self._collecting], left())
         if self._failure is None and self._ops_since_checkpoint:
             try:  # a clean shutdown leaves a checkpoint behind: the next open is fast
-                await self._checkpoint_now()
-            except S3QError as exc:
-                logger.warning("no checkpoint at close of %s: %s", self.store.url, exc)
+                async with asyncio.timeout(left()):
+                    await self._checkpoint_now()
+            except (S3QError, TimeoutError) as exc:
+                logger.warning("no checkpoint at close of %s: %r", self.store.url, exc)
         self._stopping.set()
-        if self._renewer is not None:
-            await self._renewer
-        if self._failure is None:
-            try:
+        await _settle([self._renewer], left())
+        try:
+            async with asyncio.timeout(max(left(), 1.0)):
                 await self._lease.release()
-            except S3QError as exc:
-                logger.warning("could not release the writer lease of %s: %s", self.store.url, exc)
-        else:
-            await _quietly(self._lease.release())
+        except (S3QError, TimeoutError) as exc:
+            if self._failure is None:
+                logger.warning(
+                    "could not release the writer lease of %s (it lapses by itself): %r",
+                    self.store.url,
+                    exc,
+                )
         self._cache.clear()
         self.state = QueueState()  # a closed queue object holds no memory worth mentioning
         await self.store.close()
@@ -338,12 +346,14 @@ class Engine:
             return self._filling
         return self._unflushed.get(self._filling.seq - 1)
 
-    async def _durable_after(self, batch: _Batch | None) -> None:
-        """Wait until ``batch`` is durable; OutcomeUnknown after ``commit_timeout``."""
+    async def _durable_after(self, batch: _Batch | None, timeout: float | None = None) -> None:
+        """Wait until ``batch`` is durable; OutcomeUnknown after ``timeout`` (by default
+        ``commit_timeout``)."""
         if batch is None:
             return
         if not batch.done.done():
-            await asyncio.wait([batch.done], timeout=self.config.commit_timeout)
+            wait = self.config.commit_timeout if timeout is None else timeout
+            await asyncio.wait([batch.done], timeout=wait)
         if not batch.done.done():
             raise OutcomeUnknown(
                 f"the store has not confirmed the write of {self.store.url} that carries "
@@ -1069,6 +1079,21 @@ class Engine:
             attributes=dict(rec.attributes or {}),
             last_error=rec.last_error,
         )
+
+
+async def _settle(tasks: Iterable[asyncio.Task[Any] | None], timeout: float) -> None:
+    """Let ``tasks`` finish within ``timeout``, cancel the rest, and retrieve every outcome
+    (their failures are reported where they happen)."""
+    running = [task for task in tasks if task is not None]
+    if not running:
+        return
+    _, unfinished = await asyncio.wait(running, timeout=timeout)
+    for task in unfinished:
+        task.cancel()
+    await asyncio.wait(running)
+    for task in running:
+        if not task.cancelled():
+            task.exception()
 
 
 async def _quietly(awaitable: Awaitable[object]) -> None:
