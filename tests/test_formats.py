@@ -13,6 +13,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 import s3q
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -44,3 +46,32 @@ def test_a_queue_written_by_build_1813867_opens_with_every_message_intact(
         # the dedup ids are still remembered: enqueuing one again makes nothing new
         assert q.enqueue(b"again", dedup_id="d0") == manifest["ids"]["m0"]
         assert q.stats().total_enqueued == 41
+
+
+def test_this_build_writes_format_1_whose_trailer_is_unchanged(tmp_path: Path) -> None:
+    with s3q.open(f"file://{tmp_path}/q") as q:
+        q.enqueue(b"x")
+    for path in (tmp_path / "q" / "log").iterdir():
+        assert path.read_bytes().endswith(b"S3Q1")
+
+
+@pytest.mark.parametrize("kind", ["log", "checkpoint"])
+def test_an_object_in_a_newer_format_is_refused_and_nothing_changes(
+    tmp_path: Path, kind: str
+) -> None:
+    url = f"file://{tmp_path}/q"
+    with s3q.open(url) as q:  # closing leaves a checkpoint behind
+        q.enqueue(b"x")
+    if kind == "log":  # as if no checkpoint were taken yet: the open reads every log object
+        shutil.rmtree(tmp_path / "q" / "checkpoint")
+    newest = max((tmp_path / "q" / kind).iterdir())
+    data = newest.read_bytes()
+    newest.write_bytes(data[:-1] + b"9")  # the format byte: the checksum covers the header only
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
+    with pytest.raises(s3q.UnsupportedFormat, match=r"format '9'.*upgrade s3q"):
+        s3q.open(url)
+    after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
+    assert after == before
+    newest.write_bytes(data)  # and the queue opens again: the failed open kept no lock
+    with s3q.open(url) as q:
+        assert q.stats().pending == 1

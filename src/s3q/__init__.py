@@ -18,6 +18,7 @@ from .errors import (
     StoreError,
     TransientError,
     Unavailable,
+    UnsupportedFormat,
     WriterFenced,
 )
 from .message import Message, MessageStatus, QueueStats
@@ -46,6 +47,7 @@ __all__ = [
     "StoreError",
     "TransientError",
     "Unavailable",
+    "UnsupportedFormat",
     "WriterFenced",
     "open",
     "open_async",

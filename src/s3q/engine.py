@@ -43,6 +43,7 @@ from .errors import (
     ReceiptExpired,
     S3QError,
     StoreError,
+    UnsupportedFormat,
     WriterFenced,
 )
 from .lease import WriterLease, describe_holder, writer_lease
@@ -526,8 +527,8 @@ class Engine:
             # Ours if an earlier attempt applied; a rival writer's otherwise.
             try:
                 header = log.decode(await self.store.get(log.key(seq)), log.key(seq))
-            except (log.Corrupt, msgspec.DecodeError):
-                header = None  # not even a log object: certainly not ours
+            except (log.Corrupt, UnsupportedFormat, msgspec.DecodeError):
+                header = None  # not a log object this build wrote: certainly not ours
             if header is None or header.writer != self.token:
                 raise await self._fenced_by(seq, header) from None
 

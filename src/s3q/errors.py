@@ -69,6 +69,11 @@ class TransientError(StoreError):
     truncated body) that outlasted the retries. A read that raised it changed nothing."""
 
 
+class UnsupportedFormat(StoreError):
+    """An object of the queue is in a format this version of s3q cannot read (written by a
+    newer s3q). Nothing was read or changed: upgrade s3q to open the queue."""
+
+
 class OutcomeUnknown(StoreError):
     """The store did not confirm the write that carries this call within ``commit_timeout``:
     it may yet apply, or may never. Retry with the same ``dedup_id`` (an enqueue) or the same

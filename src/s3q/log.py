@@ -2,8 +2,10 @@
 
 Layout of one object, payloads first so an enqueue's ``offset`` is its absolute position::
 
-    payloads | header (msgpack) | crc32(header) u32 | len(header) u32 | b"S3Q1"
+    payloads | header (msgpack) | crc32(header) u32 | len(header) u32 | b"S3Q" | version
 
+The last byte is the format version as an ASCII digit (``b"S3Q1"``: format 1). A reader decodes
+every version it knows and refuses a newer one with :class:`UnsupportedFormat`, never guessing.
 Objects are named ``log/<seq>`` with ``seq`` zero-padded to 20 digits, so keys sort by sequence.
 Checkpoints use the same sealed framing with no payloads.
 """
@@ -15,11 +17,13 @@ import zlib
 
 import msgspec
 
-from .errors import StoreError
+from .errors import StoreError, UnsupportedFormat
 from .ops import AnyOp
 
-MAGIC = b"S3Q1"
-_TRAILER = struct.Struct("<II4s")
+MAGIC = b"S3Q"
+FORMAT = 1  # the version this build writes
+READABLE = frozenset({1})  # the versions it reads
+_TRAILER = struct.Struct("<II3sB")
 PREFIX = "log/"
 
 
@@ -50,25 +54,35 @@ def seq_of(key: str, prefix: str = PREFIX) -> int | None:
     return int(name) if len(name) == 20 and name.isdigit() else None
 
 
+def _trailer(head: bytes | bytearray) -> bytes:
+    return _TRAILER.pack(zlib.crc32(head), len(head), MAGIC, ord("0") + FORMAT)
+
+
 def seal(head: bytes, payloads: list[bytes] | tuple[()] = ()) -> bytes:
     """Payloads, then ``head``, then the trailer that lets a reader find and check ``head``."""
-    return b"".join((*payloads, head, _TRAILER.pack(zlib.crc32(head), len(head), MAGIC)))
+    return b"".join((*payloads, head, _trailer(head)))
 
 
 def seal_in_place(head: bytearray) -> bytearray:
     """``seal`` with no payloads, appending the trailer to ``head`` instead of copying it."""
-    head.extend(_TRAILER.pack(zlib.crc32(head), len(head), MAGIC))
+    head.extend(_trailer(head))
     return head
 
 
 def unseal(data: bytes, where: str) -> memoryview:
-    """The checked ``head`` of a sealed object."""
+    """The checked ``head`` of a sealed object in a format this build reads."""
     if len(data) < _TRAILER.size:
         raise Corrupt(f"corrupt object {where}: only {len(data)} bytes")
-    crc, size, magic = _TRAILER.unpack_from(data, len(data) - _TRAILER.size)
+    crc, size, magic, version = _TRAILER.unpack_from(data, len(data) - _TRAILER.size)
     start = len(data) - _TRAILER.size - size
     if magic != MAGIC or start < 0:
         raise Corrupt(f"corrupt object {where}: bad trailer")
+    if version - ord("0") not in READABLE:
+        raise UnsupportedFormat(
+            f"object {where} is in format {chr(version)!r}, which this version of s3q cannot "
+            f"read (it reads format {', '.join(map(str, sorted(READABLE)))}): it was written "
+            "by a newer s3q; upgrade s3q to open this queue"
+        )
     head = memoryview(data)[start : start + size]
     if zlib.crc32(head) != crc:
         raise Corrupt(f"corrupt object {where}: checksum mismatch")

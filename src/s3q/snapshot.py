@@ -20,7 +20,7 @@ from typing import NamedTuple, TypeVar
 import msgspec
 
 from . import checkpoint, log
-from .errors import StoreError
+from .errors import StoreError, UnsupportedFormat
 from .message import Message
 from .state import QueueState, Rec, blob_key
 from .store import NotFound, Store
@@ -149,6 +149,8 @@ async def _load_checkpoint(store: Store) -> Loaded:
     for seq in sorted((s for s in map(checkpoint.seq_of, keys) if s is not None), reverse=True):
         try:
             ck = checkpoint.decode(await store.get(checkpoint.key(seq)), checkpoint.key(seq))
+        except UnsupportedFormat:
+            raise  # a newer s3q wrote it: an older checkpoint may miss what it collected
         except (StoreError, msgspec.DecodeError, NotFound) as exc:
             logger.warning("skipping unreadable checkpoint %s of %s: %s", seq, store.url, exc)
             continue

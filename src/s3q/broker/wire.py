@@ -26,6 +26,7 @@ from ..errors import (
     StoreError,
     TransientError,
     Unavailable,
+    UnsupportedFormat,
     WriterFenced,
 )
 
@@ -81,6 +82,7 @@ ERRORS: dict[str, type[S3QError]] = {
         QueueFull,
         OutcomeUnknown,
         TransientError,
+        UnsupportedFormat,
         StoreError,
         WriterFenced,
         QueueClosed,
