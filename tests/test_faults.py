@@ -234,7 +234,7 @@ def test_a_small_queue_checkpoints_every_hundred_log_objects() -> None:
         while engine._tasks:
             await asyncio.wait(set(engine._tasks))
         assert sorted(seq for seq in engine.checkpoints if seq)[-2:] == [100, 200]
-        assert engine._objects_since_checkpoint == 51  # the Open record and 250 enqueues
+        assert engine.checkpointer.objects_since == 51  # the Open record and 250 enqueues
         await engine.close()
 
     run(main)
@@ -248,7 +248,7 @@ def test_a_long_replay_is_checkpointed_so_the_next_open_is_short() -> None:
         faulty.script("before", "put_new", "checkpoint", times=10**6)  # none lands
         for i in range(150):
             await q.enqueue(b"%d" % i)
-        engine._failure = s3q.StoreError("stopped without a checkpoint")  # as if killed
+        engine.commit.failure = s3q.StoreError("stopped without a checkpoint")  # as if killed
         faulty.enabled = False
         await engine._lease.release()
         again = await Engine.open(store, config())
@@ -257,7 +257,7 @@ def test_a_long_replay_is_checkpointed_so_the_next_open_is_short() -> None:
         assert max(again.checkpoints) >= 150
         await again.close()
         third = await Engine.open(store, config())
-        assert third._objects_since_checkpoint <= 3
+        assert third.checkpointer.objects_since <= 3
         assert (await s3q.AsyncQueue(third).stats()).pending == 150
         await third.close()
 

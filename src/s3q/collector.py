@@ -14,19 +14,39 @@ operation) so those objects can go too. Collection runs beside the writer, never
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from . import checkpoint, staging
+from .config import QueueConfig
 from .errors import S3QError
-from .state import DONE, Rec
-
-if TYPE_CHECKING:
-    from .engine import Engine
+from .state import DONE, QueueState, Rec
+from .store import Store
 
 DELETE_CONCURRENCY = 16
 RELOCATE_BUDGET = 16 * 1024 * 1024  # bytes of payload copied forward per pass
 STRAGGLER_SHARE = 0.25  # an object whose live payloads are below this share of it is compacted
+
+
+class Writer(Protocol):
+    """What collection needs of the queue's writer."""
+
+    store: Store
+    config: QueueConfig
+    clock: Callable[[], float]
+    state: QueueState
+    staged_claims: set[str]  # staged objects being committed: never orphans
+
+    @property
+    def checkpoints(self) -> dict[int, float]:
+        """The checkpoints known: sequence number -> when written."""
+
+    async def read_payloads(self, seq: int, spans: list[tuple[str, int, int]]) -> dict[str, bytes]:
+        """Payloads by id, given ``(id, offset, size)`` in log object ``seq``."""
+
+    def relocate(self, moves: list[tuple[str, bytes]]) -> None:
+        """Copy payloads forward into the log: ``(id, payload)``."""
 
 
 @dataclass
@@ -43,29 +63,29 @@ class CompactionReport:
     errors: list[str] = field(default_factory=list)
 
 
-async def collect(engine: Engine) -> CompactionReport:
+async def collect(writer: Writer) -> CompactionReport:
     """One pass: relocate stragglers, then delete garbage and old checkpoints."""
     report = CompactionReport()
-    await _relocate_stragglers(engine, report)
-    store, now = engine.store, engine.clock()
+    await _relocate_stragglers(writer, report)
+    store, now = writer.store, writer.clock()
     keys = await store.keys(checkpoint.PREFIX)
     seqs = sorted(s for s in map(checkpoint.seq_of, keys) if s is not None)
-    known = engine.checkpoints
+    known = writer.checkpoints
     stable = max(
-        (s for s in seqs if s in known and known[s] <= now - engine.config.gc_grace), default=0
+        (s for s in seqs if s in known and known[s] <= now - writer.config.gc_grace), default=0
     )
     report.stable_checkpoint = stable
     if stable:
-        await _delete_garbage(engine, report, seqs, stable)
-    await _delete_orphans(engine, report)
+        await _delete_garbage(writer, report, seqs, stable)
+    await _delete_orphans(writer, report)
     return report
 
 
 async def _delete_garbage(
-    engine: Engine, report: CompactionReport, seqs: list[int], stable: int
+    writer: Writer, report: CompactionReport, seqs: list[int], stable: int
 ) -> None:
     """Delete garbage stamped at or before the stable checkpoint, and older checkpoints."""
-    store, state, known = engine.store, engine.state, engine.checkpoints
+    store, state, known = writer.store, writer.state, writer.checkpoints
     doomed = [key for stamp, key in state.garbage if stamp <= stable]
     old_checkpoints = [checkpoint.key(s) for s in seqs if s < stable]
     limit = asyncio.Semaphore(DELETE_CONCURRENCY)
@@ -92,10 +112,10 @@ async def _delete_garbage(
             known.pop(s, None)
 
 
-async def _relocate_stragglers(engine: Engine, report: CompactionReport) -> None:
+async def _relocate_stragglers(writer: Writer, report: CompactionReport) -> None:
     """Copy live payloads out of old objects that are mostly dead, within a byte budget."""
-    state = engine.state
-    newest = max(engine.checkpoints, default=0)
+    state = writer.state
+    newest = max(writer.checkpoints, default=0)
     chosen: list[int] = []
     budget = RELOCATE_BUDGET
     for seg in sorted(state.refs):
@@ -113,7 +133,7 @@ async def _relocate_stragglers(engine: Engine, report: CompactionReport) -> None
             recs[rec.seg].append(rec)
     # Where each payload lies now, taken before any await: the world moves on while we read.
     spans = {seg: [(r.id, r.offset, r.size) for r in rs] for seg, rs in recs.items()}
-    reads = await asyncio.gather(*(engine.read_payloads(seg, spans[seg]) for seg in recs))
+    reads = await asyncio.gather(*(writer.read_payloads(seg, spans[seg]) for seg in recs))
     payloads = {mid: data for part in reads for mid, data in part.items()}
     still = [  # only messages still live where they were; all into one log object
         (rec.id, payloads[rec.id])
@@ -122,16 +142,16 @@ async def _relocate_stragglers(engine: Engine, report: CompactionReport) -> None
         if state.messages.get(rec.id) is rec and rec.seg == seg and rec.state != DONE
     ]
     if still:
-        engine.relocate(still)
+        writer.relocate(still)
         report.relocated_messages += len(still)
         report.relocated_bytes += sum(len(p) for _, p in still)
 
 
-async def _delete_orphans(engine: Engine, report: CompactionReport) -> None:
+async def _delete_orphans(writer: Writer, report: CompactionReport) -> None:
     """Delete staged objects no commit refers to, once older than the orphan age: what bulk
     loads killed before their commit left behind (``s3q.staging``)."""
-    store, state, now = engine.store, engine.state, engine.clock()
-    cutoff = now - max(engine.config.gc_grace, staging.ORPHAN_AGE)
+    store, state, now = writer.store, writer.state, writer.clock()
+    cutoff = now - max(writer.config.gc_grace, staging.ORPHAN_AGE)
     keys = await store.keys(staging.PREFIX)
     if not keys:
         return
@@ -141,7 +161,7 @@ async def _delete_orphans(engine: Engine, report: CompactionReport) -> None:
     async def delete(key: str) -> bool:
         async with limit:
             # Decided at the last moment: a commit may have claimed it meanwhile.
-            if key in engine.staged_claims or key in state.staged_refs:
+            if key in writer.staged_claims or key in state.staged_refs:
                 return False
             await store.delete(key)
             return True

@@ -1,19 +1,8 @@
-"""The writer of one queue: group commit, fencing, recovery.
+"""The writer of one queue: its life cycle (open, recovery, close) and its operations.
 
-Every state change is an operation. The writer checks it, folds it into the in-memory index at
-once (so concurrent callers see each other's effects), and adds it to the batch being filled.
-One batch at a time is written as the next log object with create-if-absent; callers are answered
-when the object holding their operation is durable. Operations that arrive while a write is in
-flight ride the next one: under load, one PUT carries thousands of operations.
-
-A writer that finds its next sequence number already taken has been fenced by a newer writer:
-it fails that batch and every later call with :class:`WriterFenced`. Its index is then ahead of
-the log, which is why it never writes again; reopening rebuilds the truth from the log.
-
-Nothing else stops a writer. A log write that fails (a 5xx, a reset, a hung request) is sent
-again with the same bytes until it lands or the writer is fenced; a first attempt that applied
-is recognised by the writer token inside the object. Callers wait for their batch up to
-``commit_timeout`` and are then told :class:`OutcomeUnknown`: the write is still being tried.
+Each operation is checked against the index, folded into it and added to the log by group
+commit (``commit``); the caller is answered once it is durable. Checkpoints are scheduled by
+``checkpointer`` and garbage is collected by ``collector``, beside the writer.
 """
 
 from __future__ import annotations
@@ -29,27 +18,24 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
-import msgspec
-
-from . import checkpoint, collector, log, snapshot, validate
+from . import collector, log, snapshot, validate
 from .cache import PayloadCache
+from .checkpointer import Checkpointer
+from .commit import Batch, GroupCommit
 from .config import PERSISTED, QueueConfig, Setting, queue_settings
 from .errors import (
     InvalidArgument,
     MessageNotFound,
-    OutcomeUnknown,
     QueueClosed,
     QueueFull,
     ReceiptExpired,
     S3QError,
     StoreError,
-    UnsupportedFormat,
     WriterFenced,
 )
 from .lease import WriterLease, describe_holder, writer_lease
 from .message import Message, MessageStatus, QueueStats
 from .ops import (
-    AnyOp,
     Bury,
     CommitToken,
     Complete,
@@ -70,8 +56,7 @@ from .ops import (
 from .snapshot import Located
 from .staging import StagedObject
 from .state import DONE, QueueState, Rec, blob_key
-from .store import AlreadyExists, NotFound, Store, TransientError
-from .store.retry import Backoff
+from .store import AlreadyExists, NotFound, Store
 
 logger = logging.getLogger("s3q")
 
@@ -79,49 +64,7 @@ DEFAULT_SETTINGS = queue_settings(QueueConfig())
 
 MAX_DEQUEUE = 10_000
 
-#: A checkpoint is due once the log since the last one costs more to replay than a new one
-#: costs to write: replaying a log object (a GET, mostly latency) is worth writing this many
-#: checkpoint bytes. So recovery replays a bounded tail whatever the rate of commits: at
-#: least 100 objects apart (a small queue), at most 1,000 (however large its checkpoint).
-REPLAYED_OBJECT_BYTES = 64 * 1024
-CHECKPOINT_OBJECTS = (100, 1_000)
-
-#: Pauses between attempts of a log write that keeps failing: short enough that the writer
-#: resumes within a second of the store's return.
-COMMIT_BACKOFF = Backoff(first=0.02, cap=0.5)
-
-
 Span = tuple[str, int, int]  # a payload: message id, offset, size
-
-
-class _Batch:
-    """Operations bound for one log object."""
-
-    __slots__ = ("done", "held", "ops", "payloads", "seq", "size")
-
-    def __init__(self, seq: int) -> None:
-        self.seq = seq
-        self.ops: list[AnyOp] = []
-        self.payloads: list[bytes] = []
-        self.held: dict[str, bytes] = {}  # payloads by message id, until durable
-        self.size = 0
-        self.done = _Durable(loop=asyncio.get_running_loop())
-        self.done.add_done_callback(_retrieve)
-
-
-class _Durable(asyncio.Future[None]):
-    """Resolved when a batch is durable; awaited by every caller whose operation rides it.
-
-    A cancelled caller must not cancel the batch for the others, so ``cancel`` is refused:
-    the caller's task is cancelled once the batch has settled. (Cheaper than a shield each.)
-    """
-
-    def cancel(self, msg: object = None) -> bool:
-        return False
-
-
-def _retrieve(future: asyncio.Future[None]) -> None:
-    future.exception()  # mark a failure as seen: every waiter gets it re-raised
 
 
 class Engine:
@@ -134,29 +77,28 @@ class Engine:
         self.state = QueueState()
         self.token = secrets.token_hex(8)
         self.holder = describe_holder(config.writer_address)
-        self.commits = 0
-        self.ops_committed = 0
-        #: called with (seconds, operations) after each durable commit
-        self.commit_listeners: list[Callable[[float, int], None]] = []
         self._lease: WriterLease = writer_lease(
             store, self.holder, self.token, config.lease_ttl, self.clock, config.writer_address
         )
+        self.commit = GroupCommit(
+            store,
+            self._lease,
+            self.token,
+            self.clock,
+            lambda op, seq: self.state.apply(op, seq),
+            config.commit_timeout,
+            on_seal=self._sealing,
+            on_durable=self._sealed_durable,
+            on_stop=self._notify,
+        )
+        self.checkpointer = Checkpointer(
+            store, self.token, self.clock, config.checkpoint_ops, config.checkpoint_interval
+        )
         self._cache = PayloadCache(config.payload_cache_bytes)
-        self._durable = 0  # sequence number of the last durable log object
-        self._filling = _Batch(1)  # placed after the log's end by _recover
-        self._unflushed: dict[int, _Batch] = {}
-        self._committer: asyncio.Task[None] | None = None
         self._renewer: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
-        self._failure: S3QError | None = None
         self._closed = False
         self._changed: asyncio.Future[None] | None = None
-        self.checkpoints: dict[int, float] = {}  # checkpoint seq -> when written, as known
-        self._ops_since_checkpoint = 0
-        self._objects_since_checkpoint = 0
-        self._last_checkpoint_at = 0.0  # when the newest checkpoint was written, by anyone
-        self._checkpoint_bytes = 0  # the size of the last checkpoint this writer encoded
-        self._abandoned = False  # closing gave up on a write the store never confirmed
         self._collecting: asyncio.Task[collector.CompactionReport] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._id_nonce = secrets.token_hex(4)
@@ -169,7 +111,22 @@ class Engine:
     @property
     def failure(self) -> S3QError | None:
         """Why this writer stopped, if it did (then every call raises it)."""
-        return self._failure
+        return self.commit.failure
+
+    @property
+    def checkpoints(self) -> dict[int, float]:
+        """The checkpoints this writer knows of: sequence number -> when written."""
+        return self.checkpointer.known
+
+    @property
+    def commit_listeners(self) -> list[Callable[[float, int], None]]:
+        """Called with (seconds, operations) after each durable commit."""
+        return self.commit.listeners
+
+    @property
+    def commits(self) -> int:
+        """Log objects this writer has made durable."""
+        return self.commit.commits
 
     @classmethod
     async def open(
@@ -208,16 +165,16 @@ class Engine:
         def left() -> float:
             return max(0.0, deadline - loop.time())
 
-        while self._failure is None and (pending := self._latest_batch()) is not None:
+        while self.commit.failure is None and (pending := self.commit.latest()) is not None:
             with contextlib.suppress(S3QError):
-                await self._durable_after(pending, timeout=left())
+                await self.commit.durable_after(pending, timeout=left())
             if not pending.done.done():  # the store has not confirmed it: give up on it
-                self._abandon()
-        self._abandoned = True  # a write still being tried stops at its next failure
+                self.commit.abandon()
+        self.commit.abandoned = True  # a write still being tried stops at its next failure
         # What is still running gets what is left of the time, then is cut short: a log
         # write already given up on, checkpoint writes and collection (whole objects each).
-        await _settle([self._committer, *self._tasks, self._collecting], left())
-        if self._failure is None and self._ops_since_checkpoint:
+        await _settle([self.commit.task, *self._tasks, self._collecting], left())
+        if self.commit.failure is None and self.checkpointer.ops_since:
             try:  # a clean shutdown leaves a checkpoint behind: the next open is fast
                 async with asyncio.timeout(left()):
                     await self._checkpoint_now()
@@ -229,7 +186,7 @@ class Engine:
             async with asyncio.timeout(max(left(), 1.0)):
                 await self._lease.release()
         except (S3QError, TimeoutError) as exc:
-            if self._failure is None:
+            if self.commit.failure is None:
                 logger.warning(
                     "could not release the writer lease of %s (it lapses by itself): %r",
                     self.store.url,
@@ -241,18 +198,12 @@ class Engine:
 
     async def _recover(self) -> None:
         loaded = await snapshot.load(self.store)
-        self.state, self._durable = loaded.state, loaded.seq
-        self.checkpoints.update(loaded.checkpoints)
-        # The checkpoint clock runs from the newest checkpoint, whoever wrote it (else from
-        # the log's start): a new leader does not restart it.
-        self._last_checkpoint_at = max(
-            loaded.checkpoints.values(),
-            default=self.clock() if loaded.first_at is None else loaded.first_at,
-        )
-        self._objects_since_checkpoint = loaded.replayed
+        self.state = loaded.state
+        self.checkpointer.recovered(loaded.checkpoints, loaded.first_at, loaded.replayed)
+        durable = loaded.seq
         # Fence: the first record of this writer, at the first free sequence number.
         while True:
-            seq = self._durable + 1
+            seq = durable + 1
             now = self.clock()
             fence = Open(self.holder, now)
             try:
@@ -261,18 +212,18 @@ class Engine:
                 )
             except AlreadyExists:  # an older writer is still committing: take its work in
                 self._replay(seq, await self.store.get(log.key(seq)))
+                durable = seq
                 continue
             self.state.apply(fence, seq)
-            self._durable = seq
+            durable = seq
             break
-        self._filling = _Batch(self._durable + 1)
-        self._objects_since_checkpoint += 1
-        if self._objects_since_checkpoint >= CHECKPOINT_OBJECTS[0]:
+        self.commit.resume(durable)
+        self.checkpointer.objects_since += 1
+        if self.checkpointer.long_replay():
             # A long tail was replayed (a writer that stopped without a checkpoint): take one
             # now, so the next open does not replay it all again.
-            data = self._snapshot_if_due(self._durable, force=True)
-            assert data is not None
-            self._background(self._write_checkpoint(self._durable, data))
+            data = self.checkpointer.take(durable, self.state)
+            self._background(self._write_checkpoint(durable, data))
 
     async def _settle(self, given: dict[str, Setting]) -> None:
         saved = self.state.settings
@@ -283,12 +234,11 @@ class Engine:
         in_force = {**DEFAULT_SETTINGS, **saved}
         changed = {k: v for k, v in given.items() if in_force[k] != v}
         if changed:
-            await self._durable_after(self._add(Configure(changed)))
+            await self.commit.durable_after(self.commit.add(Configure(changed)))
 
     def _replay(self, seq: int, data: bytes) -> None:
         snapshot.replay(self.state, seq, data)
-        self._durable = seq
-        self._objects_since_checkpoint += 1
+        self.checkpointer.objects_since += 1
 
     async def _renew_loop(self, every: float) -> None:
         """Renew every ``every`` seconds until closing. Stopped between renewals, never in
@@ -300,166 +250,57 @@ class Engine:
             try:
                 await self._lease.renew()
             except WriterFenced as exc:
-                self._fail_writer(exc, in_flight=False)
+                self.commit.fail(exc, in_flight=False)
                 return
             except S3QError as exc:
                 logger.warning("writer lease renewal for %s failed: %s", self.store.url, exc)
 
-    # -- group commit ------------------------------------------------------------------------
+    # -- adding to the log ---------------------------------------------------------------------
 
     def _check(self) -> None:
-        if self._failure is not None:
-            raise self._failure
+        if self.commit.failure is not None:
+            raise self.commit.failure
         if self._closed:
             raise QueueClosed(f"queue {self.store.url} is closed")
 
-    def _add(self, op: AnyOp) -> _Batch:
-        """Fold ``op`` into the index and the batch being filled; the batch it rides."""
-        batch = self._filling
-        self.state.apply(op, batch.seq)
-        batch.ops.append(op)
-        if self._committer is None:
-            self._committer = asyncio.create_task(self._commit_loop())
-        return batch
-
-    def _add_carrying(self, op: AnyOp, payloads: Iterable[tuple[str, bytes]]) -> _Batch:
-        """Like ``_add``, for an op whose payloads ride the same log object, in this order."""
-        batch = self._add(op)
-        for mid, payload in payloads:
-            batch.payloads.append(payload)
-            batch.held[mid] = payload
-            batch.size += len(payload)
-        return batch
-
     def relocate(self, moves: list[tuple[str, bytes]]) -> None:
         """Copy live payloads forward into the batch being filled (for garbage collection)."""
-        if self._closed or self._failure is not None:
+        if self._closed or self.commit.failure is not None:
             return
-        offset, placed = self._filling.size, []
+        offset, placed = self.commit.filling.size, []
         for mid, payload in moves:
             placed.append((mid, offset))
             offset += len(payload)
-        self._add_carrying(Relocate(placed), moves)
-
-    def _latest_batch(self) -> _Batch | None:
-        """The last batch with operations in it, if any is not durable yet."""
-        if self._filling.ops:
-            return self._filling
-        return self._unflushed.get(self._filling.seq - 1)
-
-    async def _durable_after(self, batch: _Batch | None, timeout: float | None = None) -> None:
-        """Wait until ``batch`` is durable; OutcomeUnknown after ``timeout`` (by default
-        ``commit_timeout``)."""
-        if batch is None:
-            return
-        if not batch.done.done():
-            wait = self.config.commit_timeout if timeout is None else timeout
-            await asyncio.wait([batch.done], timeout=wait)
-        if not batch.done.done():
-            raise OutcomeUnknown(
-                f"the store has not confirmed the write of {self.store.url} that carries "
-                f"this call within {self.config.commit_timeout:g} s; the writer goes on "
-                "trying it, so it may yet apply: retry with the same dedup_id or receipt"
-            )
-        await batch.done
-
-    async def _commit_loop(self) -> None:
-        try:
-            while self._filling.ops and self._failure is None:
-                if self._checkpoint_due():
-                    self._prune()  # rides the batch the checkpoint is taken at
-                batch = self._filling
-                self._unflushed[batch.seq] = batch
-                self._filling = _Batch(batch.seq + 1)
-                self._ops_since_checkpoint += len(batch.ops)
-                self._objects_since_checkpoint += 1
-                snapshot = self._snapshot_if_due(batch.seq)
-                started = time.perf_counter()
-                try:
-                    await self._write_until_known(batch)
-                except S3QError as exc:
-                    self._fail_writer(exc)
-                    return
-                except Exception as exc:
-                    # A bug or an unexpected failure: never leave callers hanging.
-                    self._fail_writer(StoreError(f"commit to {self.store.url} failed: {exc!r}"))
-                    raise
-                self._unflushed.pop(batch.seq, None)
-                self._durable = batch.seq
-                self.commits += 1
-                self.ops_committed += len(batch.ops)
-                self._tell_listeners(time.perf_counter() - started, len(batch.ops))
-                if not batch.done.done():
-                    batch.done.set_result(None)
-                if snapshot is not None and self._failure is None:
-                    self._background(self._write_checkpoint(batch.seq, snapshot))
-        finally:
-            self._committer = None
-
-    def _tell_listeners(self, seconds: float, ops: int) -> None:
-        for listener in self.commit_listeners:
-            try:
-                listener(seconds, ops)
-            except Exception:  # a metrics hook must never stop the writer
-                logger.exception("commit listener %r failed", listener)
+        self.commit.add_carrying(Relocate(placed), moves)
 
     # -- checkpoints and garbage collection -------------------------------------------------------
 
-    def _snapshot_if_due(self, seq: int, force: bool = False) -> bytearray | None:
-        """The encoded checkpoint of the index as of log object ``seq``, if one is due.
+    def _sealing(self, batch: Batch) -> bytearray | None:
+        """``batch`` leaves for the store: prune if a checkpoint is due (the Prune rides the
+        batch the checkpoint is taken at), and take that checkpoint."""
+        if self.checkpointer.due(len(batch.ops), len(self.state.messages)):
+            self._prune()
+        return self.checkpointer.sealed(batch.seq, len(batch.ops), self.state)
 
-        Taken as ``seq`` leaves for the store, when the index holds exactly the log up to it.
-        Encoding costs time in the size of the index, so checkpoints come at most once per
-        ``max(checkpoint_ops, messages / 4)`` operations (amortised O(1) per operation), or
-        once per so many log objects that each costs at most ``REPLAYED_OBJECT_BYTES``.
-        """
-        now = self.clock()
-        if not (force or self._checkpoint_due()):
-            return None
-        self._ops_since_checkpoint, self._last_checkpoint_at = 0, now
-        self._objects_since_checkpoint = 0
-        data = checkpoint.encode(checkpoint.Checkpoint(seq, self.token, now, self.state.snapshot()))
-        self._checkpoint_bytes = len(data)
-        return data
+    def _sealed_durable(self, batch: Batch, checkpoint: bytearray | None) -> None:
+        if checkpoint is not None:
+            self._background(self._write_checkpoint(batch.seq, checkpoint))
 
-    def _objects_between_checkpoints(self) -> int:
-        least, most = CHECKPOINT_OBJECTS
-        return min(most, max(least, self._checkpoint_bytes // REPLAYED_OBJECT_BYTES))
-
-    def _checkpoint_due(self) -> bool:
-        config, ops = self.config, self._ops_since_checkpoint + len(self._filling.ops)
-        return (
-            ops >= max(config.checkpoint_ops, len(self.state.messages) // 4)
-            or self._objects_since_checkpoint >= self._objects_between_checkpoints()
-            or bool(ops and self.clock() - self._last_checkpoint_at >= config.checkpoint_interval)
-        )
-
-    def _prune(self) -> tuple[int, _Batch | None]:
+    def _prune(self) -> tuple[int, Batch | None]:
         """Forget what retention and the dedup window let go of, through the log."""
         config, now = self.config, self.clock()
         if not self.state.prunable(now, config.completed_retention, config.dedup_window):
             return 0, None
-        batch = self._add(Prune(now, config.completed_retention, config.dedup_window))
+        batch = self.commit.add(Prune(now, config.completed_retention, config.dedup_window))
         return self.state.pruned, batch
 
     async def _checkpoint_now(self, replace: bool = False) -> None:
-        """Checkpoint the durable log; the caller made sure nothing is in flight. ``replace``
-        rewrites a checkpoint already at this sequence number (same index, shorter garbage
-        list: what a collection just deleted)."""
-        seq = self._durable
-        data = self._snapshot_if_due(seq, force=True)
-        assert data is not None
-        if replace:
-            await self.store.put(checkpoint.key(seq), data)
-        else:
-            with contextlib.suppress(AlreadyExists):
-                await self.store.put_new(checkpoint.key(seq), data)
-        self.checkpoints.setdefault(seq, self.clock())
+        """Checkpoint the durable log; the caller made sure nothing is in flight."""
+        seq = self.commit.durable
+        await self.checkpointer.write(seq, self.checkpointer.take(seq, self.state), replace)
 
     async def _write_checkpoint(self, seq: int, data: bytearray) -> None:
-        with contextlib.suppress(AlreadyExists):
-            await self.store.put_new(checkpoint.key(seq), data)
-        self.checkpoints[seq] = self.clock()
+        await self.checkpointer.write(seq, data)
         await self._collect_soon()
 
     async def _collect_soon(self) -> None:
@@ -485,93 +326,18 @@ class Engine:
         """Checkpoint now, then collect garbage: for a tidy-minded caller or a long idle spell."""
         self._check()
         self._prune()
-        while (pending := self._latest_batch()) is not None:
-            await self._durable_after(pending)
+        while (pending := self.commit.latest()) is not None:
+            await self.commit.durable_after(pending)
         await self._checkpoint_now()
         while self._tasks:
             await asyncio.wait(set(self._tasks))
         if self._collecting is not None:
             await asyncio.wait([self._collecting])
         report = await self._collect()
-        if report.deleted_objects and self._latest_batch() is None:
+        if report.deleted_objects and self.commit.latest() is None:
             await self._checkpoint_now(replace=True)  # drop what was deleted from its list
         report.objects, report.bytes = await self.store.usage()
         return report
-
-    async def _write_until_known(self, batch: _Batch) -> None:
-        """Write ``batch`` as the next log object, the same bytes again after each failure,
-        until it is in the log or a rival's object is (WriterFenced)."""
-        header = log.Header(batch.seq, self.token, self.clock(), batch.ops)
-        data = log.encode(header, batch.payloads)
-        for attempt in itertools.count():
-            try:
-                await self._lease.ensure()
-                await self._write(batch.seq, data)
-                return
-            except TransientError as exc:
-                if self._abandoned:
-                    raise
-                logger.warning(
-                    "log write %s of %s failed (attempt %d), trying again: %s",
-                    batch.seq,
-                    self.store.url,
-                    attempt + 1,
-                    exc,
-                )
-                await asyncio.sleep(COMMIT_BACKOFF.delay(attempt))
-
-    async def _write(self, seq: int, data: bytes) -> None:
-        try:
-            await self.store.put_new(log.key(seq), data)
-        except AlreadyExists:
-            # Ours if an earlier attempt applied; a rival writer's otherwise.
-            try:
-                header = log.decode(await self.store.get(log.key(seq)), log.key(seq))
-            except (log.Corrupt, UnsupportedFormat, msgspec.DecodeError):
-                header = None  # not a log object this build wrote: certainly not ours
-            if header is None or header.writer != self.token:
-                raise await self._fenced_by(seq, header) from None
-
-    async def _fenced_by(self, seq: int, header: log.Header | None) -> WriterFenced:
-        """The error of a writer that found log object ``seq`` written by another."""
-        holder = None
-        if header is not None and header.ops and isinstance(header.ops[0], Open):
-            holder = header.ops[0].holder
-        else:
-            with contextlib.suppress(S3QError):
-                holder = await self._lease.holder_now()
-        who = holder or "another writer"
-        return WriterFenced(
-            f"queue {self.store.url} was taken over by {who} (log object {seq} is theirs); "
-            "this queue object can no longer change it: reopen it",
-            holder=holder,
-        )
-
-    def _abandon(self) -> None:
-        """Stop trying the write in flight (at close, once ``commit_timeout`` has passed): its
-        callers and every later one are told the outcome is unknown."""
-        self._abandoned = True
-        self._fail_writer(
-            OutcomeUnknown(
-                f"queue {self.store.url} closed while the store had not confirmed its last "
-                "write; it may or may not have applied"
-            )
-        )
-
-    def _fail_writer(self, exc: S3QError, in_flight: bool = True) -> None:
-        """Stop for good. Batches not yet written fail; the one being written fails too when
-        its write is what failed (``in_flight``), else its fate is its write's: a write that
-        lands is in the log, and a newer writer replays it, so its callers are answered."""
-        if self._failure is None:
-            self._failure = exc
-            logger.error("writer of %s stopped: %s", self.store.url, exc)
-        doomed = [self._filling, *(self._unflushed.values() if in_flight else ())]
-        for batch in doomed:
-            if not batch.done.done():
-                batch.done.set_exception(self._failure)
-        if in_flight:
-            self._unflushed.clear()
-        self._notify()
 
     # -- waking consumers ----------------------------------------------------------------------
 
@@ -607,7 +373,7 @@ class Engine:
                 raise
         state, config, now = self.state, self.config, self.clock()
         ids: list[str] = []
-        batch: _Batch | None = None
+        batch: Batch | None = None
         id_prefix = self._id_prefix()
         ids_counter, cache_put, window = self._ids, self._cache.put, config.dedup_window
         for index, it in enumerate(items):
@@ -620,7 +386,7 @@ class Engine:
                     continue
             payload = it.payload
             mid = blobs.get(index) or f"{id_prefix}{next(ids_counter) & 0xFFFFFFFFFFFF:012x}"
-            batch = self._filling
+            batch = self.commit.filling
             op = Enqueue(
                 mid,
                 it.priority,
@@ -632,14 +398,14 @@ class Engine:
                 it.group,
                 it.attributes,
             )
-            batch = self._add_carrying(op, () if index in blobs else ((mid, payload),))
+            batch = self.commit.add_carrying(op, () if index in blobs else ((mid, payload),))
             cache_put(mid, payload)
             ids.append(mid)
         if batch is not None:
             self._notify()
         else:  # all duplicates: answer once the originals are durable
-            batch = self._latest_batch()
-        await self._durable_after(batch)
+            batch = self.commit.latest()
+        await self.commit.durable_after(batch)
         return ids
 
     def _admit(self, items: list[validate.Item]) -> None:
@@ -680,7 +446,7 @@ class Engine:
         ``token`` was committed before: a replay, which enqueues nothing."""
         self._check()
         if token is not None and token in self.state.tokens:
-            await self._durable_after(self._latest_batch())
+            await self.commit.durable_after(self.commit.latest())
             return None
         for obj in objects:
             validate.staged(obj, self.config.max_message_size)
@@ -757,11 +523,11 @@ class Engine:
             )
         batch = None
         for key, messages in plans:  # no await in between: all ride one log object
-            batch = self._add(EnqueueStaged(key, messages))
+            batch = self.commit.add(EnqueueStaged(key, messages))
         if token is not None:
-            batch = self._add(CommitToken(token))
+            batch = self.commit.add(CommitToken(token))
         self._notify()
-        await self._durable_after(batch)
+        await self.commit.durable_after(batch)
         return ids
 
     async def lease(self, max_messages: int, visibility_timeout: float | None) -> list[Located]:
@@ -774,11 +540,11 @@ class Engine:
         now = self.clock()
         chosen, buried = self._select(now, max_messages)
         if not chosen:
-            await self._durable_after(buried)
+            await self.commit.durable_after(buried)
             return []
         leases = self._leases(chosen, now + timeout)
         where = [snapshot.location(rec) for rec in chosen]  # durable once the lease is
-        await self._durable_after(self._add(Lease(leases)))
+        await self.commit.durable_after(self.commit.add(Lease(leases)))
         return [
             Located(self._message(rec, b""), place)
             for rec, place, (_, receipt, _) in zip(chosen, where, leases, strict=True)
@@ -793,7 +559,7 @@ class Engine:
             rec = self.state.messages.get(mid)
             if rec is not None and rec.state != DONE:
                 found[mid] = Located(self._message(rec, b""), snapshot.location(rec))
-        await self._durable_after(self._latest_batch())  # a relocation may be on its way
+        await self.commit.durable_after(self.commit.latest())  # a relocation may be on its way
         return found
 
     async def dequeue(
@@ -810,9 +576,9 @@ class Engine:
             chosen, buried = self._select(now, max_messages)
             if chosen:
                 leases = self._leases(chosen, now + timeout)
-                batch = self._add(Lease(leases))
+                batch = self.commit.add(Lease(leases))
                 payloads, _ = await asyncio.gather(
-                    self._payloads(chosen), self._durable_after(batch)
+                    self._payloads(chosen), self.commit.durable_after(batch)
                 )
                 return [
                     self._message(rec, payload)
@@ -821,7 +587,7 @@ class Engine:
                 ]
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                await self._durable_after(buried)
+                await self.commit.durable_after(buried)
                 return []
             upcoming = self.state.next_change()
             if upcoming is not None:
@@ -842,28 +608,28 @@ class Engine:
         """
         return rec.receipt == receipt and rec.lease_until > self.clock()
 
-    def _select(self, now: float, limit: int) -> tuple[list[Rec], _Batch | None]:
+    def _select(self, now: float, limit: int) -> tuple[list[Rec], Batch | None]:
         """Deliverable messages, after burying those whose last lease ran out of attempts."""
         chosen, bury = self.state.select(now, limit, self.config.max_attempts)
         batch = None
         if bury:
             error = f"lease expired after {self.config.max_attempts} attempt(s)"
-            batch = self._add(Bury([rec.id for rec in bury], error, now))
+            batch = self.commit.add(Bury([rec.id for rec in bury], error, now))
         return chosen, batch
 
     async def _sweep(self) -> None:
         """Bury expired leases with no attempts left, so reads report them as dead."""
         _, batch = self._select(self.clock(), 0)
-        await self._durable_after(batch)
+        await self.commit.durable_after(batch)
 
     async def complete(self, receipts: list[str]) -> None:
         self._check()
         recs = self._holders(receipts)
-        batch = self._add(Complete(list(dict.fromkeys(rec.id for rec in recs)), self.clock()))
+        batch = self.commit.add(Complete(list(dict.fromkeys(rec.id for rec in recs)), self.clock()))
         for rec in recs:
             self._cache.pop(rec.id)
         self._notify()  # a group's next message may be deliverable now
-        await self._durable_after(batch)
+        await self.commit.durable_after(batch)
 
     async def fail(self, receipt: str, error: str | None) -> float | None:
         self._check()
@@ -872,17 +638,17 @@ class Engine:
         retry_at = None
         if rec.attempts < self.config.max_attempts:
             retry_at = now + self._backoff(rec.attempts)
-        batch = self._add(Fail(rec.id, error, retry_at, now))
+        batch = self.commit.add(Fail(rec.id, error, retry_at, now))
         self._notify()
-        await self._durable_after(batch)
+        await self.commit.durable_after(batch)
         return retry_at
 
     async def release(self, receipts: list[str]) -> None:
         self._check()
         recs = self._holders(receipts)
-        batch = self._add(Release(list(dict.fromkeys(rec.id for rec in recs))))
+        batch = self.commit.add(Release(list(dict.fromkeys(rec.id for rec in recs))))
         self._notify()
-        await self._durable_after(batch)
+        await self.commit.durable_after(batch)
 
     async def extend(self, receipt: str, seconds: float) -> None:
         self._check()
@@ -890,10 +656,10 @@ class Engine:
         now = self.clock()
         if rec.lease_until <= now:
             raise ReceiptExpired(f"the lease of message {rec.id} has already expired")
-        batch = self._add(Extend(rec.id, now + seconds))
+        batch = self.commit.add(Extend(rec.id, now + seconds))
         if seconds == 0:
             self._notify()
-        await self._durable_after(batch)
+        await self.commit.durable_after(batch)
 
     def _holders(self, receipts: Iterable[str]) -> list[Rec]:
         recs = []
@@ -939,7 +705,7 @@ class Engine:
             dead=counts[MessageStatus.DEAD],
             total_enqueued=self.state.total_enqueued,
             commits=self.commits,
-            mean_ops_per_commit=self.ops_committed / self.commits if self.commits else 0.0,
+            mean_ops_per_commit=self.commit.ops_committed / self.commits if self.commits else 0.0,
             store_requests=store.requests,
             store_puts=store.puts,
             store_gets=store.gets,
@@ -975,23 +741,23 @@ class Engine:
                     )
         if not chosen:
             return 0
-        batch = self._add(Redrive(chosen, self.clock()))
+        batch = self.commit.add(Redrive(chosen, self.clock()))
         self._notify()
-        await self._durable_after(batch)
+        await self.commit.durable_after(batch)
         return len(chosen)
 
     async def cleanup(self) -> int:
         self._check()
         pruned, batch = self._prune()
-        await self._durable_after(batch)
+        await self.commit.durable_after(batch)
         return pruned
 
     async def purge(self) -> int:
         self._check()
         count = self.state.live + len(self.state.dead)
-        batch = self._add(Purge(self.clock()))
+        batch = self.commit.add(Purge(self.clock()))
         self._cache.clear()
-        await self._durable_after(batch)
+        await self.commit.durable_after(batch)
         return count
 
     async def discard(self, ids: list[str]) -> int:
@@ -1005,7 +771,7 @@ class Engine:
             return 0
         for mid in chosen:
             self._cache.pop(mid)
-        await self._durable_after(self._add(Discard(chosen, self.clock())))
+        await self.commit.durable_after(self.commit.add(Discard(chosen, self.clock())))
         return len(chosen)
 
     async def configure(self, settings: dict[str, Setting]) -> dict[str, Setting]:
@@ -1017,7 +783,7 @@ class Engine:
         self.config = config
         if changed:
             self._notify()  # a long poll re-reads the settings it depends on
-            await self._durable_after(self._add(Configure(changed)))
+            await self.commit.durable_after(self.commit.add(Configure(changed)))
         return queue_settings(self.config)
 
     # -- payloads --------------------------------------------------------------------------------
@@ -1030,7 +796,7 @@ class Engine:
         for rec in recs:
             payload = self._cache.get(rec.id) if keep else self._cache.pop(rec.id)
             if payload is None:
-                payload = self._unflushed_payload(rec)
+                payload = self.commit.held(rec.seg, rec.id)
             if payload is None and rec.stage is not None:
                 staged.setdefault(rec.stage, []).append((rec.id, rec.offset, rec.size))
             elif payload is None:
@@ -1050,11 +816,6 @@ class Engine:
             for part in parts:
                 found.update(part)
         return [found[rec.id] for rec in recs]
-
-    def _unflushed_payload(self, rec: Rec) -> bytes | None:
-        seq = rec.seg
-        batch = self._unflushed.get(seq) or (self._filling if self._filling.seq == seq else None)
-        return None if batch is None else batch.held.get(rec.id)
 
     async def read_payloads(self, seq: int, spans: list[Span]) -> dict[str, bytes]:
         """Payloads by id, given ``(id, offset, size)`` in log object ``seq``, in one ranged

@@ -1,0 +1,95 @@
+"""When the writer checkpoints, and writing the checkpoints (their encoding is ``checkpoint``).
+
+A checkpoint is taken as a log object leaves for the store, when the index holds exactly the
+log up to it, and is written once that object is durable. One is due when any of these holds:
+
+* so many operations since the last one: ``max(checkpoint_ops, messages / 4)``, so encoding,
+  which costs time in the size of the index, is amortised O(1) per operation;
+* so many log objects since the last one that replaying them would cost more than writing a
+  checkpoint: replaying an object (a GET, mostly latency) is worth ``REPLAYED_OBJECT_BYTES``
+  of checkpoint, so recovery replays a bounded tail whatever the rate of commits;
+* ``checkpoint_interval`` seconds since the newest checkpoint, whoever wrote it (a new leader
+  does not restart that clock).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+from . import checkpoint
+from .state import QueueState
+from .store import AlreadyExists, Store
+
+REPLAYED_OBJECT_BYTES = 64 * 1024
+#: log objects between checkpoints: at least (a small queue), at most (however large its index)
+CHECKPOINT_OBJECTS = (100, 1_000)
+
+
+class Checkpointer:
+    """The checkpoint schedule of one writer, and the checkpoints it knows of."""
+
+    def __init__(
+        self,
+        store: Store,
+        token: str,
+        clock: Callable[[], float],
+        every_ops: int,
+        every_seconds: float,
+    ) -> None:
+        self.store, self.token, self.clock = store, token, clock
+        self.every_ops, self.every_seconds = every_ops, every_seconds
+        self.known: dict[int, float] = {}  # checkpoint seq -> when written, as far as known
+        self.ops_since = 0
+        self.objects_since = 0  # log objects a reopen would replay
+        self.last_at = 0.0  # when the newest checkpoint was written, by anyone
+        self.last_bytes = 0  # the size of the last checkpoint this writer encoded
+
+    def recovered(self, known: dict[int, float], log_started: float | None, replayed: int) -> None:
+        """What recovery found: the checkpoints, when the log began, how much was replayed."""
+        self.known.update(known)
+        self.last_at = max(
+            known.values(), default=self.clock() if log_started is None else log_started
+        )
+        self.objects_since = replayed
+
+    def long_replay(self) -> bool:
+        """Whether the tail replayed since the last checkpoint is worth a checkpoint now."""
+        return self.objects_since >= CHECKPOINT_OBJECTS[0]
+
+    def due(self, pending_ops: int, messages: int) -> bool:
+        """Whether a checkpoint is due, with ``pending_ops`` more operations not yet sealed
+        into a log object and ``messages`` records in the index."""
+        ops = self.ops_since + pending_ops
+        least, most = CHECKPOINT_OBJECTS
+        objects = min(most, max(least, self.last_bytes // REPLAYED_OBJECT_BYTES))
+        return (
+            ops >= max(self.every_ops, messages // 4)
+            or self.objects_since >= objects
+            or bool(ops and self.clock() - self.last_at >= self.every_seconds)
+        )
+
+    def sealed(self, seq: int, ops: int, state: QueueState) -> bytearray | None:
+        """Log object ``seq`` with ``ops`` operations leaves for the store: the encoded
+        checkpoint of ``state`` as of it, if one is due."""
+        self.ops_since += ops
+        self.objects_since += 1
+        return self.take(seq, state) if self.due(0, len(state.messages)) else None
+
+    def take(self, seq: int, state: QueueState) -> bytearray:
+        """The encoded checkpoint of ``state``, which holds exactly the log up to ``seq``."""
+        now = self.clock()
+        self.ops_since, self.objects_since, self.last_at = 0, 0, now
+        data = checkpoint.encode(checkpoint.Checkpoint(seq, self.token, now, state.snapshot()))
+        self.last_bytes = len(data)
+        return data
+
+    async def write(self, seq: int, data: bytearray, replace: bool = False) -> None:
+        """Write checkpoint ``seq``; ``replace`` rewrites one already there (the same index,
+        a shorter garbage list: what a collection just deleted)."""
+        if replace:
+            await self.store.put(checkpoint.key(seq), data)
+        else:
+            with contextlib.suppress(AlreadyExists):
+                await self.store.put_new(checkpoint.key(seq), data)
+        self.known.setdefault(seq, self.clock())

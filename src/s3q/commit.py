@@ -1,0 +1,277 @@
+"""Group commit: a queue's operations gathered into batches, each written as the next log object.
+
+Every operation is folded into the index at once (by ``apply``) and added to the batch being
+filled. One batch at a time is written as the next log object with create-if-absent; callers
+are answered when the object holding their operation is durable. Operations that arrive while
+a write is in flight ride the next one: under load, one PUT carries thousands of operations.
+
+A writer that finds its next sequence number already taken has been fenced by a newer writer:
+it fails that batch and every later call with :class:`WriterFenced`. Its index is then ahead of
+the log, which is why it never writes again; reopening rebuilds the truth from the log.
+
+Nothing else stops a writer. A log write that fails (a 5xx, a reset, a hung request) is sent
+again with the same bytes until it lands or the writer is fenced; a first attempt that applied
+is recognised by the writer token inside the object. Callers wait for their batch up to
+``commit_timeout`` and are then told :class:`OutcomeUnknown`: the write is still being tried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import msgspec
+
+from . import log
+from .errors import OutcomeUnknown, S3QError, StoreError, UnsupportedFormat, WriterFenced
+from .lease import WriterLease
+from .ops import AnyOp, Open
+from .store import AlreadyExists, Store, TransientError
+from .store.retry import Backoff
+
+logger = logging.getLogger("s3q")
+
+#: Pauses between attempts of a log write that keeps failing: short enough that the writer
+#: resumes within a second of the store's return.
+COMMIT_BACKOFF = Backoff(first=0.02, cap=0.5)
+
+
+class Batch:
+    """Operations bound for one log object, and the payloads it carries."""
+
+    __slots__ = ("done", "held", "ops", "payloads", "seq", "size")
+
+    def __init__(self, seq: int) -> None:
+        self.seq = seq
+        self.ops: list[AnyOp] = []
+        self.payloads: list[bytes] = []
+        self.held: dict[str, bytes] = {}  # payloads by message id, until durable
+        self.size = 0
+        self.done = _Durable(loop=asyncio.get_running_loop())
+        self.done.add_done_callback(_retrieve)
+
+
+class _Durable(asyncio.Future[None]):
+    """Resolved when a batch is durable; awaited by every caller whose operation rides it.
+
+    A cancelled caller must not cancel the batch for the others, so ``cancel`` is refused:
+    the caller's task is cancelled once the batch has settled. (Cheaper than a shield each.)
+    """
+
+    def cancel(self, msg: object = None) -> bool:
+        return False
+
+
+def _retrieve(future: asyncio.Future[None]) -> None:
+    future.exception()  # mark a failure as seen: every waiter gets it re-raised
+
+
+#: Called as a batch is sealed (it may still add operations to it); what it returns is
+#: handed to ``OnDurable`` with the batch once the batch is in the log.
+OnSeal = Callable[[Batch], Any]
+OnDurable = Callable[[Batch, Any], None]
+
+
+class GroupCommit:
+    """The tail of one queue's log as its writer sees it: the batch being filled, the batches
+    being written, the last durable sequence number, and why the writer stopped, if it did."""
+
+    def __init__(
+        self,
+        store: Store,
+        lease: WriterLease,
+        token: str,
+        clock: Callable[[], float],
+        apply: Callable[[AnyOp, int], None],
+        commit_timeout: float,
+        *,
+        on_seal: OnSeal,
+        on_durable: OnDurable,
+        on_stop: Callable[[], None],
+    ) -> None:
+        self.store, self.lease, self.token, self.clock = store, lease, token, clock
+        self.commit_timeout = commit_timeout
+        self._apply, self._on_seal, self._on_durable = apply, on_seal, on_durable
+        self._on_stop = on_stop
+        self.durable = 0  # sequence number of the last durable log object
+        self.filling = Batch(1)  # placed after the log's end by ``resume``
+        self.unflushed: dict[int, Batch] = {}
+        self.failure: S3QError | None = None
+        self.abandoned = False  # closing gave up on a write the store never confirmed
+        self.task: asyncio.Task[None] | None = None
+        self.commits = 0
+        self.ops_committed = 0
+        #: called with (seconds, operations) after each durable commit
+        self.listeners: list[Callable[[float, int], None]] = []
+
+    def resume(self, durable: int) -> None:
+        """Continue the log after log object ``durable`` (recovery found it the last)."""
+        self.durable = durable
+        self.filling = Batch(durable + 1)
+
+    # -- adding operations -----------------------------------------------------------------
+
+    def add(self, op: AnyOp) -> Batch:
+        """Fold ``op`` into the index and the batch being filled; the batch it rides."""
+        batch = self.filling
+        self._apply(op, batch.seq)
+        batch.ops.append(op)
+        if self.task is None:
+            self.task = asyncio.create_task(self._loop())
+        return batch
+
+    def add_carrying(self, op: AnyOp, payloads: Iterable[tuple[str, bytes]]) -> Batch:
+        """Like ``add``, for an op whose payloads ride the same log object, in this order."""
+        batch = self.add(op)
+        for mid, payload in payloads:
+            batch.payloads.append(payload)
+            batch.held[mid] = payload
+            batch.size += len(payload)
+        return batch
+
+    def latest(self) -> Batch | None:
+        """The last batch with operations in it, if any is not durable yet."""
+        if self.filling.ops:
+            return self.filling
+        return self.unflushed.get(self.filling.seq - 1)
+
+    def held(self, seq: int, mid: str) -> bytes | None:
+        """The payload of ``mid`` if it rides log object ``seq``, not yet durable."""
+        batch = self.unflushed.get(seq) or (self.filling if self.filling.seq == seq else None)
+        return None if batch is None else batch.held.get(mid)
+
+    async def durable_after(self, batch: Batch | None, timeout: float | None = None) -> None:
+        """Wait until ``batch`` is durable; OutcomeUnknown after ``timeout`` (by default
+        ``commit_timeout``)."""
+        if batch is None:
+            return
+        if not batch.done.done():
+            wait = self.commit_timeout if timeout is None else timeout
+            await asyncio.wait([batch.done], timeout=wait)
+        if not batch.done.done():
+            raise OutcomeUnknown(
+                f"the store has not confirmed the write of {self.store.url} that carries "
+                f"this call within {self.commit_timeout:g} s; the writer goes on "
+                "trying it, so it may yet apply: retry with the same dedup_id or receipt"
+            )
+        await batch.done
+
+    # -- writing ---------------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        try:
+            while self.filling.ops and self.failure is None:
+                batch = self.filling
+                sealed = self._on_seal(batch)
+                self.unflushed[batch.seq] = batch
+                self.filling = Batch(batch.seq + 1)
+                started = time.perf_counter()
+                try:
+                    await self._write_until_known(batch)
+                except S3QError as exc:
+                    self.fail(exc)
+                    return
+                except Exception as exc:
+                    # A bug or an unexpected failure: never leave callers hanging.
+                    self.fail(StoreError(f"commit to {self.store.url} failed: {exc!r}"))
+                    raise
+                self.unflushed.pop(batch.seq, None)
+                self.durable = batch.seq
+                self.commits += 1
+                self.ops_committed += len(batch.ops)
+                self._tell_listeners(time.perf_counter() - started, len(batch.ops))
+                if not batch.done.done():
+                    batch.done.set_result(None)
+                if self.failure is None:
+                    self._on_durable(batch, sealed)
+        finally:
+            self.task = None
+
+    def _tell_listeners(self, seconds: float, ops: int) -> None:
+        for listener in self.listeners:
+            try:
+                listener(seconds, ops)
+            except Exception:  # a metrics hook must never stop the writer
+                logger.exception("commit listener %r failed", listener)
+
+    async def _write_until_known(self, batch: Batch) -> None:
+        """Write ``batch`` as the next log object, the same bytes again after each failure,
+        until it is in the log or a rival's object is (WriterFenced)."""
+        header = log.Header(batch.seq, self.token, self.clock(), batch.ops)
+        data = log.encode(header, batch.payloads)
+        for attempt in itertools.count():
+            try:
+                await self.lease.ensure()
+                await self._write(batch.seq, data)
+                return
+            except TransientError as exc:
+                if self.abandoned:
+                    raise
+                logger.warning(
+                    "log write %s of %s failed (attempt %d), trying again: %s",
+                    batch.seq,
+                    self.store.url,
+                    attempt + 1,
+                    exc,
+                )
+                await asyncio.sleep(COMMIT_BACKOFF.delay(attempt))
+
+    async def _write(self, seq: int, data: bytes) -> None:
+        try:
+            await self.store.put_new(log.key(seq), data)
+        except AlreadyExists:
+            # Ours if an earlier attempt applied; a rival writer's otherwise.
+            try:
+                header = log.decode(await self.store.get(log.key(seq)), log.key(seq))
+            except (log.Corrupt, UnsupportedFormat, msgspec.DecodeError):
+                header = None  # not a log object this build wrote: certainly not ours
+            if header is None or header.writer != self.token:
+                raise await self._fenced_by(seq, header) from None
+
+    async def _fenced_by(self, seq: int, header: log.Header | None) -> WriterFenced:
+        """The error of a writer that found log object ``seq`` written by another."""
+        holder = None
+        if header is not None and header.ops and isinstance(header.ops[0], Open):
+            holder = header.ops[0].holder
+        else:
+            with contextlib.suppress(S3QError):
+                holder = await self.lease.holder_now()
+        who = holder or "another writer"
+        return WriterFenced(
+            f"queue {self.store.url} was taken over by {who} (log object {seq} is theirs); "
+            "this queue object can no longer change it: reopen it",
+            holder=holder,
+        )
+
+    # -- stopping ----------------------------------------------------------------------------
+
+    def abandon(self) -> None:
+        """Stop trying the write in flight (at close, once ``commit_timeout`` has passed): its
+        callers and every later one are told the outcome is unknown."""
+        self.abandoned = True
+        self.fail(
+            OutcomeUnknown(
+                f"queue {self.store.url} closed while the store had not confirmed its last "
+                "write; it may or may not have applied"
+            )
+        )
+
+    def fail(self, exc: S3QError, in_flight: bool = True) -> None:
+        """Stop for good. Batches not yet written fail; the one being written fails too when
+        its write is what failed (``in_flight``), else its fate is its write's: a write that
+        lands is in the log, and a newer writer replays it, so its callers are answered."""
+        if self.failure is None:
+            self.failure = exc
+            logger.error("writer of %s stopped: %s", self.store.url, exc)
+        doomed = [self.filling, *(self.unflushed.values() if in_flight else ())]
+        for batch in doomed:
+            if not batch.done.done():
+                batch.done.set_exception(self.failure)
+        if in_flight:
+            self.unflushed.clear()
+        self._on_stop()
