@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import s3q
+from s3q import ids
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -46,13 +47,41 @@ def test_a_queue_written_by_build_1813867_opens_with_every_message_intact(
         # the dedup ids are still remembered: enqueuing one again makes nothing new
         assert q.enqueue(b"again", dedup_id="d0") == manifest["ids"]["m0"]
         assert q.stats().total_enqueued == 41
+        # this build goes on in its own format: old and new messages side by side
+        new = q.enqueue_batch([{"payload": p, "priority": 255} for p in (b"new 1", b"new 2")])
+        q.complete(got[0])
+    with s3q.open(
+        f"file://{root}", clock=lambda: later + 7200, completed_retention=1e9, dedup_window=1e9
+    ) as q:
+        assert q.status(got[0].id) is s3q.MessageStatus.COMPLETED
+        again = q.dequeue(100)
+        assert [m.payload for m in again[:2]] == [b"new 1", b"new 2"]
+        assert [m.id for m in again[:2]] == new
+        assert {m.id for m in again[2:]} == set(expected) - {got[0].id}
+    tail = max((root / "log").iterdir()).read_bytes()
+    assert tail.endswith(b"S3Q2")
 
 
-def test_this_build_writes_format_1_whose_trailer_is_unchanged(tmp_path: Path) -> None:
+def test_this_build_writes_format_2(tmp_path: Path) -> None:
     with s3q.open(f"file://{tmp_path}/q") as q:
         q.enqueue(b"x")
-    for path in (tmp_path / "q" / "log").iterdir():
-        assert path.read_bytes().endswith(b"S3Q1")
+    for kind in ("log", "checkpoint"):
+        for path in (tmp_path / "q" / kind).iterdir():
+            assert path.read_bytes().endswith(b"S3Q2")
+
+
+def test_ids_name_the_log_object_and_place_that_enqueued_each_message(tmp_path: Path) -> None:
+    with s3q.open(f"file://{tmp_path}/q") as q:
+        first = q.enqueue_batch([b"a", b"b", b"c"])
+        places = [ids.where(mid) for mid in first]
+        seq = places[0][0] if places[0] else None
+        assert places == [(seq, 0), (seq, 1), (seq, 2)]
+        assert first == sorted(first)  # ids sort in enqueue order
+        later = q.enqueue(b"d")
+        assert later > first[-1]
+        assert q.status(first[1]) is s3q.MessageStatus.PENDING
+    assert ids.where("0000018b2f3c4d5e" + "a1b2c3d4" + "000000000001") is None  # format 1
+    assert ids.where("not an id") is None
 
 
 @pytest.mark.parametrize("kind", ["log", "checkpoint"])

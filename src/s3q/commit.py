@@ -44,16 +44,24 @@ COMMIT_BACKOFF = Backoff(first=0.02, cap=0.5)
 class Batch:
     """Operations bound for one log object, and the payloads it carries."""
 
-    __slots__ = ("done", "held", "ops", "payloads", "seq", "size")
+    __slots__ = ("done", "enqueued", "held", "ops", "payloads", "seq", "size", "weight")
 
     def __init__(self, seq: int) -> None:
         self.seq = seq
+        self.enqueued = 0  # messages enqueued by this log object so far: the next one's place
         self.ops: list[AnyOp] = []
+        self.weight = 0  # the callers' operations it carries (``Op.weight``)
         self.payloads: list[bytes] = []
         self.held: dict[str, bytes] = {}  # payloads by message id, until durable
         self.size = 0
         self.done = _Durable(loop=asyncio.get_running_loop())
         self.done.add_done_callback(_retrieve)
+
+    def places(self, count: int) -> int:
+        """Take the places of ``count`` more messages enqueued here; the first one's."""
+        first = self.enqueued
+        self.enqueued += count
+        return first
 
 
 class _Durable(asyncio.Future[None]):
@@ -121,6 +129,7 @@ class GroupCommit:
         batch = self.filling
         self._apply(op, batch.seq)
         batch.ops.append(op)
+        batch.weight += op.weight
         if self.task is None:
             self.task = asyncio.create_task(self._loop())
         return batch
@@ -183,8 +192,8 @@ class GroupCommit:
                 self.unflushed.pop(batch.seq, None)
                 self.durable = batch.seq
                 self.commits += 1
-                self.ops_committed += len(batch.ops)
-                self._tell_listeners(time.perf_counter() - started, len(batch.ops))
+                self.ops_committed += batch.weight
+                self._tell_listeners(time.perf_counter() - started, batch.weight)
                 if not batch.done.done():
                     batch.done.set_result(None)
                 if self.failure is None:

@@ -16,9 +16,9 @@ import random
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
-from . import collector, log, snapshot, validate
+from . import collector, ids, log, snapshot, validate
 from .cache import PayloadCache
 from .checkpointer import Checkpointer
 from .commit import Batch, GroupCommit
@@ -36,13 +36,12 @@ from .errors import (
 from .lease import WriterLease, describe_holder, writer_lease
 from .message import Message, MessageStatus, QueueStats
 from .ops import (
+    Append,
     Bury,
     CommitToken,
     Complete,
     Configure,
     Discard,
-    Enqueue,
-    EnqueueStaged,
     Extend,
     Fail,
     Lease,
@@ -101,8 +100,7 @@ class Engine:
         self._changed: asyncio.Future[None] | None = None
         self._collecting: asyncio.Task[collector.CompactionReport] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._id_nonce = secrets.token_hex(4)
-        self._ids = itertools.count()
+        self._blobs = itertools.count()
         self._receipts = itertools.count()
         self.staged_claims: set[str] = set()  # staged objects being committed: not orphans
 
@@ -278,9 +276,9 @@ class Engine:
     def _sealing(self, batch: Batch) -> bytearray | None:
         """``batch`` leaves for the store: prune if a checkpoint is due (the Prune rides the
         batch the checkpoint is taken at), and take that checkpoint."""
-        if self.checkpointer.due(len(batch.ops), len(self.state.messages)):
+        if self.checkpointer.due(batch.weight, len(self.state.messages)):
             self._prune()
-        return self.checkpointer.sealed(batch.seq, len(batch.ops), self.state)
+        return self.checkpointer.sealed(batch.seq, batch.weight, self.state)
 
     def _sealed_durable(self, batch: Batch, checkpoint: bytearray | None) -> None:
         if checkpoint is not None:
@@ -353,60 +351,69 @@ class Engine:
 
     # -- operations ----------------------------------------------------------------------------
 
-    def _id_prefix(self) -> str:
-        """Ids sort by creation time: milliseconds, this writer's nonce, then a counter."""
-        return f"{int(time.time() * 1000):012x}{self._id_nonce}"
-
     async def enqueue(self, items: list[validate.Item]) -> list[str]:
         self._check()
         self._admit(items)
         blobs: dict[int, str] = {}
-        threshold = self.config.large_payload
-        if any(len(it.payload) > threshold for it in items):
+        if any(len(it.payload) > self.config.large_payload for it in items):
             blobs = await self._write_blobs(items)
             self._check()
             try:
                 self._admit(items)  # the queue may have filled while the blobs were written
             except QueueFull:
                 for key in blobs.values():
-                    self._background(self.store.delete(blob_key(key)))
+                    self._background(self.store.delete(key))
                 raise
-        state, config, now = self.state, self.config, self.clock()
-        ids: list[str] = []
-        batch: Batch | None = None
-        id_prefix = self._id_prefix()
-        ids_counter, cache_put, window = self._ids, self._cache.put, config.dedup_window
+        state, now, window = self.state, self.clock(), self.config.dedup_window
+        answers: list[str | int] = []  # a duplicate's first id, or a new message's place
+        fresh: list[validate.Item] = []
+        fresh_blobs: dict[int, str] = {}
+        seen: dict[str, int] = {}
         for index, it in enumerate(items):
             if it.dedup_id is not None:
-                hit = state.dedup_hit(it.dedup_id, now, window)
-                if hit is not None:
-                    ids.append(hit)
+                known: str | int | None = state.dedup_hit(it.dedup_id, now, window)
+                if known is None:
+                    known = seen.get(it.dedup_id)
+                if known is not None:
+                    answers.append(known)
                     if index in blobs:  # a twin arrived while this blob was written
-                        self._background(self.store.delete(blob_key(blobs[index])))
+                        self._background(self.store.delete(blobs[index]))
                     continue
-            payload = it.payload
-            mid = blobs.get(index) or f"{id_prefix}{next(ids_counter) & 0xFFFFFFFFFFFF:012x}"
-            batch = self.commit.filling
-            op = Enqueue(
-                mid,
-                it.priority,
-                now,
-                now + it.delay if it.delay else now,
-                -1 if index in blobs else batch.size,
-                len(payload),
-                it.dedup_id,
-                it.group,
-                it.attributes,
-            )
-            batch = self.commit.add_carrying(op, () if index in blobs else ((mid, payload),))
-            cache_put(mid, payload)
-            ids.append(mid)
-        if batch is not None:
-            self._notify()
-        else:  # all duplicates: answer once the originals are durable
-            batch = self.commit.latest()
+                seen[it.dedup_id] = len(fresh)
+            if index in blobs:
+                fresh_blobs[len(fresh)] = blobs[index]
+            answers.append(len(fresh))
+            fresh.append(it)
+        if not fresh:  # all duplicates: answer once the originals are durable
+            await self.commit.durable_after(self.commit.latest())
+            return [a for a in answers if isinstance(a, str)]
+        batch = self.commit.filling
+        first = batch.places(len(fresh))
+        made = [ids.make(batch.seq, first + i) for i in range(len(fresh))]
+        op = Append(
+            first,
+            now,
+            batch.size,
+            [len(it.payload) for it in fresh],
+            priorities=_column([it.priority for it in fresh], 0),
+            delays=_column([it.delay for it in fresh], 0.0),
+            groups=_column([it.group for it in fresh], None),
+            dedup_ids=_column([it.dedup_id for it in fresh], None),
+            attributes=_column([it.attributes or None for it in fresh], None),
+            blobs=fresh_blobs or None,
+        )
+        carried = [
+            (mid, it.payload)
+            for i, (mid, it) in enumerate(zip(made, fresh, strict=True))
+            if i not in fresh_blobs
+        ]
+        batch = self.commit.add_carrying(op, carried)
+        cache_put = self._cache.put
+        for mid, it in zip(made, fresh, strict=True):
+            cache_put(mid, it.payload)
+        self._notify()
         await self.commit.durable_after(batch)
-        return ids
+        return [made[a] if isinstance(a, int) else a for a in answers]
 
     def _admit(self, items: list[validate.Item]) -> None:
         """Raise QueueFull unless the new messages among ``items`` fit."""
@@ -426,15 +433,14 @@ class Engine:
             )
 
     async def _write_blobs(self, items: list[validate.Item]) -> dict[int, str]:
-        """Payloads over ``large_payload`` go to objects of their own, before their enqueue."""
+        """Payloads over ``large_payload`` go to objects of their own, before their enqueue:
+        the key of each, by its index in ``items``."""
         threshold = self.config.large_payload
         large = [i for i, it in enumerate(items) if len(it.payload) > threshold]
-        if not large:
-            return {}
-        prefix = self._id_prefix()
-        ids = {i: f"{prefix}{next(self._ids) & 0xFFFFFFFFFFFF:012x}" for i in large}
-        await asyncio.gather(*(self.store.put(blob_key(ids[i]), items[i].payload) for i in large))
-        return ids
+        prefix = f"{int(time.time() * 1000):012x}{self.token[:8]}"  # names sort by time
+        keys = {i: blob_key(f"{prefix}{next(self._blobs):x}") for i in large}
+        await asyncio.gather(*(self.store.put(keys[i], items[i].payload) for i in large))
+        return keys
 
     # -- bulk loads and located leases (the Spark source) ------------------------------------
 
@@ -481,54 +487,45 @@ class Engine:
 
     async def _commit_staged(self, objects: list[StagedObject], token: str | None) -> list[str]:
         state, config, now = self.state, self.config, self.clock()
-        prefix, counter, window = self._id_prefix(), self._ids, config.dedup_window
-        ids: list[str] = []
-        seen: dict[str, str] = {}
-        plans: list[tuple[str, list[Enqueue]]] = []
-        for obj in objects:
-            messages: list[Enqueue] = []
-            priorities, delays, groups = obj.priorities, obj.delays, obj.groups
-            dedup_ids, attributes = obj.dedup_ids, obj.attributes
-            for i, (offset, size) in enumerate(zip(obj.offsets, obj.sizes, strict=True)):
+        window = config.dedup_window
+        answers: list[str | tuple[int, int]] = []  # a duplicate's first id, or (object, row)
+        seen: dict[str, tuple[int, int]] = {}
+        kept: list[list[int]] = []  # the rows of each object that are new messages
+        for o, obj in enumerate(objects):
+            rows: list[int] = []
+            dedup_ids = obj.dedup_ids
+            for i in range(len(obj)):
                 dedup = dedup_ids[i] if dedup_ids else None
                 if dedup is not None:
-                    hit = seen.get(dedup) or state.dedup_hit(dedup, now, window)
-                    if hit is not None:
-                        ids.append(hit)
-                        continue
-                mid = f"{prefix}{next(counter) & 0xFFFFFFFFFFFF:012x}"
-                delay = delays[i] if delays else 0.0
-                messages.append(
-                    Enqueue(
-                        mid,
-                        priorities[i] if priorities else 0,
-                        now,
-                        now + delay if delay else now,
-                        offset,
-                        size,
-                        dedup,
-                        groups[i] if groups else None,
-                        (attributes[i] or None) if attributes else None,
+                    hit: str | tuple[int, int] | None = seen.get(dedup) or state.dedup_hit(
+                        dedup, now, window
                     )
-                )
-                if dedup is not None:
-                    seen[dedup] = mid
-                ids.append(mid)
-            plans.append((obj.key, messages))
-        fresh = sum(len(messages) for _, messages in plans)
+                    if hit is not None:
+                        answers.append(hit)
+                        continue
+                    seen[dedup] = (o, len(rows))
+                answers.append((o, len(rows)))
+                rows.append(i)
+            kept.append(rows)
+        fresh = sum(len(rows) for rows in kept)
         if config.max_queue_depth is not None and state.live + fresh > config.max_queue_depth:
             raise QueueFull(
                 f"queue {self.store.url} holds {state.live} messages; max_queue_depth is "
                 f"{config.max_queue_depth}, so {fresh} more do not fit"
             )
-        batch = None
-        for key, messages in plans:  # no await in between: all ride one log object
-            batch = self.commit.add(EnqueueStaged(key, messages))
+        batch = self.commit.filling  # no await from here on: all ride one log object
+        firsts = []
+        for obj, rows in zip(objects, kept, strict=True):
+            first = batch.places(len(rows))
+            firsts.append(first)
+            self.commit.add(_staged_append(obj, rows, first, now))
         if token is not None:
-            batch = self.commit.add(CommitToken(token))
+            self.commit.add(CommitToken(token))
         self._notify()
         await self.commit.durable_after(batch)
-        return ids
+        return [
+            a if isinstance(a, str) else ids.make(batch.seq, firsts[a[0]] + a[1]) for a in answers
+        ]
 
     async def lease(self, max_messages: int, visibility_timeout: float | None) -> list[Located]:
         """Lease up to ``max_messages`` like ``dequeue``, without reading their payloads:
@@ -841,6 +838,36 @@ class Engine:
             attributes=dict(rec.attributes or {}),
             last_error=rec.last_error,
         )
+
+
+T = TypeVar("T")
+
+
+def _column(values: list[T], default: T) -> list[T] | None:
+    """``values``, or None when every one is ``default`` (an absent column)."""
+    return values if any(v != default for v in values) else None
+
+
+def _staged_append(obj: StagedObject, rows: list[int], first: int, now: float) -> Append:
+    """The Append of ``rows`` of a staged object (all of them, in the common case)."""
+    every = len(rows) == len(obj)
+
+    def pick(column: list[T] | None) -> list[T] | None:
+        return column if column is None or every else [column[r] for r in rows]
+
+    return Append(
+        first,
+        now,
+        0,
+        obj.sizes if every else [obj.sizes[r] for r in rows],
+        key=obj.key,
+        offsets=obj.offsets if every else [obj.offsets[r] for r in rows],
+        priorities=pick(obj.priorities),
+        delays=pick(obj.delays),
+        groups=pick(obj.groups),
+        dedup_ids=pick(obj.dedup_ids),
+        attributes=pick(obj.attributes),
+    )
 
 
 async def _settle(tasks: Iterable[asyncio.Task[Any] | None], timeout: float) -> None:

@@ -21,8 +21,8 @@ from .errors import StoreError, UnsupportedFormat
 from .ops import AnyOp
 
 MAGIC = b"S3Q"
-FORMAT = 1  # the version this build writes
-READABLE = frozenset({1})  # the versions it reads
+FORMAT = 2  # the version this build writes (2: enqueues as columns, ids that name places)
+READABLE = frozenset({1, 2})  # the versions it reads
 _TRAILER = struct.Struct("<II3sB")
 PREFIX = "log/"
 

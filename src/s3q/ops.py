@@ -12,6 +12,12 @@ import msgspec
 class Op(msgspec.Struct, array_like=True, tag=True, frozen=True):
     """Base of every log operation."""
 
+    @property
+    def weight(self) -> int:
+        """How many of the callers' operations this one stands for (what counts toward
+        checkpoints and operations per commit): one, but for an Append one per message."""
+        return 1
+
 
 class Open(Op, tag="o", frozen=True):
     """A writer took the queue over (its first record: the fence for older writers)."""
@@ -21,8 +27,8 @@ class Open(Op, tag="o", frozen=True):
 
 
 class Enqueue(Op, tag="e", frozen=True):
-    """A new message; its payload lies ``size`` bytes at ``offset`` of the same log object,
-    or, if ``offset`` is -1, in an object of its own (``blob/<id>``)."""
+    """(Format 1, read only.) A new message; its payload lies ``size`` bytes at ``offset``
+    of the same log object, or, if ``offset`` is -1, in an object of its own (``blob/<id>``)."""
 
     id: str
     priority: int
@@ -36,11 +42,40 @@ class Enqueue(Op, tag="e", frozen=True):
 
 
 class EnqueueStaged(Op, tag="s", frozen=True):
-    """New messages whose payloads lie in ``key``, an object staged beside the log by a bulk
-    load (``staged/…``): each Enqueue's ``offset`` and ``size`` are positions in that object."""
+    """(Format 1, read only.) New messages whose payloads lie in ``key``, an object staged
+    beside the log by a bulk load (``staged/…``): each Enqueue's ``offset`` and ``size`` are
+    positions in that object."""
 
     key: str
     messages: list[Enqueue]
+
+
+class Append(Op, tag="a", frozen=True):
+    """New messages, as columns: one entry per message, an absent column meaning the default
+    for every message. Message ``i`` is the ``first + i``-th enqueued by this log object,
+    which its id names (``s3q.ids``).
+
+    Payloads lie back to back from ``offset`` of this log object; or, with ``key``, in that
+    staged object at ``offsets``; those in ``blobs`` (message index -> key) each fill an
+    object of their own and take no room here. (Format 2; format 1 wrote an Enqueue each.)
+    """
+
+    first: int
+    enqueued_at: float
+    offset: int
+    sizes: list[int]
+    key: str | None = None
+    offsets: list[int] | None = None
+    priorities: list[int] | None = None
+    delays: list[float] | None = None
+    groups: list[str | None] | None = None
+    dedup_ids: list[str | None] | None = None
+    attributes: list[dict[str, str] | None] | None = None
+    blobs: dict[int, str] | None = None
+
+    @property
+    def weight(self) -> int:
+        return len(self.sizes)
 
 
 class CommitToken(Op, tag="t", frozen=True):
@@ -136,6 +171,7 @@ class Discard(Op, tag="d", frozen=True):
 
 AnyOp = (
     Open
+    | Append
     | Enqueue
     | EnqueueStaged
     | CommitToken

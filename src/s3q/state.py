@@ -13,10 +13,11 @@ from collections.abc import Iterator
 
 import msgspec
 
-from . import log
+from . import ids, log
 from .message import MessageStatus
 from .ops import (
     AnyOp,
+    Append,
     Bury,
     CommitToken,
     Complete,
@@ -121,7 +122,9 @@ class QueueState:
         """Fold ``op``, read from (or bound for) log object ``seq``, into the index."""
         if seq != self.seq:
             self._close(seq)
-        if isinstance(op, Enqueue):
+        if isinstance(op, Append):
+            self._append(op, seq)
+        elif isinstance(op, Enqueue):
             self._enqueue(op, seq)
         elif isinstance(op, EnqueueStaged):
             self._enqueue_staged(op, seq)
@@ -184,37 +187,96 @@ class QueueState:
         elif not isinstance(op, Open):  # pragma: no cover - the union is closed
             raise TypeError(f"unknown operation {op!r}")
 
+    def _append(self, op: Append, seq: int) -> None:
+        at, first, sizes, offsets, key = op.enqueued_at, op.first, op.sizes, op.offsets, op.key
+        priorities, delays, groups = op.priorities, op.delays, op.groups
+        dedup_ids, attributes, blobs = op.dedup_ids, op.attributes, op.blobs
+        offset = op.offset
+        for i, size in enumerate(sizes):
+            delay = delays[i] if delays else 0.0
+            blob = blobs.get(i) if blobs else None
+            if blob is not None:
+                stage, where = blob, 0
+            elif key is not None:
+                stage, where = key, offsets[i] if offsets else 0
+            else:
+                stage, where = None, offset
+                offset += size
+            self._add_message(
+                ids.make(seq, first + i),
+                priorities[i] if priorities else 0,
+                at,
+                at + delay if delay else at,
+                seq,
+                where,
+                size,
+                groups[i] if groups else None,
+                dedup_ids[i] if dedup_ids else None,
+                (attributes[i] or None) if attributes else None,
+                stage,
+            )
+        if key is not None and key not in self.staged_refs:  # all duplicates: not needed
+            self.garbage.append((seq, key))
+
     def _enqueue(self, op: Enqueue, seq: int, stage: str | None = None) -> None:
-        self._n += 1
-        rec = Rec(
+        self._add_message(
             op.id,
-            self._n,
             op.priority,
             op.enqueued_at,
             op.visible_at,
             seq,
             op.offset,
-            self._sizes.setdefault(op.size, op.size),  # one int object per distinct size
+            op.size,
             op.group,
             op.dedup_id,
             op.attributes,
+            stage,
+        )
+
+    def _add_message(
+        self,
+        mid: str,
+        priority: int,
+        enqueued_at: float,
+        visible_at: float,
+        seq: int,
+        offset: int,
+        size: int,
+        group: str | None,
+        dedup_id: str | None,
+        attributes: dict[str, str] | None,
+        stage: str | None,
+    ) -> None:
+        self._n += 1
+        rec = Rec(
+            mid,
+            self._n,
+            priority,
+            enqueued_at,
+            visible_at,
+            seq,
+            offset,
+            self._sizes.setdefault(size, size),  # one int object per distinct size
+            group,
+            dedup_id,
+            attributes,
             stage=stage,
         )
-        self.messages[op.id] = rec
+        self.messages[mid] = rec
         self.total_enqueued += 1
         self.live += 1
-        if op.offset >= 0 and stage is None:
-            self.seg_bytes[seq] = self.seg_bytes.get(seq, 0) + op.size
+        if offset >= 0 and stage is None:
+            self.seg_bytes[seq] = self.seg_bytes.get(seq, 0) + size
         self._hold(rec)
-        if op.dedup_id is not None:
-            self._dedup[op.dedup_id] = (op.id, op.enqueued_at)
-            self._dedup_order.append((op.enqueued_at, op.dedup_id))
-        if op.group is not None:
-            members = self._groups.setdefault(op.group, deque())
-            members.append(op.id)
+        if dedup_id is not None:
+            self._dedup[dedup_id] = (mid, enqueued_at)
+            self._dedup_order.append((enqueued_at, dedup_id))
+        if group is not None:
+            members = self._groups.setdefault(group, deque())
+            members.append(mid)
             if len(members) > 1:
                 return  # waits for the messages before it in its group
-        if op.visible_at <= op.enqueued_at:
+        if visible_at <= enqueued_at:
             self._push_fresh(rec)
         else:
             heapq.heappush(self._timers, (rec.visible_at, rec.n, 0, rec.id))

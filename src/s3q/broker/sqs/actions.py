@@ -574,7 +574,7 @@ class Service:
 
 
 def _sequence(name: str, mid: str) -> dict[str, str]:
-    """A FIFO message's SequenceNumber: its id (which sorts by time) as a number."""
+    """A FIFO message's SequenceNumber: its id (ids sort in enqueue order) as a number."""
     if not queues.is_fifo(name):
         return {}
     try:
