@@ -70,18 +70,28 @@ def test_this_build_writes_format_2(tmp_path: Path) -> None:
             assert path.read_bytes().endswith(b"S3Q2")
 
 
-def test_ids_name_the_log_object_and_place_that_enqueued_each_message(tmp_path: Path) -> None:
-    with s3q.open(f"file://{tmp_path}/q") as q:
+def test_ids_name_the_queue_log_object_and_place_that_enqueued_each_message(
+    tmp_path: Path,
+) -> None:
+    with s3q.open(f"file://{tmp_path}/q") as q, s3q.open(f"file://{tmp_path}/other") as other:
         first = q.enqueue_batch([b"a", b"b", b"c"])
-        places = [ids.where(mid) for mid in first]
+        queue = first[0][: ids.QUEUE_DIGITS]
+        places = [ids.where(mid, queue) for mid in first]
         seq = places[0][0] if places[0] else None
         assert places == [(seq, 0), (seq, 1), (seq, 2)]
         assert first == sorted(first)  # ids sort in enqueue order
         later = q.enqueue(b"d")
         assert later > first[-1]
         assert q.status(first[1]) is s3q.MessageStatus.PENDING
-    assert ids.where("0000018b2f3c4d5e" + "a1b2c3d4" + "000000000001") is None  # format 1
-    assert ids.where("not an id") is None
+        # the same place in another queue is another message: the queue's id tells them apart
+        mine = other.enqueue_batch([b"x", b"y", b"z"])
+        assert mine[0][: ids.QUEUE_DIGITS] != queue
+        with pytest.raises(s3q.MessageNotFound):
+            other.status(first[1])
+    with s3q.open(f"file://{tmp_path}/q") as q:  # reopened: the queue keeps its id
+        assert q.enqueue(b"e")[: ids.QUEUE_DIGITS] == queue
+    assert ids.where("0000018b2f3c4d5e" + "a1b2c3d4" + "000000000001", queue) is None  # format 1
+    assert ids.where("not an id", queue) is None
 
 
 @pytest.mark.parametrize("kind", ["log", "checkpoint"])

@@ -203,7 +203,7 @@ class Engine:
         while True:
             seq = durable + 1
             now = self.clock()
-            fence = Open(self.holder, now)
+            fence = Open(self.holder, now, None if self.state.queue else ids.new_queue())
             try:
                 await self.store.put_new(
                     log.key(seq), log.encode(log.Header(seq, self.token, now, [fence]), [])
@@ -389,7 +389,7 @@ class Engine:
             return [a for a in answers if isinstance(a, str)]
         batch = self.commit.filling
         first = batch.places(len(fresh))
-        made = [ids.make(batch.seq, first + i) for i in range(len(fresh))]
+        made = [ids.make(self.state.queue, batch.seq, first + i) for i in range(len(fresh))]
         op = Append(
             first,
             now,
@@ -524,7 +524,8 @@ class Engine:
         self._notify()
         await self.commit.durable_after(batch)
         return [
-            a if isinstance(a, str) else ids.make(batch.seq, firsts[a[0]] + a[1]) for a in answers
+            a if isinstance(a, str) else ids.make(self.state.queue, batch.seq, firsts[a[0]] + a[1])
+            for a in answers
         ]
 
     async def lease(self, max_messages: int, visibility_timeout: float | None) -> list[Located]:

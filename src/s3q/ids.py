@@ -1,27 +1,37 @@
 """Message ids: each names where its message was enqueued, so finding a message needs no map
 of every id.
 
-An id is the log object that enqueued the message and the message's place among those that
-object enqueued, as 20 hexadecimal digits (12 for the sequence number, 8 for the place): ids
-sort in enqueue order. Users treat ids as opaque strings. Queues written before ids named
-places (format 1) hold 32-digit ids of another shape, which name nothing.
+An id is the queue's own id (8 hexadecimal digits, chosen when the queue was created: see
+``ops.Open``), then the log object that enqueued the message and the message's place among
+those that object enqueued (12 and 8 digits): 28 digits, which sort in enqueue order within a
+queue. Users treat ids as opaque strings. Queues written before ids named places (format 1)
+hold 32-digit ids of another shape, which name nothing.
 """
 
 from __future__ import annotations
 
-SEQ_DIGITS, PLACE_DIGITS = 12, 8
-LENGTH = SEQ_DIGITS + PLACE_DIGITS
+import secrets
+
+QUEUE_DIGITS, SEQ_DIGITS, PLACE_DIGITS = 8, 12, 8
+LENGTH = QUEUE_DIGITS + SEQ_DIGITS + PLACE_DIGITS
 _HEX = frozenset("0123456789abcdef")
 
 
-def make(seq: int, place: int) -> str:
-    """The id of the ``place``-th message (from 0) enqueued by log object ``seq``."""
-    return f"{seq:012x}{place:08x}"
+def new_queue() -> str:
+    """A fresh queue id."""
+    return secrets.token_hex(QUEUE_DIGITS // 2)
 
 
-def where(mid: str) -> tuple[int, int] | None:
-    """The log object and place an id names, or None for an id that names none (an older
-    format's id, or not an id at all)."""
-    if len(mid) != LENGTH or not _HEX.issuperset(mid):
+def make(queue: str, seq: int, place: int) -> str:
+    """The id of the ``place``-th message (from 0) enqueued by log object ``seq`` of
+    ``queue``."""
+    return f"{queue}{seq:012x}{place:08x}"
+
+
+def where(mid: str, queue: str) -> tuple[int, int] | None:
+    """The log object and place of ``queue`` an id names, or None for an id that names none
+    there (another queue's, an older format's, or not an id at all)."""
+    if len(mid) != LENGTH or not mid.startswith(queue) or not _HEX.issuperset(mid):
         return None
-    return int(mid[:SEQ_DIGITS], 16), int(mid[SEQ_DIGITS:], 16)
+    seq = mid[QUEUE_DIGITS : QUEUE_DIGITS + SEQ_DIGITS]
+    return int(seq, 16), int(mid[QUEUE_DIGITS + SEQ_DIGITS :], 16)

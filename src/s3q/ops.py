@@ -20,10 +20,15 @@ class Op(msgspec.Struct, array_like=True, tag=True, frozen=True):
 
 
 class Open(Op, tag="o", frozen=True):
-    """A writer took the queue over (its first record: the fence for older writers)."""
+    """A writer took the queue over (its first record: the fence for older writers).
+
+    The first Open of a queue names it with ``queue``, a random id that its message ids begin
+    with, so an id of one queue never names a message of another. (A format-1 queue gets one
+    from its first format-2 writer.)"""
 
     holder: str
     at: float
+    queue: str | None = None
 
 
 class Enqueue(Op, tag="e", frozen=True):

@@ -83,6 +83,7 @@ class Snapshot(msgspec.Struct, array_like=True):
     settings: dict[str, int | float | dict[str, str] | None] = {}
     tokens: list[str] = []  # commit tokens, oldest first
     dead: list[str] | None = None  # dead letters in the order they died (None: older checkpoints)
+    queue: str = ""  # the queue's id (format 2)
 
 
 class QueueState:
@@ -115,6 +116,7 @@ class QueueState:
         self.settings: dict[str, int | float | dict[str, str] | None] = {}  # saved with the queue
         self.staged_refs: dict[str, int] = {}  # staged object -> live messages whose payload it is
         self.tokens: dict[str, None] = {}  # commit tokens, oldest first
+        self.queue = ""  # the queue's id: what its message ids begin with (``ids``)
 
     # -- folding the log -------------------------------------------------------------------------
 
@@ -184,7 +186,10 @@ class QueueState:
         elif isinstance(op, Discard):
             for mid in op.ids:
                 self._discard(self.messages[mid])
-        elif not isinstance(op, Open):  # pragma: no cover - the union is closed
+        elif isinstance(op, Open):
+            if op.queue is not None and not self.queue:
+                self.queue = op.queue
+        else:  # pragma: no cover - the union is closed
             raise TypeError(f"unknown operation {op!r}")
 
     def _append(self, op: Append, seq: int) -> None:
@@ -203,7 +208,7 @@ class QueueState:
                 stage, where = None, offset
                 offset += size
             self._add_message(
-                ids.make(seq, first + i),
+                ids.make(self.queue, seq, first + i),
                 priorities[i] if priorities else 0,
                 at,
                 at + delay if delay else at,
@@ -370,6 +375,7 @@ class QueueState:
             settings=self.settings,
             tokens=list(self.tokens),
             dead=list(self.dead),
+            queue=self.queue,
         )
 
     @classmethod
@@ -380,6 +386,7 @@ class QueueState:
         state.seg_bytes, state.garbage = dict(snap.seg_bytes), list(snap.garbage)
         state.settings = dict(snap.settings)
         state.tokens = dict.fromkeys(snap.tokens)
+        state.queue = snap.queue
         records = sorted(snap.messages, key=lambda r: r.n)
         state.messages = {rec.id: rec for rec in records}
         finished = []
