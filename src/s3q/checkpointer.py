@@ -3,8 +3,9 @@
 A checkpoint is taken as a log object leaves for the store, when the index holds exactly the
 log up to it, and is written once that object is durable. One is due when any of these holds:
 
-* so many operations since the last one: ``max(checkpoint_ops, messages / 4)``, so encoding,
-  which costs time in the size of the index, is amortised O(1) per operation;
+* so many operations since the last one: ``max(checkpoint_ops, size / 4)``, where ``size`` is
+  the index's in records (``QueueState.size``), so encoding, which costs time in the size of
+  the index, is amortised O(1) per operation;
 * so many log objects since the last one that replaying them would cost more than writing a
   checkpoint: replaying an object (a GET, mostly latency) is worth ``REPLAYED_OBJECT_BYTES``
   of checkpoint, so recovery replays a bounded tail whatever the rate of commits;
@@ -59,7 +60,7 @@ class Checkpointer:
 
     def due(self, pending_ops: int, messages: int) -> bool:
         """Whether a checkpoint is due, with ``pending_ops`` more operations not yet sealed
-        into a log object and ``messages`` records in the index."""
+        into a log object and an index of ``messages`` records' size."""
         ops = self.ops_since + pending_ops
         least, most = CHECKPOINT_OBJECTS
         objects = min(most, max(least, self.last_bytes // REPLAYED_OBJECT_BYTES))
@@ -74,7 +75,7 @@ class Checkpointer:
         checkpoint of ``state`` as of it, if one is due."""
         self.ops_since += ops
         self.objects_since += 1
-        return self.take(seq, state) if self.due(0, len(state.messages)) else None
+        return self.take(seq, state) if self.due(0, state.size) else None
 
     def take(self, seq: int, state: QueueState) -> bytearray:
         """The encoded checkpoint of ``state``, which holds exactly the log up to ``seq``."""

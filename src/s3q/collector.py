@@ -121,6 +121,8 @@ async def _relocate_stragglers(writer: Writer, report: CompactionReport) -> None
     for seg in sorted(state.refs):
         if seg >= newest or budget <= 0:
             break
+        if seg in state.runs:  # untouched messages keep it: they leave in their own time
+            continue
         live = state.live_bytes[seg]
         if live <= STRAGGLER_SHARE * state.seg_bytes.get(seg, live) and live <= budget:
             chosen.append(seg)

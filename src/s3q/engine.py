@@ -276,7 +276,7 @@ class Engine:
     def _sealing(self, batch: Batch) -> bytearray | None:
         """``batch`` leaves for the store: prune if a checkpoint is due (the Prune rides the
         batch the checkpoint is taken at), and take that checkpoint."""
-        if self.checkpointer.due(batch.weight, len(self.state.messages)):
+        if self.checkpointer.due(batch.weight, self.state.size):
             self._prune()
         return self.checkpointer.sealed(batch.seq, batch.weight, self.state)
 
@@ -554,7 +554,7 @@ class Engine:
         self._check()
         found = {}
         for mid in ids:
-            rec = self.state.messages.get(mid)
+            rec = self.state.find(mid)
             if rec is not None and rec.state != DONE:
                 found[mid] = Located(self._message(rec, b""), snapshot.location(rec))
         await self.commit.durable_after(self.commit.latest())  # a relocation may be on its way
@@ -681,7 +681,7 @@ class Engine:
         self._check()
         await self._sweep()
         now = self.clock()
-        rec = self.state.messages.get(mid)
+        rec = self.state.find(mid)
         if rec is None or (
             rec.state == DONE and rec.finished_at + self.config.completed_retention <= now
         ):

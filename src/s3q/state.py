@@ -8,6 +8,8 @@ where its payload lies (log sequence number, offset, size).
 from __future__ import annotations
 
 import heapq
+import itertools
+from array import array
 from collections import deque
 from collections.abc import Iterator
 
@@ -40,6 +42,11 @@ QUEUED, LEASED, DONE, DEAD = 0, 1, 2, 3
 MAX_TOKENS = 10_000  # commit tokens remembered (streaming sinks need only their last batches)
 
 
+def _front(item: Rec | Run) -> int:
+    """The arrival number of the next message ``item`` would deliver."""
+    return item.front() if isinstance(item, Run) else item.n
+
+
 def blob_key(mid: str) -> str:
     """Where a payload too large for the log lies."""
     return f"blob/{mid}"
@@ -70,6 +77,191 @@ class Rec(msgspec.Struct, array_like=True, gc=False):
     stage: str | None = None  # the payload lies in this staged object, not in log object seg
 
 
+class Run:
+    """Untouched messages: consecutive places of one Append in log object ``seq``, of one
+    priority and enqueue time, visible at once and in no group. They cost the index a few
+    bytes each (their sizes) and leave from the front, as delivery is FIFO within a priority:
+    a member taken becomes a record (``Rec``) of its own."""
+
+    __slots__ = (
+        "attributes",
+        "dedup_ids",
+        "enqueued_at",
+        "holes",
+        "n",
+        "offset",
+        "offsets",
+        "place",
+        "priority",
+        "queue",
+        "seq",
+        "sizes",
+        "stage",
+        "taken",
+    )
+
+    def __init__(
+        self,
+        queue: str,
+        seq: int,
+        place: int,
+        n: int,
+        priority: int,
+        enqueued_at: float,
+        sizes: array[int],
+        offset: int,
+        stage: str | None = None,
+        offsets: array[int] | None = None,
+        dedup_ids: list[str | None] | None = None,
+        attributes: list[dict[str, str] | None] | None = None,
+    ) -> None:
+        self.queue, self.seq, self.place, self.n, self.priority = queue, seq, place, n, priority
+        self.enqueued_at, self.sizes, self.stage = enqueued_at, sizes, stage
+        self.offset = offset  # of the next member's payload, when ``offsets`` is None
+        self.offsets, self.dedup_ids, self.attributes = offsets, dedup_ids, attributes
+        self.taken = 0  # members taken from the front
+        self.holes: set[int] | None = None  # members taken out of order, further on
+
+    def __len__(self) -> int:
+        """The members not taken yet."""
+        return len(self.sizes) - self.taken - (len(self.holes) if self.holes else 0)
+
+    def index_of(self, place: int) -> int | None:
+        """The member at ``place``, if it is one not taken yet."""
+        k = place - self.place
+        if k < self.taken or k >= len(self.sizes) or (self.holes and k in self.holes):
+            return None
+        return k
+
+    def member(self, k: int, offset: int) -> Rec:
+        """Member ``k`` as a record (its payload at ``offset``), queued and untouched."""
+        return Rec(
+            ids.make(self.queue, self.seq, self.place + k),
+            self.n + k,
+            self.priority,
+            self.enqueued_at,
+            self.enqueued_at,
+            self.seq,
+            offset,
+            self.sizes[k],
+            None,
+            self.dedup_ids[k] if self.dedup_ids else None,
+            (self.attributes[k] or None) if self.attributes else None,
+            stage=self.stage,
+        )
+
+    def offset_of(self, k: int) -> int:
+        if self.offsets is not None:
+            return self.offsets[k]
+        offset = self.offset
+        for j in range(self.taken, k):
+            if not (self.holes and j in self.holes):
+                offset += self.sizes[j]
+        return offset
+
+    def take(self, k: int) -> Rec:
+        """Take member ``k`` (normally the front one) out of the run, as a record."""
+        rec = self.member(k, self.offset_of(k))
+        if k == self.taken:
+            self.taken += 1
+            if self.offsets is None:
+                self.offset += self.sizes[k]
+            while self.holes and self.taken in self.holes:  # skip those taken before
+                self.holes.discard(self.taken)
+                if self.offsets is None:
+                    self.offset += self.sizes[self.taken]
+                self.taken += 1
+        else:
+            self.holes = self.holes or set()
+            self.holes.add(k)
+        return rec
+
+    def front(self) -> int:
+        """The number (arrival order) of the front member."""
+        return self.n + self.taken
+
+    def members(self) -> Iterator[Rec]:
+        """The members not taken, as records, front first (leaving the run as it is)."""
+        offset = self.offset
+        for k in range(self.taken, len(self.sizes)):
+            if self.holes and k in self.holes:
+                if self.offsets is None:
+                    offset += self.sizes[k]
+                continue
+            yield self.member(k, self.offsets[k] if self.offsets is not None else offset)
+            if self.offsets is None:
+                offset += self.sizes[k]
+
+    def remaining_bytes(self) -> int:
+        return sum(self.sizes[k] for k in range(self.taken, len(self.sizes))) - sum(
+            self.sizes[k] for k in (self.holes or ())
+        )
+
+    def to_snaps(self) -> Iterator[RunSnap]:
+        """The members not taken, as runs for a checkpoint: one per stretch without holes."""
+        k, end, holes = self.taken, len(self.sizes), self.holes or set()
+        while k < end:
+            if k in holes:
+                k += 1
+                continue
+            j = k
+            while j < end and j not in holes:
+                j += 1
+            yield RunSnap(
+                self.seq,
+                self.place + k,
+                self.n + k,
+                self.priority,
+                self.enqueued_at,
+                self.sizes[k:j].tobytes(),
+                self.offset_of(k),
+                self.stage,
+                None if self.offsets is None else self.offsets[k:j].tobytes(),
+                None if self.dedup_ids is None else self.dedup_ids[k:j],
+                None if self.attributes is None else self.attributes[k:j],
+            )
+            k = j
+
+    @classmethod
+    def from_snap(cls, queue: str, snap: RunSnap) -> Run:
+        offsets = None
+        if snap.offsets is not None:
+            offsets = array("Q")
+            offsets.frombytes(snap.offsets)
+        sizes = array("I")
+        sizes.frombytes(snap.sizes)
+        return cls(
+            queue,
+            snap.seq,
+            snap.place,
+            snap.n,
+            snap.priority,
+            snap.enqueued_at,
+            sizes,
+            snap.offset,
+            snap.stage,
+            offsets,
+            snap.dedup_ids,
+            snap.attributes,
+        )
+
+
+class RunSnap(msgspec.Struct, array_like=True):
+    """A run in a checkpoint: its members not taken yet."""
+
+    seq: int
+    place: int
+    n: int
+    priority: int
+    enqueued_at: float
+    sizes: bytes  # uint32 each
+    offset: int
+    stage: str | None
+    offsets: bytes | None  # uint64 each, when not back to back from ``offset``
+    dedup_ids: list[str | None] | None
+    attributes: list[dict[str, str] | None] | None
+
+
 class Snapshot(msgspec.Struct, array_like=True):
     """The index at log object ``seq``: what a checkpoint holds."""
 
@@ -84,20 +276,23 @@ class Snapshot(msgspec.Struct, array_like=True):
     tokens: list[str] = []  # commit tokens, oldest first
     dead: list[str] | None = None  # dead letters in the order they died (None: older checkpoints)
     queue: str = ""  # the queue's id (format 2)
+    runs: list[RunSnap] = []  # untouched messages (format 2), in arrival order
 
 
 class QueueState:
     """Messages by id, with the structures that make dequeue, expiry and groups cheap."""
 
     def __init__(self) -> None:
-        self.messages: dict[str, Rec] = {}
+        self.messages: dict[str, Rec] = {}  # records: messages touched since their enqueue
+        self.runs: dict[int, list[Run]] = {}  # untouched messages, by the log object of each
+        self.untouched = 0  # messages in runs
         self.total_enqueued = 0
         self.live = 0  # queued or leased
         self.dead: dict[str, None] = {}  # ordered set, oldest first
         self._n = 0
-        # Deliverable messages. Fresh ones (visible at enqueue, never changed since: version 0)
-        # wait in one FIFO per priority, 8 bytes each; the others in a heap.
-        self._fresh: dict[int, deque[Rec]] = {}
+        # Deliverable messages. Fresh ones (runs, and records visible at enqueue and never
+        # changed since: version 0) wait in one FIFO per priority; the others in a heap.
+        self._fresh: dict[int, deque[Rec | Run]] = {}
         self._fresh_priorities: list[int] = []  # heap of -priority of the FIFOs in _fresh
         self._ready: list[tuple[int, int, int, str]] = []  # (-priority, n, version, id)
         self._timers: list[tuple[float, int, int, str]] = []  # (time, n, version, id)
@@ -134,7 +329,7 @@ class QueueState:
             self._remember_token(op.token)
         elif isinstance(op, Lease):
             for mid, receipt, until in op.leases:
-                rec = self.messages[mid]
+                rec = self._record(mid)
                 rec.state, rec.receipt, rec.lease_until = LEASED, receipt, until
                 rec.attempts += 1
                 self._schedule(rec)
@@ -193,11 +388,32 @@ class QueueState:
             raise TypeError(f"unknown operation {op!r}")
 
     def _append(self, op: Append, seq: int) -> None:
-        at, first, sizes, offsets, key = op.enqueued_at, op.first, op.sizes, op.offsets, op.key
+        """Plain members (visible at once, in no group, payload not apart) form runs, one
+        per stretch of one priority; the others become records."""
+        at, first, sizes, key, offsets = op.enqueued_at, op.first, op.sizes, op.key, op.offsets
         priorities, delays, groups = op.priorities, op.delays, op.groups
         dedup_ids, attributes, blobs = op.dedup_ids, op.attributes, op.blobs
-        offset = op.offset
-        for i, size in enumerate(sizes):
+        offset = op.offset  # of the next payload in this log object
+        start, start_offset, priority = -1, 0, 0  # the stretch being gathered into a run
+        if not (delays or groups or blobs or priorities):  # all plain: one run
+            start = len(sizes)
+            self._add_run(op, seq, 0, start, 0, offset)
+        for i, size in enumerate(sizes if start < 0 else ()):
+            p = priorities[i] if priorities else 0
+            plain = not (
+                (delays and delays[i])
+                or (groups and groups[i] is not None)
+                or (blobs and i in blobs)
+            )
+            if start >= 0 and (not plain or p != priority):
+                self._add_run(op, seq, start, i, priority, start_offset)
+                start = -1
+            if plain:
+                if start < 0:
+                    start, start_offset, priority = i, offset, p
+                if key is None:
+                    offset += size
+                continue
             delay = delays[i] if delays else 0.0
             blob = blobs.get(i) if blobs else None
             if blob is not None:
@@ -209,7 +425,7 @@ class QueueState:
                 offset += size
             self._add_message(
                 ids.make(self.queue, seq, first + i),
-                priorities[i] if priorities else 0,
+                p,
                 at,
                 at + delay if delay else at,
                 seq,
@@ -220,8 +436,86 @@ class QueueState:
                 (attributes[i] or None) if attributes else None,
                 stage,
             )
+        if 0 <= start < len(sizes):
+            self._add_run(op, seq, start, len(sizes), priority, start_offset)
         if key is not None and key not in self.staged_refs:  # all duplicates: not needed
             self.garbage.append((seq, key))
+
+    def _add_run(
+        self, op: Append, seq: int, start: int, end: int, priority: int, offset: int
+    ) -> None:
+        """Members ``start`` to ``end`` of ``op`` as a run (their payloads from ``offset``)."""
+        count = end - start
+        if not count:
+            return
+        sizes = array("I", op.sizes[start:end])
+        offsets = None if op.offsets is None else array("Q", op.offsets[start:end])
+        dedup_ids = op.dedup_ids[start:end] if op.dedup_ids else None
+        attributes = op.attributes[start:end] if op.attributes else None
+        run = Run(
+            self.queue,
+            seq,
+            op.first + start,
+            self._n + 1,
+            priority,
+            op.enqueued_at,
+            sizes,
+            offset,
+            op.key,
+            offsets,
+            dedup_ids if dedup_ids and any(d is not None for d in dedup_ids) else None,
+            attributes if attributes and any(attributes) else None,
+        )
+        self._n += count
+        self.total_enqueued += count
+        self.live += count
+        self.untouched += count
+        size = sum(sizes)
+        if op.key is None:
+            self.seg_bytes[seq] = self.seg_bytes.get(seq, 0) + size
+        self._hold_many(seq, op.key, count, size)
+        if run.dedup_ids:
+            at = op.enqueued_at
+            for k, dedup_id in enumerate(run.dedup_ids):
+                if dedup_id is not None:
+                    self._dedup[dedup_id] = (ids.make(self.queue, seq, run.place + k), at)
+                    self._dedup_order.append((at, dedup_id))
+        self.runs.setdefault(seq, []).append(run)
+        self._push_fresh(run)
+
+    def _take(self, run: Run, k: int) -> Rec:
+        """Member ``k`` of ``run`` becomes a record, queued: something is about to happen to
+        it (a lease)."""
+        rec = run.take(k)
+        self.messages[rec.id] = rec
+        self.untouched -= 1
+        if not len(run):
+            runs = self.runs[run.seq]
+            runs.remove(run)
+            if not runs:
+                del self.runs[run.seq]
+        return rec
+
+    def _run_of(self, mid: str) -> tuple[Run, int] | None:
+        """The run ``mid`` is an untaken member of, and its index there."""
+        where = ids.where(mid, self.queue)
+        if where is None:
+            return None
+        for run in self.runs.get(where[0], ()):
+            k = run.index_of(where[1])
+            if k is not None:
+                return run, k
+        return None
+
+    def _record(self, mid: str) -> Rec:
+        """The record of ``mid``, made now if it is an untouched member of a run."""
+        rec = self.messages.get(mid)
+        if rec is None:
+            found = self._run_of(mid)
+            if found is None:
+                raise KeyError(mid)
+            rec = self._take(*found)
+        return rec
 
     def _enqueue(self, op: Enqueue, seq: int, stage: str | None = None) -> None:
         self._add_message(
@@ -297,12 +591,12 @@ class QueueState:
         if len(self.tokens) > MAX_TOKENS:
             del self.tokens[next(iter(self.tokens))]
 
-    def _push_fresh(self, rec: Rec) -> None:
-        fifo = self._fresh.get(rec.priority)
+    def _push_fresh(self, item: Rec | Run) -> None:
+        fifo = self._fresh.get(item.priority)
         if fifo is None:
-            fifo = self._fresh[rec.priority] = deque()
-            heapq.heappush(self._fresh_priorities, -rec.priority)
-        fifo.append(rec)
+            fifo = self._fresh[item.priority] = deque()
+            heapq.heappush(self._fresh_priorities, -item.priority)
+        fifo.append(item)
 
     def _schedule(self, rec: Rec) -> None:
         """Index ``rec`` anew after a change: a timer for when it next becomes deliverable."""
@@ -352,6 +646,11 @@ class QueueState:
         for mid in [m for m, r in self.messages.items() if r.state != DONE]:
             rec = self.messages.pop(mid)
             self._release(rec)
+        for runs in self.runs.values():
+            for run in runs:
+                self._release_many(run.seq, run.stage, len(run), run.remaining_bytes())
+        self.runs.clear()
+        self.untouched = 0
         self.live = 0
         self.dead.clear()
         self._groups.clear()
@@ -376,6 +675,7 @@ class QueueState:
             tokens=list(self.tokens),
             dead=list(self.dead),
             queue=self.queue,
+            runs=[snap for runs in self.runs.values() for run in runs for snap in run.to_snaps()],
         )
 
     @classmethod
@@ -410,16 +710,28 @@ class QueueState:
             )
         finished.sort()
         state._finished = deque(finished)
+        fresh: list[Rec | Run] = []
         for rec in records:
             if rec.state in (QUEUED, LEASED) and (
                 rec.group is None or state._groups[rec.group][0] == rec.id
             ):
                 if rec.state == QUEUED and not rec.backoff and rec.visible_at <= rec.enqueued_at:
-                    state._push_fresh(rec)
+                    fresh.append(rec)
                 else:
                     when = rec.lease_until if rec.state == LEASED else rec.visible_at
                     state._timers.append((when, rec.n, 0, rec.id))
         heapq.heapify(state._timers)
+        for snap_run in snap.runs:
+            run = Run.from_snap(state.queue, snap_run)
+            state.runs.setdefault(run.seq, []).append(run)
+            count = len(run)
+            state.untouched += count
+            state.live += count
+            state._hold_many(run.seq, run.stage, count, run.remaining_bytes())
+            fresh.append(run)
+        fresh.sort(key=lambda item: item.n)
+        for item in fresh:
+            state._push_fresh(item)
         for did, mid, at in sorted(snap.dedup, key=lambda d: d[2]):
             state._dedup[did] = (mid, at)
             state._dedup_order.append((at, did))
@@ -428,24 +740,32 @@ class QueueState:
     # -- storage bookkeeping ---------------------------------------------------------------------
 
     def _hold(self, rec: Rec) -> None:
-        if rec.stage is not None:
-            self.staged_refs[rec.stage] = self.staged_refs.get(rec.stage, 0) + 1
+        if rec.stage is not None or rec.offset >= 0:
+            self._hold_many(rec.seg, rec.stage, 1, rec.size)
+
+    def _hold_many(self, seq: int, stage: str | None, count: int, size: int) -> None:
+        """``count`` more live messages need payloads of ``size`` bytes in all, lying in
+        staged object ``stage``, else in log object ``seq``."""
+        if stage is not None:
+            self.staged_refs[stage] = self.staged_refs.get(stage, 0) + count
             return
-        if rec.offset >= 0:
-            self.refs[rec.seg] = self.refs.get(rec.seg, 0) + 1
-            self.live_bytes[rec.seg] = self.live_bytes.get(rec.seg, 0) + rec.size
+        self.refs[seq] = self.refs.get(seq, 0) + count
+        self.live_bytes[seq] = self.live_bytes.get(seq, 0) + size
 
     def _release(self, rec: Rec) -> None:
         """``rec`` no longer needs its payload (completed, purged, or moved)."""
-        if rec.stage is not None:
-            self._release_staged(rec.stage)
-            return
-        if rec.offset < 0:
+        if rec.stage is None and rec.offset < 0:
             self.garbage.append((self.seq, blob_key(rec.id)))
             return
-        seg = rec.seg
-        left = self.refs[seg] - 1
-        self.live_bytes[seg] -= rec.size
+        self._release_many(rec.seg, rec.stage, 1, rec.size)
+
+    def _release_many(self, seg: int, stage: str | None, count: int, size: int) -> None:
+        """``count`` live messages no longer need their payloads (``size`` bytes in all)."""
+        if stage is not None:
+            self._release_staged(stage, count)
+            return
+        left = self.refs[seg] - count
+        self.live_bytes[seg] -= size
         if left:
             self.refs[seg] = left
             return
@@ -454,8 +774,8 @@ class QueueState:
         if seg < self.seq:  # a closed object: garbage now; the open one is judged on closing
             self.garbage.append((self.seq, log.key(seg)))
 
-    def _release_staged(self, key: str) -> None:
-        left = self.staged_refs[key] - 1
+    def _release_staged(self, key: str, count: int = 1) -> None:
+        left = self.staged_refs[key] - count
         if left:
             self.staged_refs[key] = left
         else:  # the staged object is garbage once its last message no longer needs it
@@ -501,23 +821,28 @@ class QueueState:
             if fresh is None and not ready:
                 break
             if fresh is not None and (
-                not ready or (-fresh.priority, fresh.n) < (ready[0][0], ready[0][1])
+                not ready or (-fresh.priority, _front(fresh)) < (ready[0][0], ready[0][1])
             ):
-                self._fresh[fresh.priority].popleft()
-                chosen.append(fresh)
+                if isinstance(fresh, Run):
+                    chosen.append(self._take(fresh, fresh.taken))
+                else:
+                    self._fresh[fresh.priority].popleft()
+                    chosen.append(fresh)
             else:
                 chosen.append(messages[heapq.heappop(ready)[3]])
         return chosen, bury
 
-    def _best_fresh(self) -> Rec | None:
-        """The first fresh message of the highest priority, dropping stale entries."""
+    def _best_fresh(self) -> Rec | Run | None:
+        """The first fresh record or run of the highest priority, dropping stale entries
+        (records changed since, runs all taken)."""
         priorities, fresh = self._fresh_priorities, self._fresh
         while priorities:
             fifo = fresh[-priorities[0]]
-            while fifo and fifo[0].version != 0:
+            while fifo:
+                head = fifo[0]
+                if len(head) if isinstance(head, Run) else head.version == 0:
+                    return head
                 fifo.popleft()
-            if fifo:
-                return fifo[0]
             del fresh[-heapq.heappop(priorities)]
         return None
 
@@ -559,6 +884,7 @@ class QueueState:
     def counts(self, now: float, retention: float) -> dict[MessageStatus, int]:
         """Messages by status at ``now``; completed ones only within ``retention``."""
         counts = dict.fromkeys(MessageStatus, 0)
+        counts[MessageStatus.PENDING] = self.untouched
         for rec in self.messages.values():
             if rec.state != DONE or rec.finished_at + retention > now:
                 counts[self.status(rec, now)] += 1
@@ -575,7 +901,37 @@ class QueueState:
         eligible = (
             rec for rec in heads if rec.group is None or self._groups[rec.group][0] == rec.id
         )
-        return heapq.nsmallest(limit, eligible, key=lambda rec: (-rec.priority, rec.n))
+        untouched = (
+            rec
+            for runs in self.runs.values()
+            for run in runs
+            for rec in itertools.islice(run.members(), limit)
+        )
+        return heapq.nsmallest(
+            limit, itertools.chain(eligible, untouched), key=lambda rec: (-rec.priority, rec.n)
+        )
+
+    @property
+    def size(self) -> int:
+        """The size of the index for the checkpoint schedule: records, plus four for each
+        untouched message (checkpoints come once per a quarter of it in operations, and an
+        untouched message costs a checkpoint four bytes: at most a few bytes per operation)."""
+        return len(self.messages) + 4 * self.untouched
+
+    def find(self, mid: str) -> Rec | None:
+        """The record of ``mid``: its own, or (for an untouched message) one made to be read."""
+        rec = self.messages.get(mid)
+        if rec is None and (found := self._run_of(mid)) is not None:
+            run, k = found
+            rec = run.member(k, run.offset_of(k))
+        return rec
+
+    def all(self) -> Iterator[Rec]:
+        """Every message in the index as a record (untouched ones made to be read)."""
+        yield from self.messages.values()
+        for runs in self.runs.values():
+            for run in runs:
+                yield from run.members()
 
     def iter_dead(self) -> Iterator[Rec]:
         return (self.messages[mid] for mid in self.dead)

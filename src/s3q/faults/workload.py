@@ -289,7 +289,7 @@ def queue_options(plan: Plan) -> dict[str, Any]:
 async def read_back(raw: Store) -> Final:
     """The queue in ``raw`` as its log and checkpoints say it is."""
     loaded = await snapshot.load(raw)
-    messages = loaded.state.messages.values()
+    messages = list(loaded.state.all())
     return Final(
         remaining=[rec.id for rec in messages if rec.state != DONE],
         total_enqueued=loaded.state.total_enqueued,

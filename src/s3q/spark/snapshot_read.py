@@ -55,7 +55,7 @@ class SnapshotReader(DataSourceReader):
         state, now = loaded.state, time.time()
         seg_keys: dict[int, str] = {}
         chosen: list[pieces.Entry] = []
-        for rec in state.messages.values():
+        for rec in state.all():
             if rec.state == DONE:
                 continue
             status = state.status(rec, now).value
