@@ -58,14 +58,14 @@ class Checkpointer:
         """Whether the tail replayed since the last checkpoint is worth a checkpoint now."""
         return self.objects_since >= CHECKPOINT_OBJECTS[0]
 
-    def due(self, pending_ops: int, messages: int) -> bool:
+    def due(self, pending_ops: int, size: int) -> bool:
         """Whether a checkpoint is due, with ``pending_ops`` more operations not yet sealed
-        into a log object and an index of ``messages`` records' size."""
+        into a log object and an index of ``size`` (``QueueState.size``)."""
         ops = self.ops_since + pending_ops
         least, most = CHECKPOINT_OBJECTS
         objects = min(most, max(least, self.last_bytes // REPLAYED_OBJECT_BYTES))
         return (
-            ops >= max(self.every_ops, messages // 4)
+            ops >= max(self.every_ops, size // 4)
             or self.objects_since >= objects
             or bool(ops and self.clock() - self.last_at >= self.every_seconds)
         )

@@ -80,14 +80,14 @@ class Rec(msgspec.Struct, array_like=True, gc=False):
 class Run:
     """Untouched messages: consecutive places of one Append in log object ``seq``, of one
     priority and enqueue time, visible at once and in no group. They cost the index a few
-    bytes each (their sizes) and leave from the front, as delivery is FIFO within a priority:
-    a member taken becomes a record (``Rec``) of its own."""
+    bytes each (their sizes) and leave from the front, as delivery is FIFO within a priority
+    (a lease, live or replayed, always takes a run's front member): a member taken becomes a
+    record (``Rec``) of its own."""
 
     __slots__ = (
         "attributes",
         "dedup_ids",
         "enqueued_at",
-        "holes",
         "n",
         "offset",
         "offsets",
@@ -117,21 +117,22 @@ class Run:
     ) -> None:
         self.queue, self.seq, self.place, self.n, self.priority = queue, seq, place, n, priority
         self.enqueued_at, self.sizes, self.stage = enqueued_at, sizes, stage
-        self.offset = offset  # of the next member's payload, when ``offsets`` is None
+        self.offset = offset  # of the front member's payload, when ``offsets`` is None
         self.offsets, self.dedup_ids, self.attributes = offsets, dedup_ids, attributes
         self.taken = 0  # members taken from the front
-        self.holes: set[int] | None = None  # members taken out of order, further on
 
     def __len__(self) -> int:
         """The members not taken yet."""
-        return len(self.sizes) - self.taken - (len(self.holes) if self.holes else 0)
+        return len(self.sizes) - self.taken
 
     def index_of(self, place: int) -> int | None:
         """The member at ``place``, if it is one not taken yet."""
         k = place - self.place
-        if k < self.taken or k >= len(self.sizes) or (self.holes and k in self.holes):
-            return None
-        return k
+        return k if self.taken <= k < len(self.sizes) else None
+
+    def front(self) -> int:
+        """The number (arrival order) of the front member."""
+        return self.n + self.taken
 
     def member(self, k: int, offset: int) -> Rec:
         """Member ``k`` as a record (its payload at ``offset``), queued and untouched."""
@@ -151,76 +152,45 @@ class Run:
         )
 
     def offset_of(self, k: int) -> int:
+        """Where the payload of member ``k`` (not taken) lies."""
         if self.offsets is not None:
             return self.offsets[k]
-        offset = self.offset
-        for j in range(self.taken, k):
-            if not (self.holes and j in self.holes):
-                offset += self.sizes[j]
-        return offset
+        return self.offset + sum(self.sizes[self.taken : k])
 
-    def take(self, k: int) -> Rec:
-        """Take member ``k`` (normally the front one) out of the run, as a record."""
+    def take(self) -> Rec:
+        """Take the front member out of the run, as a record."""
+        k = self.taken
         rec = self.member(k, self.offset_of(k))
-        if k == self.taken:
-            self.taken += 1
-            if self.offsets is None:
-                self.offset += self.sizes[k]
-            while self.holes and self.taken in self.holes:  # skip those taken before
-                self.holes.discard(self.taken)
-                if self.offsets is None:
-                    self.offset += self.sizes[self.taken]
-                self.taken += 1
-        else:
-            self.holes = self.holes or set()
-            self.holes.add(k)
+        self.taken += 1
+        self.offset += self.sizes[k]
         return rec
 
-    def front(self) -> int:
-        """The number (arrival order) of the front member."""
-        return self.n + self.taken
-
     def members(self) -> Iterator[Rec]:
-        """The members not taken, as records, front first (leaving the run as it is)."""
+        """The members not taken, front first, as records (the run is left as it is)."""
         offset = self.offset
         for k in range(self.taken, len(self.sizes)):
-            if self.holes and k in self.holes:
-                if self.offsets is None:
-                    offset += self.sizes[k]
-                continue
-            yield self.member(k, self.offsets[k] if self.offsets is not None else offset)
-            if self.offsets is None:
-                offset += self.sizes[k]
+            yield self.member(k, offset if self.offsets is None else self.offsets[k])
+            offset += self.sizes[k]
 
     def remaining_bytes(self) -> int:
-        return sum(self.sizes[k] for k in range(self.taken, len(self.sizes))) - sum(
-            self.sizes[k] for k in (self.holes or ())
-        )
+        return sum(self.sizes[self.taken :])
 
-    def to_snaps(self) -> Iterator[RunSnap]:
-        """The members not taken, as runs for a checkpoint: one per stretch without holes."""
-        k, end, holes = self.taken, len(self.sizes), self.holes or set()
-        while k < end:
-            if k in holes:
-                k += 1
-                continue
-            j = k
-            while j < end and j not in holes:
-                j += 1
-            yield RunSnap(
-                self.seq,
-                self.place + k,
-                self.n + k,
-                self.priority,
-                self.enqueued_at,
-                self.sizes[k:j].tobytes(),
-                self.offset_of(k),
-                self.stage,
-                None if self.offsets is None else self.offsets[k:j].tobytes(),
-                None if self.dedup_ids is None else self.dedup_ids[k:j],
-                None if self.attributes is None else self.attributes[k:j],
-            )
-            k = j
+    def to_snap(self) -> RunSnap:
+        """The members not taken, for a checkpoint."""
+        k = self.taken
+        return RunSnap(
+            self.seq,
+            self.place + k,
+            self.n + k,
+            self.priority,
+            self.enqueued_at,
+            self.sizes[k:].tobytes(),
+            self.offset,
+            self.stage,
+            None if self.offsets is None else self.offsets[k:].tobytes(),
+            None if self.dedup_ids is None else self.dedup_ids[k:],
+            None if self.attributes is None else self.attributes[k:],
+        )
 
     @classmethod
     def from_snap(cls, queue: str, snap: RunSnap) -> Run:
@@ -390,15 +360,20 @@ class QueueState:
     def _append(self, op: Append, seq: int) -> None:
         """Plain members (visible at once, in no group, payload not apart) form runs, one
         per stretch of one priority; the others become records."""
-        at, first, sizes, key, offsets = op.enqueued_at, op.first, op.sizes, op.key, op.offsets
+        if not (op.delays or op.groups or op.blobs or op.priorities):  # all plain: one run
+            self._add_run(op, seq, 0, len(op.sizes), 0, op.offset)
+        else:
+            self._append_mixed(op, seq)
+        if op.key is not None and op.key not in self.staged_refs:  # all duplicates
+            self.garbage.append((seq, op.key))
+
+    def _append_mixed(self, op: Append, seq: int) -> None:
+        at, first, key, offsets = op.enqueued_at, op.first, op.key, op.offsets
         priorities, delays, groups = op.priorities, op.delays, op.groups
         dedup_ids, attributes, blobs = op.dedup_ids, op.attributes, op.blobs
         offset = op.offset  # of the next payload in this log object
         start, start_offset, priority = -1, 0, 0  # the stretch being gathered into a run
-        if not (delays or groups or blobs or priorities):  # all plain: one run
-            start = len(sizes)
-            self._add_run(op, seq, 0, start, 0, offset)
-        for i, size in enumerate(sizes if start < 0 else ()):
+        for i, size in enumerate(op.sizes):
             p = priorities[i] if priorities else 0
             plain = not (
                 (delays and delays[i])
@@ -436,10 +411,8 @@ class QueueState:
                 (attributes[i] or None) if attributes else None,
                 stage,
             )
-        if 0 <= start < len(sizes):
-            self._add_run(op, seq, start, len(sizes), priority, start_offset)
-        if key is not None and key not in self.staged_refs:  # all duplicates: not needed
-            self.garbage.append((seq, key))
+        if start >= 0:
+            self._add_run(op, seq, start, len(op.sizes), priority, start_offset)
 
     def _add_run(
         self, op: Append, seq: int, start: int, end: int, priority: int, offset: int
@@ -483,10 +456,10 @@ class QueueState:
         self.runs.setdefault(seq, []).append(run)
         self._push_fresh(run)
 
-    def _take(self, run: Run, k: int) -> Rec:
-        """Member ``k`` of ``run`` becomes a record, queued: something is about to happen to
-        it (a lease)."""
-        rec = run.take(k)
+    def _take(self, run: Run) -> Rec:
+        """The front member of ``run`` becomes a record, queued: something is about to
+        happen to it (a lease)."""
+        rec = run.take()
         self.messages[rec.id] = rec
         self.untouched -= 1
         if not len(run):
@@ -508,13 +481,14 @@ class QueueState:
         return None
 
     def _record(self, mid: str) -> Rec:
-        """The record of ``mid``, made now if it is an untouched member of a run."""
+        """The record of ``mid``, made now if it is the front member of a run (a replayed
+        lease: leases take runs front first)."""
         rec = self.messages.get(mid)
         if rec is None:
             found = self._run_of(mid)
-            if found is None:
+            if found is None or found[1] != found[0].taken:
                 raise KeyError(mid)
-            rec = self._take(*found)
+            rec = self._take(found[0])
         return rec
 
     def _enqueue(self, op: Enqueue, seq: int, stage: str | None = None) -> None:
@@ -675,7 +649,7 @@ class QueueState:
             tokens=list(self.tokens),
             dead=list(self.dead),
             queue=self.queue,
-            runs=[snap for runs in self.runs.values() for run in runs for snap in run.to_snaps()],
+            runs=[run.to_snap() for runs in self.runs.values() for run in runs],
         )
 
     @classmethod
@@ -824,7 +798,7 @@ class QueueState:
                 not ready or (-fresh.priority, _front(fresh)) < (ready[0][0], ready[0][1])
             ):
                 if isinstance(fresh, Run):
-                    chosen.append(self._take(fresh, fresh.taken))
+                    chosen.append(self._take(fresh))
                 else:
                     self._fresh[fresh.priority].popleft()
                     chosen.append(fresh)
