@@ -482,3 +482,40 @@ def test_failed_store_requests_are_counted(tmp_path: Path) -> None:
     with s3q.open(str(tmp_path / "fine")) as q:
         q.enqueue(b"x")
         assert q.stats().store_errors == 0
+
+
+def test_untouched_messages_read_their_tables_back_from_the_log(
+    env: StoreEnv, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no table kept in memory, runs read theirs back from the end of their log object
+    (a header of over 64 KiB takes a second read) for status, peek, dequeue and reopen."""
+    monkeypatch.setattr(s3q.state, "TABLE_BUDGET", 0)
+    reads: list[int] = []
+    appends = s3q.tables.appends
+
+    async def counted(store, seq):  # type: ignore[no-untyped-def]
+        reads.append(seq)
+        return await appends(store, seq)
+
+    monkeypatch.setattr(s3q.tables, "appends", counted)
+    q = env.open(clock=clock)
+    big = [(f"m{i}".encode() * (1 + i % 7), {"dedup_id": f"d{i:06d}"}) for i in range(20_000)]
+    ids = q.enqueue_batch([{"payload": p, **kw} for p, kw in big])
+    small = q.enqueue_batch([b"a", b"bb", {"payload": b"hi", "priority": 5}])
+    assert q.status(ids[12_345]) == S.PENDING and reads
+    assert [m.payload for m in q.peek(3)] == [b"hi", big[0][0], big[1][0]]
+    q.close()
+
+    q = env.open(clock=clock)
+    reads.clear()
+    [m] = q.dequeue()
+    assert (m.id, m.payload) == (small[2], b"hi")
+    got = q.dequeue(max_messages=1000)
+    assert [m.payload for m in got] == [p for p, _ in big[:1000]] and reads
+    q.complete_batch(got)
+    q.close()
+
+    q = env.open(clock=clock)  # replays the leases over runs with no table in memory
+    rest = drain(q)
+    assert [m.payload for m in rest] == [p for p, _ in big[1000:]] + [b"a", b"bb"]
+    assert q.enqueue(b"again", dedup_id="d000007") == ids[7]

@@ -90,6 +90,8 @@ class AsyncQueue:
         """Add many messages in one commit: payloads, or dicts of ``enqueue``'s keywords."""
         if isinstance(items, bytes | str | dict):
             raise InvalidArgument("enqueue_batch takes a list of payloads or dicts")
+        if isinstance(items, list) and validate.plain_payloads(items, self.config.max_message_size):
+            return await self._engine.enqueue_payloads(items)
         checked = [validate.item_of(it, self.config.max_message_size) for it in items]
         return await self._engine.enqueue(checked) if checked else []
 

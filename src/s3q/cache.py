@@ -21,6 +21,21 @@ class PayloadCache:
         while self.size > self.max_bytes:
             self.size -= len(self._items.popitem(last=False)[1])
 
+    def put_many(self, ids: list[str], payloads: list[bytes], size: int) -> None:
+        """``put`` each of ``payloads`` (``size`` bytes in all) under its id."""
+        if size > self.max_bytes:  # keep the newest that fit
+            keep, total = 0, 0
+            for payload in reversed(payloads):
+                if total + len(payload) > self.max_bytes:
+                    break
+                total += len(payload)
+                keep += 1
+            ids, payloads, size = ids[len(ids) - keep :], payloads[len(payloads) - keep :], total
+        self._items.update(zip(ids, payloads, strict=True))
+        self.size += size
+        while self.size > self.max_bytes:
+            self.size -= len(self._items.popitem(last=False)[1])
+
     def pop(self, mid: str) -> bytes | None:
         payload = self._items.pop(mid, None)
         if payload is not None:

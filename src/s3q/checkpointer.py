@@ -3,9 +3,10 @@
 A checkpoint is taken as a log object leaves for the store, when the index holds exactly the
 log up to it, and is written once that object is durable. One is due when any of these holds:
 
-* so many operations since the last one: ``max(checkpoint_ops, size / 4)``, where ``size`` is
-  the index's in records (``QueueState.size``), so encoding, which costs time in the size of
-  the index, is amortised O(1) per operation;
+* so many changes to the index since the last one (``QueueState.changes``: a record made or
+  changed, a run of untouched messages added) that they reach ``max(checkpoint_ops, size / 4)``,
+  where ``size`` is the index's in entries (``QueueState.size``), so encoding, which costs time
+  and bytes in the size of the index, is amortised O(1) per change;
 * so many log objects since the last one that replaying them would cost more than writing a
   checkpoint: replaying an object (a GET, mostly latency) is worth ``REPLAYED_OBJECT_BYTES``
   of checkpoint, so recovery replays a bounded tail whatever the rate of commits;
@@ -41,13 +42,17 @@ class Checkpointer:
         self.store, self.token, self.clock = store, token, clock
         self.every_ops, self.every_seconds = every_ops, every_seconds
         self.known: dict[int, float] = {}  # checkpoint seq -> when written, as far as known
-        self.ops_since = 0
+        self.changes_at = 0  # ``QueueState.changes`` when the last checkpoint was taken
         self.objects_since = 0  # log objects a reopen would replay
         self.last_at = 0.0  # when the newest checkpoint was written, by anyone
         self.last_bytes = 0  # the size of the last checkpoint this writer encoded
 
-    def recovered(self, known: dict[int, float], log_started: float | None, replayed: int) -> None:
-        """What recovery found: the checkpoints, when the log began, how much was replayed."""
+    def recovered(
+        self, state: QueueState, known: dict[int, float], log_started: float | None, replayed: int
+    ) -> None:
+        """What recovery found: the index, the checkpoints, when the log began, how much was
+        replayed."""
+        self.changes_at = state.changes
         self.known.update(known)
         self.last_at = max(
             known.values(), default=self.clock() if log_started is None else log_started
@@ -58,29 +63,31 @@ class Checkpointer:
         """Whether the tail replayed since the last checkpoint is worth a checkpoint now."""
         return self.objects_since >= CHECKPOINT_OBJECTS[0]
 
-    def due(self, pending_ops: int, size: int) -> bool:
-        """Whether a checkpoint is due, with ``pending_ops`` more operations not yet sealed
-        into a log object and an index of ``size`` (``QueueState.size``)."""
-        ops = self.ops_since + pending_ops
+    def behind(self, state: QueueState) -> bool:
+        """Whether ``state`` changed since the last checkpoint."""
+        return state.changes != self.changes_at
+
+    def due(self, state: QueueState) -> bool:
+        """Whether a checkpoint of ``state`` is due as the log object being filled leaves."""
+        ops = state.changes - self.changes_at
         least, most = CHECKPOINT_OBJECTS
         objects = min(most, max(least, self.last_bytes // REPLAYED_OBJECT_BYTES))
         return (
-            ops >= max(self.every_ops, size // 4)
+            ops >= max(self.every_ops, state.size // 4)
             or self.objects_since >= objects
             or bool(ops and self.clock() - self.last_at >= self.every_seconds)
         )
 
-    def sealed(self, seq: int, ops: int, state: QueueState) -> bytearray | None:
-        """Log object ``seq`` with ``ops`` operations leaves for the store: the encoded
-        checkpoint of ``state`` as of it, if one is due."""
-        self.ops_since += ops
+    def sealed(self, seq: int, state: QueueState) -> bytearray | None:
+        """Log object ``seq`` leaves for the store: the encoded checkpoint of ``state`` as of
+        it, if one is due."""
         self.objects_since += 1
-        return self.take(seq, state) if self.due(0, state.size) else None
+        return self.take(seq, state) if self.due(state) else None
 
     def take(self, seq: int, state: QueueState) -> bytearray:
         """The encoded checkpoint of ``state``, which holds exactly the log up to ``seq``."""
         now = self.clock()
-        self.ops_since, self.objects_since, self.last_at = 0, 0, now
+        self.changes_at, self.objects_since, self.last_at = state.changes, 0, now
         data = checkpoint.encode(checkpoint.Checkpoint(seq, self.token, now, state.snapshot()))
         self.last_bytes = len(data)
         return data

@@ -22,7 +22,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -134,13 +134,13 @@ class GroupCommit:
             self.task = asyncio.create_task(self._loop())
         return batch
 
-    def add_carrying(self, op: AnyOp, payloads: Iterable[tuple[str, bytes]]) -> Batch:
-        """Like ``add``, for an op whose payloads ride the same log object, in this order."""
+    def add_payloads(self, op: AnyOp, ids: list[str], payloads: list[bytes], size: int) -> Batch:
+        """Like ``add``, for an op whose payloads ride the same log object, in this order,
+        with the ids of their messages (``size``: their total length)."""
         batch = self.add(op)
-        for mid, payload in payloads:
-            batch.payloads.append(payload)
-            batch.held[mid] = payload
-            batch.size += len(payload)
+        batch.payloads.extend(payloads)
+        batch.held.update(zip(ids, payloads, strict=True))
+        batch.size += size
         return batch
 
     def latest(self) -> Batch | None:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
-from . import collector, ids, log, snapshot, validate
+from . import collector, ids, log, snapshot, tables, validate
 from .cache import PayloadCache
 from .checkpointer import Checkpointer
 from .commit import Batch, GroupCommit
@@ -172,7 +172,7 @@ class Engine:
         # What is still running gets what is left of the time, then is cut short: a log
         # write already given up on, checkpoint writes and collection (whole objects each).
         await _settle([self.commit.task, *self._tasks, self._collecting], left())
-        if self.commit.failure is None and self.checkpointer.ops_since:
+        if self.commit.failure is None and self.checkpointer.behind(self.state):
             try:  # a clean shutdown leaves a checkpoint behind: the next open is fast
                 async with asyncio.timeout(left()):
                     await self._checkpoint_now()
@@ -197,7 +197,9 @@ class Engine:
     async def _recover(self) -> None:
         loaded = await snapshot.load(self.store)
         self.state = loaded.state
-        self.checkpointer.recovered(loaded.checkpoints, loaded.first_at, loaded.replayed)
+        self.checkpointer.recovered(
+            self.state, loaded.checkpoints, loaded.first_at, loaded.replayed
+        )
         durable = loaded.seq
         # Fence: the first record of this writer, at the first free sequence number.
         while True:
@@ -209,7 +211,7 @@ class Engine:
                     log.key(seq), log.encode(log.Header(seq, self.token, now, [fence]), [])
                 )
             except AlreadyExists:  # an older writer is still committing: take its work in
-                self._replay(seq, await self.store.get(log.key(seq)))
+                await self._replay(seq, await self.store.get(log.key(seq)))
                 durable = seq
                 continue
             self.state.apply(fence, seq)
@@ -234,8 +236,8 @@ class Engine:
         if changed:
             await self.commit.durable_after(self.commit.add(Configure(changed)))
 
-    def _replay(self, seq: int, data: bytes) -> None:
-        snapshot.replay(self.state, seq, data)
+    async def _replay(self, seq: int, data: bytes) -> None:
+        await snapshot.replay(self.store, self.state, seq, data)
         self.checkpointer.objects_since += 1
 
     async def _renew_loop(self, every: float) -> None:
@@ -265,20 +267,22 @@ class Engine:
         """Copy live payloads forward into the batch being filled (for garbage collection)."""
         if self._closed or self.commit.failure is not None:
             return
-        offset, placed = self.commit.filling.size, []
+        start = offset = self.commit.filling.size
+        placed = []
         for mid, payload in moves:
             placed.append((mid, offset))
             offset += len(payload)
-        self.commit.add_carrying(Relocate(placed), moves)
+        made, payloads = [mid for mid, _ in moves], [payload for _, payload in moves]
+        self.commit.add_payloads(Relocate(placed), made, payloads, offset - start)
 
     # -- checkpoints and garbage collection -------------------------------------------------------
 
     def _sealing(self, batch: Batch) -> bytearray | None:
         """``batch`` leaves for the store: prune if a checkpoint is due (the Prune rides the
         batch the checkpoint is taken at), and take that checkpoint."""
-        if self.checkpointer.due(batch.weight, self.state.size):
+        if self.checkpointer.due(self.state):
             self._prune()
-        return self.checkpointer.sealed(batch.seq, batch.weight, self.state)
+        return self.checkpointer.sealed(batch.seq, self.state)
 
     def _sealed_durable(self, batch: Batch, checkpoint: bytearray | None) -> None:
         if checkpoint is not None:
@@ -402,18 +406,38 @@ class Engine:
             attributes=_column([it.attributes or None for it in fresh], None),
             blobs=fresh_blobs or None,
         )
-        carried = [
-            (mid, it.payload)
-            for i, (mid, it) in enumerate(zip(made, fresh, strict=True))
-            if i not in fresh_blobs
-        ]
-        batch = self.commit.add_carrying(op, carried)
-        cache_put = self._cache.put
-        for mid, it in zip(made, fresh, strict=True):
-            cache_put(mid, it.payload)
+        for i in fresh_blobs:
+            self._cache.put(made[i], fresh[i].payload)
+        carried = [i for i in range(len(fresh)) if i not in fresh_blobs]
+        payloads = [fresh[i].payload for i in carried]
+        size = sum(map(len, payloads))
+        await self._append(op, [made[i] for i in carried], payloads, size)
+        return [made[a] if isinstance(a, int) else a for a in answers]
+
+    async def enqueue_payloads(self, payloads: list[bytes]) -> list[str]:
+        """``enqueue`` of plain messages (priority 0, no delay, group, dedup id or
+        attributes) given as their payloads: the batch path, with no object per message."""
+        sizes = list(map(len, payloads))
+        if max(sizes) > self.config.large_payload:
+            return await self.enqueue(
+                [validate.Item(p, 0, 0.0, None, None, None) for p in payloads]
+            )
+        self._check()
+        self._room(len(payloads))
+        batch = self.commit.filling
+        first = batch.places(len(payloads))
+        made = ids.make_many(self.state.queue, batch.seq, first, len(payloads))
+        size = sum(sizes)
+        await self._append(Append(first, self.clock(), batch.size, sizes), made, payloads, size)
+        return made
+
+    async def _append(self, op: Append, made: list[str], payloads: list[bytes], size: int) -> None:
+        """Commit ``op``, carrying ``payloads`` (``size`` bytes) of the messages ``made``
+        into the batch being filled; return once durable."""
+        batch = self.commit.add_payloads(op, made, payloads, size)
+        self._cache.put_many(made, payloads, size)
         self._notify()
         await self.commit.durable_after(batch)
-        return [made[a] if isinstance(a, int) else a for a in answers]
 
     def _admit(self, items: list[validate.Item]) -> None:
         """Raise QueueFull unless the new messages among ``items`` fit."""
@@ -426,7 +450,12 @@ class Engine:
             for it in items
             if it.dedup_id is None or not state.dedup_hit(it.dedup_id, now, config.dedup_window)
         )
-        if state.live + fresh > config.max_queue_depth:
+        self._room(fresh)
+
+    def _room(self, fresh: int) -> None:
+        """Raise QueueFull unless ``fresh`` more messages fit."""
+        state, config = self.state, self.config
+        if config.max_queue_depth is not None and state.live + fresh > config.max_queue_depth:
             raise QueueFull(
                 f"queue {self.store.url} holds {state.live} messages; max_queue_depth is "
                 f"{config.max_queue_depth}, so {fresh} more do not fit"
@@ -535,8 +564,8 @@ class Engine:
         timeout = (
             self.config.visibility_timeout if visibility_timeout is None else visibility_timeout
         )
+        chosen, buried = await self._select(max_messages)
         now = self.clock()
-        chosen, buried = self._select(now, max_messages)
         if not chosen:
             await self.commit.durable_after(buried)
             return []
@@ -554,7 +583,7 @@ class Engine:
         self._check()
         found = {}
         for mid in ids:
-            rec = self.state.find(mid)
+            rec = await self._find(mid)
             if rec is not None and rec.state != DONE:
                 found[mid] = Located(self._message(rec, b""), snapshot.location(rec))
         await self.commit.durable_after(self.commit.latest())  # a relocation may be on its way
@@ -570,8 +599,8 @@ class Engine:
         deadline = time.monotonic() + wait
         while True:
             self._check()
+            chosen, buried = await self._select(max_messages)
             now = self.clock()
-            chosen, buried = self._select(now, max_messages)
             if chosen:
                 leases = self._leases(chosen, now + timeout)
                 batch = self.commit.add(Lease(leases))
@@ -606,18 +635,36 @@ class Engine:
         """
         return rec.receipt == receipt and rec.lease_until > self.clock()
 
-    def _select(self, now: float, limit: int) -> tuple[list[Rec], Batch | None]:
-        """Deliverable messages, after burying those whose last lease ran out of attempts."""
-        chosen, bury = self.state.select(now, limit, self.config.max_attempts)
+    async def _select(self, limit: int) -> tuple[list[Rec], Batch | None]:
+        """Up to ``limit`` deliverable messages, after burying those whose last lease ran out
+        of attempts; the tables of the runs they come from read back first."""
         batch = None
-        if bury:
-            error = f"lease expired after {self.config.max_attempts} attempt(s)"
-            batch = self.commit.add(Bury([rec.id for rec in bury], error, now))
-        return chosen, batch
+        while True:
+            await self._fill(self.state.wanted(limit))
+            now = self.clock()
+            chosen, bury = self.state.select(now, limit, self.config.max_attempts)
+            if bury:
+                error = f"lease expired after {self.config.max_attempts} attempt(s)"
+                batch = self.commit.add(Bury([rec.id for rec in bury], error, now))
+            # Other callers may have taken the members read back for while they were read:
+            # read on while the head holds runs without tables and nothing was chosen.
+            if chosen or not limit or not self.state.wanted(limit):
+                return chosen, batch
+
+    async def _fill(self, seqs: set[int]) -> None:
+        """Read back the run tables of log objects ``seqs``."""
+        if seqs:
+            await tables.fill(self.store, self.state, seqs)
+
+    async def _find(self, mid: str) -> Rec | None:
+        seq = self.state.wanted_for(mid)
+        if seq is not None:
+            await self._fill({seq})
+        return self.state.find(mid)
 
     async def _sweep(self) -> None:
         """Bury expired leases with no attempts left, so reads report them as dead."""
-        _, batch = self._select(self.clock(), 0)
+        _, batch = await self._select(0)
         await self.commit.durable_after(batch)
 
     async def complete(self, receipts: list[str]) -> None:
@@ -680,8 +727,8 @@ class Engine:
     async def status(self, mid: str) -> MessageStatus:
         self._check()
         await self._sweep()
+        rec = await self._find(mid)
         now = self.clock()
-        rec = self.state.find(mid)
         if rec is None or (
             rec.state == DONE and rec.finished_at + self.config.completed_retention <= now
         ):
@@ -714,6 +761,7 @@ class Engine:
 
     async def peek(self, limit: int) -> list[Message]:
         self._check()
+        await self._fill(self.state.wanted(limit))
         recs = self.state.deliverable(self.clock(), limit)
         payloads = await self._payloads(recs, keep=True)
         return [self._message(rec, p, receipt=False) for rec, p in zip(recs, payloads, strict=True)]

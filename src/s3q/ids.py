@@ -28,6 +28,12 @@ def make(queue: str, seq: int, place: int) -> str:
     return f"{queue}{seq:012x}{place:08x}"
 
 
+def make_many(queue: str, seq: int, first: int, count: int) -> list[str]:
+    """The ids of ``count`` messages from place ``first`` of log object ``seq``."""
+    prefix = f"{queue}{seq:012x}"
+    return [f"{prefix}{place:08x}" for place in range(first, first + count)]
+
+
 def where(mid: str, queue: str) -> tuple[int, int] | None:
     """The log object and place of ``queue`` an id names, or None for an id that names none
     there (another queue's, an older format's, or not an id at all)."""

@@ -89,6 +89,15 @@ def unseal(data: bytes, where: str) -> memoryview:
     return head
 
 
+def sealed_size(tail: bytes, where: str) -> int:
+    """How many bytes the header and trailer of a sealed object take, from ``tail`` (at
+    least its last ``TRAILER_SIZE`` bytes): how much of its end a reader of the header needs."""
+    if len(tail) < _TRAILER.size:
+        raise Corrupt(f"corrupt object {where}: only {len(tail)} bytes")
+    size: int = _TRAILER.unpack_from(tail, len(tail) - _TRAILER.size)[1]
+    return _TRAILER.size + size
+
+
 def encode(header: Header, payloads: list[bytes]) -> bytes:
     return seal(_encoder.encode(header), payloads)
 

@@ -19,7 +19,7 @@ from typing import NamedTuple, TypeVar
 
 import msgspec
 
-from . import checkpoint, log
+from . import checkpoint, log, tables
 from .errors import StoreError, UnsupportedFormat
 from .message import Message
 from .state import QueueState, Rec, blob_key
@@ -112,7 +112,7 @@ async def _load_once(store: Store) -> Loaded:
             f"{'checkpoint ' + str(base) if base else 'its start'}"
         )
     async for seq, data in fetch_in_order(store, [log.key(s) for s in seqs], seqs):
-        at = replay(loaded.state, seq, data)
+        at = await replay(store, loaded.state, seq, data)
         if loaded.first_at is None:
             loaded.first_at = at
         loaded.seq = seq
@@ -158,10 +158,14 @@ async def _load_checkpoint(store: Store) -> Loaded:
     return Loaded(QueueState(), 0)
 
 
-def replay(state: QueueState, seq: int, data: bytes) -> float:
-    """Fold log object ``seq`` (its bytes) into ``state``; when the object was written."""
+async def replay(store: Store, state: QueueState, seq: int, data: bytes) -> float:
+    """Fold log object ``seq`` (its bytes) into ``state``, reading back the run tables its
+    leases need; when the object was written."""
     header = log.decode(data, log.key(seq))
     for op in header.ops:
+        wanted = state.wanted_by(op)
+        if wanted:
+            await tables.fill(store, state, wanted)
         state.apply(op, seq)
     return header.at
 

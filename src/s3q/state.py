@@ -40,6 +40,8 @@ from .ops import (
 
 QUEUED, LEASED, DONE, DEAD = 0, 1, 2, 3
 MAX_TOKENS = 10_000  # commit tokens remembered (streaming sinks need only their last batches)
+#: untouched messages whose tables the index keeps (a few bytes each) beyond those it needs now
+TABLE_BUDGET = 1_000_000
 
 
 def _front(item: Rec | Run) -> int:
@@ -77,26 +79,45 @@ class Rec(msgspec.Struct, array_like=True, gc=False):
     stage: str | None = None  # the payload lies in this staged object, not in log object seg
 
 
+class Table:
+    """What a run holds of each of its members, in the Append that enqueued them: read back
+    from the log when it is dropped (``tables``)."""
+
+    __slots__ = ("attributes", "dedup_ids", "offsets", "sizes")
+
+    def __init__(self, op: Append, start: int, end: int) -> None:
+        """Members ``start`` to ``end`` of ``op``."""
+        self.sizes = array("I", op.sizes[start:end])
+        self.offsets = None if op.offsets is None else array("Q", op.offsets[start:end])
+        dedup_ids = op.dedup_ids[start:end] if op.dedup_ids else None
+        attributes = op.attributes[start:end] if op.attributes else None
+        self.dedup_ids = dedup_ids if dedup_ids and any(d is not None for d in dedup_ids) else None
+        self.attributes = attributes if attributes and any(attributes) else None
+
+
 class Run:
-    """Untouched messages: consecutive places of one Append in log object ``seq``, of one
-    priority and enqueue time, visible at once and in no group. They cost the index a few
-    bytes each (their sizes) and leave from the front, as delivery is FIFO within a priority
-    (a lease, live or replayed, always takes a run's front member): a member taken becomes a
-    record (``Rec``) of its own."""
+    """Untouched messages: ``count`` consecutive places from ``place`` of one Append in log
+    object ``seq``, of one priority and enqueue time, visible at once and in no group.
+
+    They leave from the front, as delivery is FIFO within a priority (a lease, live or
+    replayed, always takes a run's front member): a member taken becomes a record (``Rec``) of
+    its own. A run far from the head of its priority may drop its ``table`` (each member's
+    size and offset: 4 to 12 bytes), leaving a few dozen bytes whatever its length; taking a
+    member, or reading one, needs the table read back first (``tables.fill``).
+    """
 
     __slots__ = (
-        "attributes",
-        "dedup_ids",
+        "bytes",
+        "count",
         "enqueued_at",
         "n",
         "offset",
-        "offsets",
         "place",
         "priority",
         "queue",
         "seq",
-        "sizes",
         "stage",
+        "table",
         "taken",
     )
 
@@ -106,36 +127,40 @@ class Run:
         seq: int,
         place: int,
         n: int,
+        count: int,
         priority: int,
         enqueued_at: float,
-        sizes: array[int],
+        size: int,
         offset: int,
-        stage: str | None = None,
-        offsets: array[int] | None = None,
-        dedup_ids: list[str | None] | None = None,
-        attributes: list[dict[str, str] | None] | None = None,
+        stage: str | None,
+        table: Table | None,
     ) -> None:
-        self.queue, self.seq, self.place, self.n, self.priority = queue, seq, place, n, priority
-        self.enqueued_at, self.sizes, self.stage = enqueued_at, sizes, stage
-        self.offset = offset  # of the front member's payload, when ``offsets`` is None
-        self.offsets, self.dedup_ids, self.attributes = offsets, dedup_ids, attributes
+        self.queue, self.seq, self.place, self.n, self.count = queue, seq, place, n, count
+        self.priority, self.enqueued_at, self.stage = priority, enqueued_at, stage
+        self.bytes = size  # payload bytes of the members not taken
+        self.offset = offset  # of the front member's payload, when it lies in the log object
+        self.table = table
         self.taken = 0  # members taken from the front
 
     def __len__(self) -> int:
         """The members not taken yet."""
-        return len(self.sizes) - self.taken
+        return self.count - self.taken
 
     def index_of(self, place: int) -> int | None:
         """The member at ``place``, if it is one not taken yet."""
         k = place - self.place
-        return k if self.taken <= k < len(self.sizes) else None
+        return k if self.taken <= k < self.count else None
 
     def front(self) -> int:
         """The number (arrival order) of the front member."""
         return self.n + self.taken
 
+    def front_place(self) -> int:
+        return self.place + self.taken
+
     def member(self, k: int, offset: int) -> Rec:
         """Member ``k`` as a record (its payload at ``offset``), queued and untouched."""
+        table = self._table()
         return Rec(
             ids.make(self.queue, self.seq, self.place + k),
             self.n + k,
@@ -144,39 +169,60 @@ class Run:
             self.enqueued_at,
             self.seq,
             offset,
-            self.sizes[k],
+            table.sizes[k],
             None,
-            self.dedup_ids[k] if self.dedup_ids else None,
-            (self.attributes[k] or None) if self.attributes else None,
+            table.dedup_ids[k] if table.dedup_ids else None,
+            (table.attributes[k] or None) if table.attributes else None,
             stage=self.stage,
         )
 
     def offset_of(self, k: int) -> int:
         """Where the payload of member ``k`` (not taken) lies."""
-        if self.offsets is not None:
-            return self.offsets[k]
-        return self.offset + sum(self.sizes[self.taken : k])
+        table = self._table()
+        if table.offsets is not None:
+            return table.offsets[k]
+        return self.offset + sum(table.sizes[self.taken : k])
 
     def take(self) -> Rec:
         """Take the front member out of the run, as a record."""
         k = self.taken
         rec = self.member(k, self.offset_of(k))
         self.taken += 1
-        self.offset += self.sizes[k]
+        self.offset += rec.size
+        self.bytes -= rec.size
         return rec
 
     def members(self) -> Iterator[Rec]:
         """The members not taken, front first, as records (the run is left as it is)."""
-        offset = self.offset
-        for k in range(self.taken, len(self.sizes)):
-            yield self.member(k, offset if self.offsets is None else self.offsets[k])
-            offset += self.sizes[k]
+        offsets, offset = self._table().offsets, self.offset
+        for k in range(self.taken, self.count):
+            rec = self.member(k, offset if offsets is None else offsets[k])
+            offset += rec.size
+            yield rec
 
-    def remaining_bytes(self) -> int:
-        return sum(self.sizes[self.taken :])
+    def drop_table(self) -> None:
+        """Forget the table (read back from the log when needed), rebasing the run on its
+        front member so a table read back covers exactly the members left."""
+        self.place, self.n, self.count = self.place + self.taken, self.n + self.taken, len(self)
+        self.taken, self.table = 0, None
+
+    def fill(self, ops: list[Append]) -> None:
+        """Take the table back from the Appends of log object ``seq``."""
+        self.drop_table()
+        for op in ops:
+            start = self.place - op.first
+            if 0 <= start < len(op.sizes):
+                self.table = Table(op, start, start + self.count)
+                return
+        raise LookupError(f"log object {self.seq} has no Append of place {self.place}")
+
+    def _table(self) -> Table:
+        if self.table is None:
+            raise LookupError(f"the table of run {self.seq}/{self.place} is not read back")
+        return self.table
 
     def to_snap(self) -> RunSnap:
-        """The members not taken, for a checkpoint."""
+        """The members not taken, for a checkpoint (the table stays in the log)."""
         k = self.taken
         return RunSnap(
             self.seq,
@@ -184,52 +230,83 @@ class Run:
             self.n + k,
             self.priority,
             self.enqueued_at,
-            self.sizes[k:].tobytes(),
+            b"",
             self.offset,
             self.stage,
-            None if self.offsets is None else self.offsets[k:].tobytes(),
-            None if self.dedup_ids is None else self.dedup_ids[k:],
-            None if self.attributes is None else self.attributes[k:],
+            None,
+            None,
+            None,
+            len(self),
+            self.bytes,
         )
 
     @classmethod
     def from_snap(cls, queue: str, snap: RunSnap) -> Run:
-        offsets = None
-        if snap.offsets is not None:
-            offsets = array("Q")
-            offsets.frombytes(snap.offsets)
+        if snap.count >= 0:
+            return cls(
+                queue,
+                snap.seq,
+                snap.place,
+                snap.n,
+                snap.count,
+                snap.priority,
+                snap.enqueued_at,
+                snap.payload_bytes,
+                snap.offset,
+                snap.stage,
+                None,
+            )
+        # A checkpoint that held the table (the first builds of format 2).
         sizes = array("I")
         sizes.frombytes(snap.sizes)
+        op = Append(
+            snap.place,
+            snap.enqueued_at,
+            snap.offset,
+            sizes.tolist(),
+            snap.stage,
+            None if snap.offsets is None else _uint64s(snap.offsets),
+            dedup_ids=snap.dedup_ids,
+            attributes=snap.attributes,
+        )
+        table = Table(op, 0, len(sizes))
         return cls(
             queue,
             snap.seq,
             snap.place,
             snap.n,
+            len(sizes),
             snap.priority,
             snap.enqueued_at,
-            sizes,
+            sum(sizes),
             snap.offset,
             snap.stage,
-            offsets,
-            snap.dedup_ids,
-            snap.attributes,
+            table,
         )
 
 
+def _uint64s(data: bytes) -> list[int]:
+    values = array("Q")
+    values.frombytes(data)
+    return values.tolist()
+
+
 class RunSnap(msgspec.Struct, array_like=True):
-    """A run in a checkpoint: its members not taken yet."""
+    """A run in a checkpoint: its members not taken yet (their table is in the log)."""
 
     seq: int
     place: int
     n: int
     priority: int
     enqueued_at: float
-    sizes: bytes  # uint32 each
+    sizes: bytes  # uint32 each (the first builds of format 2; now empty)
     offset: int
     stage: str | None
-    offsets: bytes | None  # uint64 each, when not back to back from ``offset``
-    dedup_ids: list[str | None] | None
-    attributes: list[dict[str, str] | None] | None
+    offsets: bytes | None  # uint64 each (as ``sizes``)
+    dedup_ids: list[str | None] | None  # (as ``sizes``)
+    attributes: list[dict[str, str] | None] | None  # (as ``sizes``)
+    count: int = -1  # members (-1: as many as ``sizes`` holds)
+    payload_bytes: int = 0  # of the members
 
 
 class Snapshot(msgspec.Struct, array_like=True):
@@ -256,6 +333,9 @@ class QueueState:
         self.messages: dict[str, Rec] = {}  # records: messages touched since their enqueue
         self.runs: dict[int, list[Run]] = {}  # untouched messages, by the log object of each
         self.untouched = 0  # messages in runs
+        self.run_count = 0
+        self.tabled = 0  # members of runs that hold their tables
+        self.changes = 0  # entries of the index changed so far (the checkpoint schedule's clock)
         self.total_enqueued = 0
         self.live = 0  # queued or leased
         self.dead: dict[str, None] = {}  # ordered set, oldest first
@@ -290,8 +370,12 @@ class QueueState:
         if seq != self.seq:
             self._close(seq)
         if isinstance(op, Append):
+            before = len(self.messages) + self.run_count
             self._append(op, seq)
-        elif isinstance(op, Enqueue):
+            self.changes += len(self.messages) + self.run_count - before
+            return
+        self.changes += op.weight
+        if isinstance(op, Enqueue):
             self._enqueue(op, seq)
         elif isinstance(op, EnqueueStaged):
             self._enqueue_staged(op, seq)
@@ -421,40 +505,43 @@ class QueueState:
         count = end - start
         if not count:
             return
-        sizes = array("I", op.sizes[start:end])
-        offsets = None if op.offsets is None else array("Q", op.offsets[start:end])
-        dedup_ids = op.dedup_ids[start:end] if op.dedup_ids else None
-        attributes = op.attributes[start:end] if op.attributes else None
+        table = Table(op, start, end)
+        size = sum(table.sizes)
+        keep = self.tabled + count <= TABLE_BUDGET
         run = Run(
             self.queue,
             seq,
             op.first + start,
             self._n + 1,
+            count,
             priority,
             op.enqueued_at,
-            sizes,
+            size,
             offset,
             op.key,
-            offsets,
-            dedup_ids if dedup_ids and any(d is not None for d in dedup_ids) else None,
-            attributes if attributes and any(attributes) else None,
+            table if keep else None,
         )
         self._n += count
         self.total_enqueued += count
         self.live += count
         self.untouched += count
-        size = sum(sizes)
+        if keep:
+            self.tabled += count
         if op.key is None:
             self.seg_bytes[seq] = self.seg_bytes.get(seq, 0) + size
         self._hold_many(seq, op.key, count, size)
-        if run.dedup_ids:
+        if table.dedup_ids:
             at = op.enqueued_at
-            for k, dedup_id in enumerate(run.dedup_ids):
+            for k, dedup_id in enumerate(table.dedup_ids):
                 if dedup_id is not None:
                     self._dedup[dedup_id] = (ids.make(self.queue, seq, run.place + k), at)
                     self._dedup_order.append((at, dedup_id))
-        self.runs.setdefault(seq, []).append(run)
+        self._add(run)
         self._push_fresh(run)
+
+    def _add(self, run: Run) -> None:
+        self.runs.setdefault(run.seq, []).append(run)
+        self.run_count += 1
 
     def _take(self, run: Run) -> Rec:
         """The front member of ``run`` becomes a record, queued: something is about to
@@ -463,11 +550,65 @@ class QueueState:
         self.messages[rec.id] = rec
         self.untouched -= 1
         if not len(run):
+            self.tabled -= run.count
+            self.run_count -= 1
             runs = self.runs[run.seq]
             runs.remove(run)
             if not runs:
                 del self.runs[run.seq]
         return rec
+
+    # -- run tables --------------------------------------------------------------------------------
+
+    def fill(self, seq: int, appends: list[Append]) -> None:
+        """The Appends of log object ``seq`` (read back by ``tables``): its runs without
+        their tables take them back."""
+        for run in self.runs.get(seq, ()):
+            if run.table is None:
+                run.fill(appends)
+                self.tabled += run.count
+
+    def wanted(self, limit: int) -> set[int]:
+        """The log objects whose tables the next ``limit`` deliveries need read back."""
+        seqs: set[int] = set()
+        for run in self._fresh_runs(limit):
+            if run.table is None:
+                seqs.add(run.seq)
+        return seqs
+
+    def wanted_by(self, op: AnyOp) -> set[int]:
+        """The log objects whose tables folding ``op`` (a replayed lease) needs read back."""
+        seqs: set[int] = set()
+        if isinstance(op, Lease):
+            for mid, _, _ in op.leases:
+                seq = self.wanted_for(mid)
+                if seq is not None:
+                    seqs.add(seq)
+        return seqs
+
+    def wanted_for(self, mid: str) -> int | None:
+        """The log object whose table reading ``mid`` needs read back, if any."""
+        if mid in self.messages:
+            return None
+        found = self._run_of(mid)
+        return found[0].seq if found is not None and found[0].table is None else None
+
+    def untabled(self) -> set[int]:
+        """The log objects of every run without its table."""
+        return {seq for seq, runs in self.runs.items() if any(r.table is None for r in runs)}
+
+    def _fresh_runs(self, limit: int) -> Iterator[Run]:
+        """The runs holding the first ``limit`` fresh messages, best priority first."""
+        left = limit
+        for priority in sorted(self._fresh, reverse=True):
+            for item in self._fresh[priority]:
+                if left <= 0:
+                    break
+                if isinstance(item, Run) and len(item):
+                    yield item
+                    left -= len(item)
+                elif isinstance(item, Rec) and item.version == 0:
+                    left -= 1
 
     def _run_of(self, mid: str) -> tuple[Run, int] | None:
         """The run ``mid`` is an untaken member of, and its index there."""
@@ -622,9 +763,9 @@ class QueueState:
             self._release(rec)
         for runs in self.runs.values():
             for run in runs:
-                self._release_many(run.seq, run.stage, len(run), run.remaining_bytes())
+                self._release_many(run.seq, run.stage, len(run), run.bytes)
         self.runs.clear()
-        self.untouched = 0
+        self.untouched = self.run_count = self.tabled = 0
         self.live = 0
         self.dead.clear()
         self._groups.clear()
@@ -697,11 +838,13 @@ class QueueState:
         heapq.heapify(state._timers)
         for snap_run in snap.runs:
             run = Run.from_snap(state.queue, snap_run)
-            state.runs.setdefault(run.seq, []).append(run)
+            state._add(run)
             count = len(run)
             state.untouched += count
             state.live += count
-            state._hold_many(run.seq, run.stage, count, run.remaining_bytes())
+            if run.table is not None:
+                state.tabled += count
+            state._hold_many(run.seq, run.stage, count, run.bytes)
             fresh.append(run)
         fresh.sort(key=lambda item: item.n)
         for item in fresh:
@@ -798,6 +941,8 @@ class QueueState:
                 not ready or (-fresh.priority, _front(fresh)) < (ready[0][0], ready[0][1])
             ):
                 if isinstance(fresh, Run):
+                    if fresh.table is None:
+                        break  # to be read back first (``wanted``)
                     chosen.append(self._take(fresh))
                 else:
                     self._fresh[fresh.priority].popleft()
@@ -876,10 +1021,7 @@ class QueueState:
             rec for rec in heads if rec.group is None or self._groups[rec.group][0] == rec.id
         )
         untouched = (
-            rec
-            for runs in self.runs.values()
-            for run in runs
-            for rec in itertools.islice(run.members(), limit)
+            rec for run in self._fresh_runs(limit) for rec in itertools.islice(run.members(), limit)
         )
         return heapq.nsmallest(
             limit, itertools.chain(eligible, untouched), key=lambda rec: (-rec.priority, rec.n)
@@ -887,10 +1029,9 @@ class QueueState:
 
     @property
     def size(self) -> int:
-        """The size of the index for the checkpoint schedule: records, plus four for each
-        untouched message (checkpoints come once per a quarter of it in operations, and an
-        untouched message costs a checkpoint four bytes: at most a few bytes per operation)."""
-        return len(self.messages) + 4 * self.untouched
+        """The size of the index in entries (records and runs): what a checkpoint's size
+        follows, for the checkpoint schedule."""
+        return len(self.messages) + self.run_count
 
     def find(self, mid: str) -> Rec | None:
         """The record of ``mid``: its own, or (for an untouched message) one made to be read."""

@@ -84,6 +84,14 @@ def item_of(entry: object, max_size: int) -> Item:
     return item(entry, max_size=max_size)
 
 
+def plain_payloads(entries: list[Any], max_size: int) -> bool:
+    """Whether ``entries`` (of ``enqueue_batch``) are all payloads, of bytes within
+    ``max_size``: checked at C speed, so a plain batch costs no object per message."""
+    return (
+        bool(entries) and set(map(type, entries)) == {bytes} and max(map(len, entries)) <= max_size
+    )
+
+
 def seconds(what: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise InvalidArgument(f"{what} must be a finite number of seconds, got {value!r}")

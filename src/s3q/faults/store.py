@@ -96,6 +96,9 @@ class FaultyStore(WrappingStore):
             f"get {key}", lambda: self.inner.get_range(key, start, end), read=True
         )
 
+    async def get_tail(self, key: str, size: int) -> bytes:
+        return await self._faulty(f"get {key}", lambda: self.inner.get_tail(key, size), read=True)
+
     async def keys(self, prefix: str, after: str | None = None) -> list[str]:
         return await self._faulty(f"list {prefix}", lambda: self.inner.keys(prefix, after), True)
 

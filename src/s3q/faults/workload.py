@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from .. import snapshot
+from .. import snapshot, tables
 from ..api import AsyncQueue
 from ..config import QueueConfig
 from ..engine import Engine
@@ -289,6 +289,7 @@ def queue_options(plan: Plan) -> dict[str, Any]:
 async def read_back(raw: Store) -> Final:
     """The queue in ``raw`` as its log and checkpoints say it is."""
     loaded = await snapshot.load(raw)
+    await tables.fill(raw, loaded.state, loaded.state.untabled())
     messages = list(loaded.state.all())
     return Final(
         remaining=[rec.id for rec in messages if rec.state != DONE],

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from .. import log
+from .. import log, tables
 from ..errors import InvalidConfig
 from ..message import MessageStatus
 from ..snapshot import Loaded, load
@@ -82,6 +82,8 @@ class SnapshotReader(DataSourceReader):
 async def _load(options: Options) -> Loaded:
     store = options.open_store()
     try:
-        return await load(store, retries=LOAD_RETRIES)
+        loaded = await load(store, retries=LOAD_RETRIES)
+        await tables.fill(store, loaded.state, loaded.state.untabled())
+        return loaded
     finally:
         await store.close()

@@ -91,6 +91,10 @@ class Store(abc.ABC):
         """Bytes ``start`` (inclusive) to ``end`` (exclusive) of the object at ``key``."""
 
     @abc.abstractmethod
+    async def get_tail(self, key: str, size: int) -> bytes:
+        """The last ``size`` bytes of the object at ``key`` (all of it, if it is shorter)."""
+
+    @abc.abstractmethod
     async def keys(self, prefix: str, after: str | None = None) -> list[str]:
         """Sorted keys that start with ``prefix`` and sort after ``after`` if given."""
 

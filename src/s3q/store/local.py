@@ -106,12 +106,18 @@ class LocalStore(Store):
         self.counts.gets += 1
         return await asyncio.to_thread(self._read, key, start, end)
 
+    async def get_tail(self, key: str, size: int) -> bytes:
+        self.counts.gets += 1
+        return await asyncio.to_thread(self._read, key, -size, None)
+
     def _read(self, key: str, start: int, end: int | None) -> bytes:
         path = self.path(key)
         with _os_errors(self):
             try:
                 with open(path, "rb") as f:
-                    if start:
+                    if start < 0:  # the last -start bytes
+                        f.seek(max(0, f.seek(0, os.SEEK_END) + start))
+                    elif start:
                         f.seek(start)
                     return f.read() if end is None else f.read(end - start)
             except FileNotFoundError:

@@ -84,6 +84,19 @@ class ObjectStore(Store):
             )
         return data
 
+    async def get_tail(self, key: str, size: int) -> bytes:
+        self.counts.gets += 1
+        async with self._errors(key):
+            result = await obstore.get_async(self.inner, key, options={"range": {"suffix": size}})
+            data = bytes(await result.bytes_async())
+            whole = result.meta["size"]
+        if len(data) < min(size, whole):  # a body cut short
+            self.counts.errors += 1
+            raise TransientError(
+                f"store {self._url} returned {len(data)} of the last {size} bytes of {key}"
+            )
+        return data
+
     async def keys(self, prefix: str, after: str | None = None) -> list[str]:
         keys: list[str] = []
         async with self._errors(prefix):

@@ -108,6 +108,9 @@ class RetryingStore(WrappingStore):
     async def get_range(self, key: str, start: int, end: int) -> bytes:
         return await self._retry(lambda: self.inner.get_range(key, start, end))
 
+    async def get_tail(self, key: str, size: int) -> bytes:
+        return await self._retry(lambda: self.inner.get_tail(key, size))
+
     async def keys(self, prefix: str, after: str | None = None) -> list[str]:
         return await self._retry(lambda: self.inner.keys(prefix, after))
 

@@ -1,0 +1,53 @@
+"""Run tables read back from the log.
+
+The index keeps, for untouched messages far from the head of their priority, only where their
+run lies (``state.Run``); the rest of the run's table (each member's size, payload offset,
+dedup id and attributes) stays in the Append that enqueued them, inside log object ``seq``.
+This module reads those Appends back from the end of a log object (its header, without the
+payloads) when the runs are about to be needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+
+from . import log
+from .ops import Append
+from .state import QueueState
+from .store import NotFound, Store
+
+#: bytes read from the end of a log object first: its header, most often, in one request
+TAIL_GUESS = 64 * 1024
+#: log objects being read at once
+CONCURRENCY = 32
+
+
+class TableMissing(NotFound):
+    """The log object holding untouched messages' table is gone."""
+
+
+async def appends(store: Store, seq: int) -> list[Append]:
+    """The Appends of log object ``seq``, read from its end."""
+    key = log.key(seq)
+    try:
+        tail = await store.get_tail(key, TAIL_GUESS)
+        need = log.sealed_size(tail, key)
+        if need > len(tail):
+            tail = await store.get_tail(key, need)
+    except NotFound:
+        raise TableMissing(f"log object {key} of {store.url} is gone") from None
+    return [op for op in log.decode(tail, key).ops if isinstance(op, Append)]
+
+
+async def fill(store: Store, state: QueueState, seqs: Iterable[int]) -> None:
+    """Give the runs in log objects ``seqs`` their tables back."""
+    wanted = sorted(set(seqs))
+    limit = asyncio.Semaphore(CONCURRENCY)
+
+    async def one(seq: int) -> None:
+        async with limit:
+            found = await appends(store, seq)
+        state.fill(seq, found)
+
+    await asyncio.gather(*(one(seq) for seq in wanted))
