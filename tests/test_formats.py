@@ -59,15 +59,54 @@ def test_a_queue_written_by_build_1813867_opens_with_every_message_intact(
         assert [m.id for m in again[:2]] == new
         assert {m.id for m in again[2:]} == set(expected) - {got[0].id}
     tail = max((root / "log").iterdir()).read_bytes()
-    assert tail.endswith(b"S3Q2")
+    assert tail.endswith(b"S3Q3")
 
 
-def test_this_build_writes_format_2(tmp_path: Path) -> None:
+def payload_v2(name: str) -> bytes:
+    i = int(name[1:])
+    return b"v2 payload %d" % i + b"y" * (i * 13)
+
+
+def test_a_queue_written_by_build_cd2f38b_opens_with_every_message_intact(
+    tmp_path: Path,
+) -> None:
+    """Format 2 as its first builds wrote it: runs whose checkpoint held their sizes,
+    completed messages as records, and a tail of log objects after the last checkpoint."""
+    manifest = json.loads((FIXTURES / "queue-cd2f38b.json").read_text())
+    root = shutil.copytree(FIXTURES / "queue-cd2f38b", tmp_path / "queue")
+    later = manifest["written_at"] + 7200  # the leases it left (3600 s) have lapsed
+    names = {mid: name for name, mid in manifest["ids"].items()}
+    options = dict(completed_retention=1e9, dedup_window=1e9)
+    with s3q.open(f"file://{root}", clock=lambda: later, **options) as q:
+        stats = q.stats()
+        assert stats.total_enqueued == manifest["total_enqueued"] == 43
+        assert stats.completed == len(manifest["completed"]) == 4
+        for mid in manifest["completed"]:
+            assert q.status(mid) is s3q.MessageStatus.COMPLETED
+        assert q.enqueue(b"again", dedup_id="d25") == manifest["ids"]["m25"]
+        got = q.dequeue(100)
+        expected = {mid: payload_v2(n) for mid, n in names.items()}
+        for mid in [*manifest["completed"], manifest["ids"]["m32"]]:
+            del expected[mid]  # m32 waits for m31, before it in group "g"
+        assert {m.id: m.payload for m in got} == expected
+        assert {m.id: m.attributes for m in got if names[m.id] in ("m20", "m29")} == {
+            manifest["ids"]["m20"]: {"i": "20"},
+            manifest["ids"]["m29"]: {"i": "29"},
+        }
+        q.complete_batch(got)
+        [m32] = q.dequeue(10)
+        assert (m32.id, m32.payload) == (manifest["ids"]["m32"], payload_v2("m32"))
+    with s3q.open(f"file://{root}", clock=lambda: later + 1, **options) as q:
+        stats = q.stats()
+        assert (stats.completed, stats.processing, stats.pending) == (42, 1, 0)
+
+
+def test_this_build_writes_format_3(tmp_path: Path) -> None:
     with s3q.open(f"file://{tmp_path}/q") as q:
         q.enqueue(b"x")
     for kind in ("log", "checkpoint"):
         for path in (tmp_path / "q" / kind).iterdir():
-            assert path.read_bytes().endswith(b"S3Q2")
+            assert path.read_bytes().endswith(b"S3Q3")
 
 
 def test_ids_name_the_queue_log_object_and_place_that_enqueued_each_message(

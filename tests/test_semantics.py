@@ -537,6 +537,22 @@ def test_group_advances_after_head_dies(make_queue) -> None:
     assert m.id == b
 
 
+def test_a_group_head_buried_on_expiry_frees_the_next_in_the_same_dequeue(
+    make_queue, clock: FakeClock
+) -> None:
+    q = make_queue(max_attempts=1, visibility_timeout=5)
+    head = q.enqueue(b"head", group="g")
+    other = q.enqueue(b"other", priority=1)
+    second = q.enqueue(b"second", group="g", priority=9)
+    [m] = q.dequeue()
+    assert m.id == other  # priority 1 before the head (priority 0)
+    [m] = q.dequeue()
+    assert m.id == head
+    clock.advance(6)  # the head's only lease runs out: it dies, and frees "second" at once
+    assert [m.id for m in q.dequeue(max_messages=10)] == [second]
+    assert q.status(head) == S.DEAD
+
+
 def test_group_head_redelivered_after_lease_expiry(make_queue, clock: FakeClock) -> None:
     q = make_queue()
     a = q.enqueue(b"a", group="G")

@@ -639,17 +639,25 @@ class Engine:
         """Up to ``limit`` deliverable messages, after burying those whose last lease ran out
         of attempts; the tables of the runs they come from read back first."""
         batch = None
+        attempts = self.config.max_attempts
         while True:
             await self._fill(self.state.wanted(limit))
             now = self.clock()
-            chosen, bury = self.state.select(now, limit, self.config.max_attempts)
-            if bury:
-                error = f"lease expired after {self.config.max_attempts} attempt(s)"
-                batch = self.commit.add(Bury([rec.id for rec in bury], error, now))
+            bury = self.state.expire(now, attempts)
+            while bury:  # before choosing: a buried head of a group frees the next one
+                batch = self._bury(bury, now)
+                bury = self.state.expire(now, attempts)
+            chosen, bury = self.state.select(now, limit, attempts)
+            if bury:  # (none: all expired above, at the same ``now``)
+                batch = self._bury(bury, now)
             # Other callers may have taken the members read back for while they were read:
             # read on while the head holds runs without tables and nothing was chosen.
             if chosen or not limit or not self.state.wanted(limit):
                 return chosen, batch
+
+    def _bury(self, recs: list[Rec], now: float) -> Batch:
+        error = f"lease expired after {self.config.max_attempts} attempt(s)"
+        return self.commit.add(Bury([rec.id for rec in recs], error, now))
 
     async def _fill(self, seqs: set[int]) -> None:
         """Read back the run tables of log objects ``seqs``."""
@@ -728,12 +736,14 @@ class Engine:
         self._check()
         await self._sweep()
         rec = await self._find(mid)
-        now = self.clock()
-        if rec is None or (
-            rec.state == DONE and rec.finished_at + self.config.completed_retention <= now
-        ):
-            raise MessageNotFound(f"no message {mid!r} in queue {self.store.url}")
-        return self.state.status(rec, now)
+        now, retention = self.clock(), self.config.completed_retention
+        if rec is None:
+            at = self.state.completed_at(mid)
+            if at is not None and at + retention > now:
+                return MessageStatus.COMPLETED
+        elif rec.state != DONE or rec.finished_at + retention > now:
+            return self.state.status(rec, now)
+        raise MessageNotFound(f"no message {mid!r} in queue {self.store.url}")
 
     async def stats(self) -> QueueStats:
         self._check()

@@ -21,8 +21,10 @@ from .errors import StoreError, UnsupportedFormat
 from .ops import AnyOp
 
 MAGIC = b"S3Q"
-FORMAT = 2  # the version this build writes (2: enqueues as columns, ids that name places)
-READABLE = frozenset({1, 2})  # the versions it reads
+#: the version this build writes (2: enqueues as columns, ids that name places; 3: checkpoints
+#: hold runs without their tables, and completed messages as chunks of places)
+FORMAT = 3
+READABLE = frozenset({1, 2, 3})  # the versions it reads
 _TRAILER = struct.Struct("<II3sB")
 PREFIX = "log/"
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import msgspec
 
 from . import ids, log
+from .completed import ChunkSnap, Completed
 from .message import MessageStatus
 from .ops import (
     AnyOp,
@@ -324,6 +325,7 @@ class Snapshot(msgspec.Struct, array_like=True):
     dead: list[str] | None = None  # dead letters in the order they died (None: older checkpoints)
     queue: str = ""  # the queue's id (format 2)
     runs: list[RunSnap] = []  # untouched messages (format 2), in arrival order
+    completed: list[ChunkSnap] = []  # completed messages with no record (format 2)
 
 
 class QueueState:
@@ -349,7 +351,8 @@ class QueueState:
         self._groups: dict[str, deque[str]] = {}
         self._dedup: dict[str, tuple[str, float]] = {}  # dedup_id -> (id, enqueued_at)
         self._dedup_order: deque[tuple[float, str]] = deque()
-        self._finished: deque[tuple[float, str]] = deque()  # completed, oldest first
+        self._finished: deque[tuple[float, str]] = deque()  # completed records, oldest first
+        self.completed = Completed()  # completed messages with no record: those ids place
         # Storage bookkeeping: which log objects still hold payloads of live messages.
         self.seq = 0  # the log object being folded
         self.refs: dict[int, int] = {}  # log seq -> live messages whose payload lies there
@@ -388,8 +391,7 @@ class QueueState:
                 rec.attempts += 1
                 self._schedule(rec)
         elif isinstance(op, Complete):
-            for mid in op.ids:
-                self._finish(self.messages[mid], DONE, op.at)
+            self._complete(op.ids, op.at)
         elif isinstance(op, Release):
             for mid in op.ids:
                 rec = self.messages[mid]
@@ -721,13 +723,28 @@ class QueueState:
         when = rec.lease_until if rec.state == LEASED else rec.visible_at
         heapq.heappush(self._timers, (when, rec.n, rec.version, rec.id))
 
-    def _finish(self, rec: Rec, state: int, at: float) -> None:
+    def _complete(self, mids: list[str], at: float) -> None:
+        """Messages completed at ``at``: those whose ids name their places leave the records
+        for ``completed``; the others (format-1 ids) stay as records until pruned."""
+        places: dict[int, list[int]] = {}
+        queue, messages = self.queue, self.messages
+        for mid in mids:
+            where = ids.where(mid, queue)
+            self._finish(messages[mid], DONE, at, keep=where is None)
+            if where is not None:
+                del messages[mid]
+                places.setdefault(where[0], []).append(where[1])
+        if places:
+            self.completed.add(at, places)
+
+    def _finish(self, rec: Rec, state: int, at: float, keep: bool = True) -> None:
         rec.state, rec.finished_at, rec.receipt = state, at, None
         rec.version += 1
         self.live -= 1
         if state == DONE:
             rec.attributes = None
-            self._finished.append((at, rec.id))
+            if keep:
+                self._finished.append((at, rec.id))
             self._release(rec)
         else:
             self.dead[rec.id] = None
@@ -791,6 +808,7 @@ class QueueState:
             dead=list(self.dead),
             queue=self.queue,
             runs=[run.to_snap() for runs in self.runs.values() for run in runs],
+            completed=self.completed.to_snap(),
         )
 
     @classmethod
@@ -802,6 +820,7 @@ class QueueState:
         state.settings = dict(snap.settings)
         state.tokens = dict.fromkeys(snap.tokens)
         state.queue = snap.queue
+        state.completed = Completed.from_snap(snap.completed)
         records = sorted(snap.messages, key=lambda r: r.n)
         state.messages = {rec.id: rec for rec in records}
         finished = []
@@ -909,12 +928,11 @@ class QueueState:
 
     # -- choosing what to deliver ------------------------------------------------------------------
 
-    def select(self, now: float, limit: int, max_attempts: int) -> tuple[list[Rec], list[Rec]]:
-        """Up to ``limit`` deliverable messages, best first, and the expired ones to bury.
-
-        The caller must apply a Lease for the first list and a Bury for the second at once:
-        both have left the ready structures.
-        """
+    def expire(self, now: float, max_attempts: int) -> list[Rec]:
+        """Make what is due by ``now`` deliverable, but for expired leases with no attempts
+        left: those are returned, and the caller must apply a Bury for them at once (they
+        have left the ready structures). Burying a group's head frees its next message, so
+        expire before ``select``."""
         bury: list[Rec] = []
         timers, ready, messages = self._timers, self._ready, self.messages
         while timers and timers[0][0] <= now:
@@ -926,6 +944,17 @@ class QueueState:
                 bury.append(rec)
             else:
                 heapq.heappush(ready, (-rec.priority, n, version, mid))
+        return bury
+
+    def select(self, now: float, limit: int, max_attempts: int) -> tuple[list[Rec], list[Rec]]:
+        """Up to ``limit`` deliverable messages, best first, and expired ones to bury (as
+        ``expire``: none when it was called at ``now`` and its Bury applied).
+
+        The caller must apply a Lease for the first list and a Bury for the second at once:
+        both have left the ready structures.
+        """
+        bury = self.expire(now, max_attempts)
+        ready, messages = self._ready, self.messages
         chosen: list[Rec] = []
         while len(chosen) < limit:
             fresh = self._best_fresh()
@@ -1007,7 +1036,13 @@ class QueueState:
         for rec in self.messages.values():
             if rec.state != DONE or rec.finished_at + retention > now:
                 counts[self.status(rec, now)] += 1
+        counts[MessageStatus.COMPLETED] += self.completed.count_since(now - retention)
         return counts
+
+    def completed_at(self, mid: str) -> float | None:
+        """When ``mid`` was completed, if it is a completed message with no record."""
+        where = ids.where(mid, self.queue)
+        return None if where is None else self.completed.finished_at(*where)
 
     def deliverable(self, now: float, limit: int) -> list[Rec]:
         """The next ``limit`` messages ``select`` would deliver at ``now``, leaving them be."""
@@ -1031,7 +1066,7 @@ class QueueState:
     def size(self) -> int:
         """The size of the index in entries (records and runs): what a checkpoint's size
         follows, for the checkpoint schedule."""
-        return len(self.messages) + self.run_count
+        return len(self.messages) + self.run_count + len(self.completed)
 
     def find(self, mid: str) -> Rec | None:
         """The record of ``mid``: its own, or (for an untouched message) one made to be read."""
@@ -1057,6 +1092,7 @@ class QueueState:
         """Whether a Prune at ``now`` would forget anything."""
         return bool(
             (self._finished and self._finished[0][0] + retention <= now)
+            or self.completed.prunable(now - retention)
             or (self._dedup_order and self._dedup_order[0][0] + dedup_window <= now)
         )
 
@@ -1070,6 +1106,7 @@ class QueueState:
             if rec is not None and rec.state == DONE:
                 del messages[mid]
                 pruned += 1
+        pruned += self.completed.prune(now - retention)
         order, dedup = self._dedup_order, self._dedup
         while order and order[0][0] + dedup_window <= now:
             at, did = order.popleft()

@@ -294,7 +294,7 @@ async def read_back(raw: Store) -> Final:
     return Final(
         remaining=[rec.id for rec in messages if rec.state != DONE],
         total_enqueued=loaded.state.total_enqueued,
-        completed=sum(1 for rec in messages if rec.state == DONE),
+        completed=sum(1 for rec in messages if rec.state == DONE) + loaded.state.completed.count,
     )
 
 
