@@ -44,7 +44,7 @@ COMMIT_BACKOFF = Backoff(first=0.02, cap=0.5)
 class Batch:
     """Operations bound for one log object, and the payloads it carries."""
 
-    __slots__ = ("done", "enqueued", "held", "ops", "payloads", "seq", "size", "weight")
+    __slots__ = ("data", "done", "enqueued", "held", "ops", "payloads", "seq", "size", "weight")
 
     def __init__(self, seq: int) -> None:
         self.seq = seq
@@ -54,6 +54,7 @@ class Batch:
         self.payloads: list[bytes] = []
         self.held: dict[str, bytes] = {}  # payloads by message id, until durable
         self.size = 0
+        self.data = b""  # the log object, once encoded
         self.done = _Durable(loop=asyncio.get_running_loop())
         self.done.add_done_callback(_retrieve)
 
@@ -149,10 +150,10 @@ class GroupCommit:
             return self.filling
         return self.unflushed.get(self.filling.seq - 1)
 
-    def held(self, seq: int, mid: str) -> bytes | None:
-        """The payload of ``mid`` if it rides log object ``seq``, not yet durable."""
+    def held(self, seq: int) -> dict[str, bytes] | None:
+        """The payloads by message id of log object ``seq``, if it is not durable yet."""
         batch = self.unflushed.get(seq) or (self.filling if self.filling.seq == seq else None)
-        return None if batch is None else batch.held.get(mid)
+        return None if batch is None else batch.held
 
     async def durable_after(self, batch: Batch | None, timeout: float | None = None) -> None:
         """Wait until ``batch`` is durable; OutcomeUnknown after ``timeout`` (by default
@@ -212,7 +213,7 @@ class GroupCommit:
         """Write ``batch`` as the next log object, the same bytes again after each failure,
         until it is in the log or a rival's object is (WriterFenced)."""
         header = log.Header(batch.seq, self.token, self.clock(), batch.ops)
-        data = log.encode(header, batch.payloads)
+        data = batch.data = log.encode(header, batch.payloads)
         for attempt in itertools.count():
             try:
                 await self.lease.ensure()

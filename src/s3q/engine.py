@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
 from . import collector, ids, log, snapshot, tables, validate
-from .cache import PayloadCache
+from .cache import ObjectCache
 from .checkpointer import Checkpointer
 from .commit import Batch, GroupCommit
 from .config import PERSISTED, QueueConfig, Setting, queue_settings
@@ -93,7 +93,7 @@ class Engine:
         self.checkpointer = Checkpointer(
             store, self.token, self.clock, config.checkpoint_ops, config.checkpoint_interval
         )
-        self._cache = PayloadCache(config.payload_cache_bytes)
+        self._cache = ObjectCache(config.payload_cache_bytes)
         self._renewer: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         self._closed = False
@@ -285,6 +285,8 @@ class Engine:
         return self.checkpointer.sealed(batch.seq, self.state)
 
     def _sealed_durable(self, batch: Batch, checkpoint: bytearray | None) -> None:
+        if batch.size:  # payloads rode it: deliveries of them read them from here
+            self._cache.put(batch.seq, batch.data)
         if checkpoint is not None:
             self._background(self._write_checkpoint(batch.seq, checkpoint))
 
@@ -406,8 +408,6 @@ class Engine:
             attributes=_column([it.attributes or None for it in fresh], None),
             blobs=fresh_blobs or None,
         )
-        for i in fresh_blobs:
-            self._cache.put(made[i], fresh[i].payload)
         carried = [i for i in range(len(fresh)) if i not in fresh_blobs]
         payloads = [fresh[i].payload for i in carried]
         size = sum(map(len, payloads))
@@ -435,7 +435,6 @@ class Engine:
         """Commit ``op``, carrying ``payloads`` (``size`` bytes) of the messages ``made``
         into the batch being filled; return once durable."""
         batch = self.commit.add_payloads(op, made, payloads, size)
-        self._cache.put_many(made, payloads, size)
         self._notify()
         await self.commit.durable_after(batch)
 
@@ -679,8 +678,6 @@ class Engine:
         self._check()
         recs = self._holders(receipts)
         batch = self.commit.add(Complete(list(dict.fromkeys(rec.id for rec in recs)), self.clock()))
-        for rec in recs:
-            self._cache.pop(rec.id)
         self._notify()  # a group's next message may be deliverable now
         await self.commit.durable_after(batch)
 
@@ -773,14 +770,14 @@ class Engine:
         self._check()
         await self._fill(self.state.wanted(limit))
         recs = self.state.deliverable(self.clock(), limit)
-        payloads = await self._payloads(recs, keep=True)
+        payloads = await self._payloads(recs)
         return [self._message(rec, p, receipt=False) for rec, p in zip(recs, payloads, strict=True)]
 
     async def dead_letters(self, limit: int) -> list[Message]:
         self._check()
         await self._sweep()
         recs = list(itertools.islice(self.state.iter_dead(), limit))
-        payloads = await self._payloads(recs, keep=True)
+        payloads = await self._payloads(recs)
         return [self._message(rec, p) for rec, p in zip(recs, payloads, strict=True)]
 
     async def redrive(self, ids: list[str] | None) -> int:
@@ -825,8 +822,6 @@ class Engine:
                 raise MessageNotFound(f"message {mid!r} is not a dead letter of {self.store.url}")
         if not chosen:
             return 0
-        for mid in chosen:
-            self._cache.pop(mid)
         await self.commit.durable_after(self.commit.add(Discard(chosen, self.clock())))
         return len(chosen)
 
@@ -844,23 +839,27 @@ class Engine:
 
     # -- payloads --------------------------------------------------------------------------------
 
-    async def _payloads(self, recs: list[Rec], keep: bool = False) -> list[bytes]:
-        """The payloads of ``recs``: from the cache, the batches in flight, or the store."""
+    async def _payloads(self, recs: list[Rec]) -> list[bytes]:
+        """The payloads of ``recs``: from the batches in flight, the cache, or the store."""
         found: dict[str, bytes] = {}
+        logged: dict[int, list[Span]] = {}
         wanted: dict[int, list[Span]] = {}
         staged: dict[str, list[Span]] = {}
         for rec in recs:
-            payload = self._cache.get(rec.id) if keep else self._cache.pop(rec.id)
-            if payload is None:
-                payload = self.commit.held(rec.seg, rec.id)
-            if payload is None and rec.stage is not None:
-                staged.setdefault(rec.stage, []).append((rec.id, rec.offset, rec.size))
-            elif payload is None:
-                # Where it lies now: garbage collection may move it while we read.
-                span = (rec.id, rec.offset, rec.size)
-                wanted.setdefault(rec.seg if rec.offset >= 0 else -1, []).append(span)
+            span = (rec.id, rec.offset, rec.size)
+            if rec.stage is not None:
+                staged.setdefault(rec.stage, []).append(span)
+            else:  # where it lies now: garbage collection may move it while we read
+                logged.setdefault(rec.seg if rec.offset >= 0 else -1, []).append(span)
+        for seq, spans in logged.items():
+            held = self.commit.held(seq) if seq >= 0 else None
+            data = self._cache.get(seq) if seq >= 0 else None
+            if held is not None and all(mid in held for mid, _, _ in spans):
+                found.update((mid, held[mid]) for mid, _, _ in spans)
+            elif data is not None:
+                found.update((mid, data[at : at + size]) for mid, at, size in spans)
             else:
-                found[rec.id] = payload
+                wanted[seq] = spans
         if wanted:
             parts = await asyncio.gather(*(self.read_payloads(s, sp) for s, sp in wanted.items()))
             for part in parts:

@@ -30,8 +30,12 @@ def make(queue: str, seq: int, place: int) -> str:
 
 def make_many(queue: str, seq: int, first: int, count: int) -> list[str]:
     """The ids of ``count`` messages from place ``first`` of log object ``seq``."""
-    prefix = f"{queue}{seq:012x}"
-    return [f"{prefix}{place:08x}" for place in range(first, first + count)]
+    return list(map(f"{queue}{seq:012x}%08x".__mod__, range(first, first + count)))
+
+
+def split(mid: str) -> tuple[int, int]:
+    """The log object and place an id made by ``make`` names (unchecked: see ``where``)."""
+    return int(mid[QUEUE_DIGITS : QUEUE_DIGITS + SEQ_DIGITS], 16), int(mid[-PLACE_DIGITS:], 16)
 
 
 def where(mid: str, queue: str) -> tuple[int, int] | None:
@@ -39,5 +43,4 @@ def where(mid: str, queue: str) -> tuple[int, int] | None:
     there (another queue's, an older format's, or not an id at all)."""
     if len(mid) != LENGTH or not mid.startswith(queue) or not _HEX.issuperset(mid):
         return None
-    seq = mid[QUEUE_DIGITS : QUEUE_DIGITS + SEQ_DIGITS]
-    return int(seq, 16), int(mid[QUEUE_DIGITS + SEQ_DIGITS :], 16)
+    return split(mid)

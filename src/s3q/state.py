@@ -11,7 +11,7 @@ import heapq
 import itertools
 from array import array
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import msgspec
 
@@ -184,14 +184,38 @@ class Run:
             return table.offsets[k]
         return self.offset + sum(table.sizes[self.taken : k])
 
-    def take(self) -> Rec:
-        """Take the front member out of the run, as a record."""
-        k = self.taken
-        rec = self.member(k, self.offset_of(k))
-        self.taken += 1
-        self.offset += rec.size
-        self.bytes -= rec.size
-        return rec
+    def take(self, count: int) -> list[Rec]:
+        """Take the first ``count`` members (at most all) out of the run, as records."""
+        table, start = self._table(), self.taken
+        end = min(start + count, self.count)
+        sizes = table.sizes[start:end]
+        if table.offsets is None:
+            offsets: Iterable[int] = itertools.accumulate(sizes, initial=self.offset)
+        else:
+            offsets = table.offsets[start:end]
+        none = itertools.repeat(None)
+        dedup_ids = none if table.dedup_ids is None else table.dedup_ids[start:end]
+        attributes = none if table.attributes is None else table.attributes[start:end]
+        at, priority, seq, stage = self.enqueued_at, self.priority, self.seq, self.stage
+        recs = [
+            Rec(
+                mid, n, priority, at, at, seq, offset, size, None, dedup, attrs or None, stage=stage
+            )
+            for mid, n, offset, size, dedup, attrs in zip(  # offsets and the rest run longer
+                ids.make_many(self.queue, seq, self.place + start, end - start),
+                range(self.n + start, self.n + end),
+                offsets,
+                sizes,
+                dedup_ids,
+                attributes,
+                strict=False,
+            )
+        ]
+        taken = sum(sizes)
+        self.taken = end
+        self.offset += taken
+        self.bytes -= taken
+        return recs
 
     def members(self) -> Iterator[Rec]:
         """The members not taken, front first, as records (the run is left as it is)."""
@@ -405,7 +429,7 @@ class QueueState:
             rec = self.messages[op.id]
             rec.last_error = op.error
             if op.retry_at is None:
-                self._finish(rec, DEAD, op.at)
+                self._die(rec, op.at)
             else:
                 rec.state, rec.visible_at, rec.backoff, rec.receipt = (
                     QUEUED,
@@ -418,7 +442,7 @@ class QueueState:
             for mid in op.ids:
                 rec = self.messages[mid]
                 rec.last_error = op.error
-                self._finish(rec, DEAD, op.at)
+                self._die(rec, op.at)
         elif isinstance(op, Redrive):
             for mid in op.ids:
                 self._redrive(self.messages[mid], op.at)
@@ -548,9 +572,15 @@ class QueueState:
     def _take(self, run: Run) -> Rec:
         """The front member of ``run`` becomes a record, queued: something is about to
         happen to it (a lease)."""
-        rec = run.take()
-        self.messages[rec.id] = rec
-        self.untouched -= 1
+        return self._take_many(run, 1)[0]
+
+    def _take_many(self, run: Run, count: int) -> list[Rec]:
+        """``_take`` of the first ``count`` members of ``run`` (at most all)."""
+        recs = run.take(count)
+        messages = self.messages
+        for rec in recs:
+            messages[rec.id] = rec
+        self.untouched -= len(recs)
         if not len(run):
             self.tabled -= run.count
             self.run_count -= 1
@@ -558,7 +588,7 @@ class QueueState:
             runs.remove(run)
             if not runs:
                 del self.runs[run.seq]
-        return rec
+        return recs
 
     # -- run tables --------------------------------------------------------------------------------
 
@@ -727,27 +757,39 @@ class QueueState:
         """Messages completed at ``at``: those whose ids name their places leave the records
         for ``completed``; the others (format-1 ids) stay as records until pruned."""
         places: dict[int, list[int]] = {}
-        queue, messages = self.queue, self.messages
+        freed: dict[tuple[int, str | None], list[int]] = {}  # (seg, stage): [count, bytes]
+        messages, finished = self.messages, self._finished
         for mid in mids:
-            where = ids.where(mid, queue)
-            self._finish(messages[mid], DONE, at, keep=where is None)
-            if where is not None:
+            rec = messages[mid]
+            rec.state, rec.finished_at, rec.receipt, rec.attributes = DONE, at, None, None
+            rec.version += 1
+            if rec.stage is None and rec.offset < 0:
+                self._release(rec)
+            elif (where := freed.get((rec.seg, rec.stage))) is None:
+                freed[rec.seg, rec.stage] = [1, rec.size]
+            else:
+                where[0] += 1
+                where[1] += rec.size
+            if rec.group is not None:
+                self._leave_group(rec)
+            if len(mid) == ids.LENGTH:  # an id that names its place
                 del messages[mid]
-                places.setdefault(where[0], []).append(where[1])
+                seq, place = ids.split(mid)
+                places.setdefault(seq, []).append(place)
+            else:
+                finished.append((at, mid))
+        self.live -= len(mids)
+        for (seg, stage), (count, size) in freed.items():
+            self._release_many(seg, stage, count, size)
         if places:
             self.completed.add(at, places)
 
-    def _finish(self, rec: Rec, state: int, at: float, keep: bool = True) -> None:
-        rec.state, rec.finished_at, rec.receipt = state, at, None
+    def _die(self, rec: Rec, at: float) -> None:
+        """``rec`` is a dead letter from ``at`` on."""
+        rec.state, rec.finished_at, rec.receipt = DEAD, at, None
         rec.version += 1
         self.live -= 1
-        if state == DONE:
-            rec.attributes = None
-            if keep:
-                self._finished.append((at, rec.id))
-            self._release(rec)
-        else:
-            self.dead[rec.id] = None
+        self.dead[rec.id] = None
         if rec.group is not None:
             self._leave_group(rec)
 
@@ -972,7 +1014,10 @@ class QueueState:
                 if isinstance(fresh, Run):
                     if fresh.table is None:
                         break  # to be read back first (``wanted``)
-                    chosen.append(self._take(fresh))
+                    count = limit - len(chosen)
+                    if ready and ready[0][0] == -fresh.priority:  # members before it only
+                        count = min(count, ready[0][1] - fresh.front())
+                    chosen.extend(self._take_many(fresh, count))
                 else:
                     self._fresh[fresh.priority].popleft()
                     chosen.append(fresh)
