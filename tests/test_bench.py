@@ -110,7 +110,10 @@ def test_bench_through_a_broker_it_starts_with_a_paced_phase() -> None:
     paced = report["phases"][-1]
     # 600 single enqueues on a 600/s schedule take about a second, not the time of a burst
     assert paced["seconds"] >= 0.9
-    assert paced["puts_per_msg"] <= 1.0
+    # at most a commit per enqueue; besides the commits' PUTs, a checkpoint every hundred log
+    # objects and a lease renewal or two
+    assert paced["commits"] <= paced["messages"]
+    assert paced["puts_per_msg"] <= 1.05
     assert report["storage"] is None  # the broker keeps its queue open: no reopen figures
 
 

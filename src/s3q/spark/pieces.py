@@ -1,15 +1,19 @@
 """Messages located in storage, planned into input partitions and read into Arrow batches.
 
-The driver knows, for every message it hands to Spark, where its payload lies (an object key,
-an offset, a size). It groups messages by object into *pieces* sorted by offset, and pieces into
-partitions. An executor reads each piece with one ranged GET and turns it into a
-``pyarrow.RecordBatch`` — the payload column straight from the bytes read when the payloads lie
-back to back, as they do in log and staged objects.
+The driver knows, for every message it hands to Spark with a record of its own, where its
+payload lies (an object key, an offset, a size). It groups messages by object into *pieces*
+sorted by offset, and pieces into partitions. Untouched messages (runs) it hands over as
+*run pieces*: a stretch of one run, whose sizes, offsets, dedup ids and attributes the executor
+reads from the run's log object (``s3q.tables``), so the driver holds nothing per message.
+An executor reads each piece with one ranged GET and turns it into a ``pyarrow.RecordBatch``,
+the payload column straight from the bytes read when the payloads lie back to back, as they
+do in log and staged objects.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Iterable, Iterator
 from operator import itemgetter
 from typing import Any, Protocol
@@ -18,7 +22,9 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
+from .. import ids, log, tables
 from ..snapshot import SnapshotExpired
+from ..state import QueueState
 from ..store import NotFound, Store
 
 PIECE_BYTES = 32 * 1024 * 1024  # payload bytes read by one GET, at most (one object or range)
@@ -108,8 +114,87 @@ class Piece(msgspec.Struct, array_like=True):
         )
 
 
-def plan(entries: Iterable[Entry]) -> list[list[Piece]]:
-    """Pieces (per object, split in ranges of at most PIECE_BYTES) packed into partitions."""
+class RunPiece(msgspec.Struct, array_like=True):
+    """Members ``first`` to ``first + count`` of a run in log object ``seq`` (see
+    ``state.Run``), pending: ``offset`` is where the payload of the run's member at place
+    ``front`` lies (when the payloads are in the log object, back to back)."""
+
+    queue: str
+    seq: int
+    first: int
+    count: int
+    front: int
+    offset: int
+    stage: str | None
+    priority: int
+    enqueued_at: float
+    size: int  # payload bytes, about (for planning)
+
+    async def resolve(self, store: Store) -> Piece:
+        """The piece these members make, their table read from the log."""
+        try:
+            appends = await tables.appends(store, self.seq)
+        except NotFound:
+            raise SnapshotExpired(
+                f"log object {self.seq} of {store.url} was collected before it was read: the "
+                "read took longer than the queue's gc_grace"
+            ) from None
+        for op in appends:
+            start = self.first - op.first
+            if 0 <= start < len(op.sizes):
+                break
+        else:
+            raise SnapshotExpired(f"log object {self.seq} of {store.url} holds no such run")
+        end = start + self.count
+        sizes = op.sizes[start:end]
+        if op.offsets is not None:
+            offsets = op.offsets[start:end]
+        else:
+            base = self.offset + sum(op.sizes[self.front - op.first : start])
+            offsets = list(itertools.accumulate(sizes[:-1], initial=base)) if sizes else []
+        n = len(sizes)
+        none: list[Any] = [None] * n
+        return Piece(
+            self.stage or log.key(self.seq),
+            offsets,
+            sizes,
+            ids.make_many(self.queue, self.seq, self.first, n),
+            [self.priority] * n,
+            ["pending"] * n,
+            [0] * n,
+            [self.enqueued_at] * n,
+            none,
+            op.dedup_ids[start:end] if op.dedup_ids else none,
+            [a or None for a in op.attributes[start:end]] if op.attributes else none,
+            none,
+        )
+
+
+def run_pieces(state: QueueState) -> Iterator[RunPiece]:
+    """The untouched messages of ``state``, as run pieces of at most PARTITION_ROWS."""
+    for runs in state.runs.values():
+        for run in runs:
+            front, left = run.front_place(), len(run)
+            each = run.bytes / left if left else 0
+            for first in range(front, front + left, PARTITION_ROWS):
+                count = min(PARTITION_ROWS, front + left - first)
+                yield RunPiece(
+                    state.queue,
+                    run.seq,
+                    first,
+                    count,
+                    front,
+                    run.offset,
+                    run.stage,
+                    run.priority,
+                    run.enqueued_at,
+                    round(each * count),
+                )
+
+
+def plan(entries: Iterable[Entry], runs: Iterable[RunPiece] = ()) -> list[list[Piece | RunPiece]]:
+    """Pieces (per object, split in ranges of at most PIECE_BYTES) and run pieces, packed into
+    partitions."""
     by_key: dict[str, list[Entry]] = {}
     for entry in entries:
         group = by_key.get(entry[0])
@@ -126,25 +211,30 @@ def plan(entries: Iterable[Entry]) -> list[list[Piece]]:
                 first, size = i, 0
             size += entry[2]
         pieces.append(Piece.of(key, group[first:]))
-    partitions: list[list[Piece]] = []
-    current: list[Piece] = []
+    partitions: list[list[Piece | RunPiece]] = []
+    current: list[Piece | RunPiece] = []
     size = rows = 0
-    for piece in pieces:
+    every: Iterable[Piece | RunPiece] = itertools.chain(pieces, runs)
+    for piece in every:
         if current and (size >= PARTITION_BYTES or rows >= PARTITION_ROWS):
             partitions.append(current)
             current, size, rows = [], 0, 0
         current.append(piece)
-        size += sum(piece.sizes)
-        rows += len(piece.ids)
+        if isinstance(piece, RunPiece):
+            size += piece.size
+            rows += piece.count
+        else:
+            size += sum(piece.sizes)
+            rows += len(piece.ids)
     if current:
         partitions.append(current)
     return partitions
 
 
-def read(store: Store, pieces: list[Piece]) -> Iterator[pa.RecordBatch]:
+def read(store: Store, pieces: list[Piece | RunPiece]) -> Iterator[pa.RecordBatch]:
     """The record batches of ``pieces``, read from ``store`` a few GETs at a time."""
     fetched = _loop().run_until_complete(_fetch(store, pieces))
-    for piece, (data, base) in zip(pieces, fetched, strict=True):
+    for piece, data, base in fetched:
         yield record_batch(piece, data, base)
 
 
@@ -158,15 +248,19 @@ def _loop() -> asyncio.AbstractEventLoop:
     return _loops[0]
 
 
-async def _fetch(store: Store, pieces: list[Piece]) -> list[tuple[bytes, int]]:
+async def _fetch(store: Store, pieces: list[Piece | RunPiece]) -> list[tuple[Piece, bytes, int]]:
     limit = asyncio.Semaphore(READ_CONCURRENCY)
 
-    async def one(piece: Piece) -> tuple[bytes, int]:
-        start = piece.offsets[0]
-        end = max(o + s for o, s in zip(piece.offsets, piece.sizes, strict=True))
+    async def one(piece: Piece | RunPiece) -> tuple[Piece, bytes, int]:
         async with limit:
+            if isinstance(piece, RunPiece):
+                piece = await piece.resolve(store)
+            if not piece.ids:
+                return piece, b"", 0
+            start = piece.offsets[0]
+            end = max(o + s for o, s in zip(piece.offsets, piece.sizes, strict=True))
             try:
-                return await store.get_range(piece.key, start, end), start
+                return piece, await store.get_range(piece.key, start, end), start
             except NotFound:
                 raise SnapshotExpired(
                     f"{piece.key} of {store.url} was collected before it was read: the read "

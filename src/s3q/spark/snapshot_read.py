@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from .. import log, tables
+from .. import log
 from ..errors import InvalidConfig
 from ..message import MessageStatus
 from ..snapshot import Loaded, load
@@ -29,7 +29,7 @@ LOAD_RETRIES = 2  # fresh starts if the collector removes a log object under the
 class PiecesPartition(InputPartition):
     """Pieces of payload objects for one task to read."""
 
-    def __init__(self, index: int, parts: list[pieces.Piece]) -> None:
+    def __init__(self, index: int, parts: list[pieces.Piece | pieces.RunPiece]) -> None:
         super().__init__(index)
         self.pieces = parts
 
@@ -55,7 +55,7 @@ class SnapshotReader(DataSourceReader):
         state, now = loaded.state, time.time()
         seg_keys: dict[int, str] = {}
         chosen: list[pieces.Entry] = []
-        for rec in state.all():
+        for rec in state.messages.values():
             if rec.state == DONE:
                 continue
             status = state.status(rec, now).value
@@ -70,7 +70,8 @@ class SnapshotReader(DataSourceReader):
                 if key is None:
                     key = seg_keys[rec.seg] = log.key(rec.seg)
                 chosen.append((key, rec.offset, rec.size, rec, status))
-        planned = pieces.plan(chosen)
+        runs = pieces.run_pieces(state) if MessageStatus.PENDING.value in self.statuses else ()
+        planned = pieces.plan(chosen, runs)
         return [PiecesPartition(i, p) for i, p in enumerate(planned)] or [PiecesPartition(0, [])]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -82,8 +83,6 @@ class SnapshotReader(DataSourceReader):
 async def _load(options: Options) -> Loaded:
     store = options.open_store()
     try:
-        loaded = await load(store, retries=LOAD_RETRIES)
-        await tables.fill(store, loaded.state, loaded.state.untabled())
-        return loaded
+        return await load(store, retries=LOAD_RETRIES)
     finally:
         await store.close()
