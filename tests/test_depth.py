@@ -48,3 +48,29 @@ def test_two_million_pending_messages_cost_little_memory_and_checkpoint(tmp_path
     assert result["grown"] < 100 * 2**20, f"writer grew by {result['grown'] / 2**20:.0f} MiB"
     newest = max((tmp_path / "q" / "checkpoint").iterdir())
     assert newest.stat().st_size < 20 * 2**20, f"checkpoint at rest: {newest.stat().st_size:,} B"
+
+
+def test_a_batch_of_alternating_priorities_is_a_run_per_priority(tmp_path: Path) -> None:
+    """Members of one priority are committed together, so the index holds a run per priority
+    (not per message); ids still answer the batch in its order, and delivery is by priority,
+    then in the order sent, with a delayed member in the way changing nothing."""
+    import asyncio
+
+    import s3q
+    from s3q import snapshot
+
+    url = f"file://{tmp_path}/q"
+    items: list[dict[str, object]] = [
+        {"payload": b"m%d" % i, "priority": i % 3} for i in range(3_000)
+    ]
+    items[4]["delay"] = 3600.0  # a record of its own among priority 1's run
+    with s3q.open(url) as q:
+        sent = q.enqueue_batch(items)
+        assert q.status(sent[4]) is s3q.MessageStatus.DELAYED
+        assert q.status(sent[7]) is s3q.MessageStatus.PENDING
+        got = q.dequeue(max_messages=3_000)
+    want = [i for p in (2, 1, 0) for i in range(3_000) if i % 3 == p and i != 4]
+    assert [m.payload for m in got] == [b"m%d" % i for i in want]
+    assert [m.id for m in got] == [sent[i] for i in want]
+    loaded = asyncio.run(snapshot.load(s3q.store.open_store(url)))
+    assert sum(len(runs) for runs in loaded.state.runs.values()) <= 3

@@ -495,5 +495,65 @@ def test_runs_reach_the_executors_as_stretches_read_from_the_log(
     assert {row["status"] for row in rows} == {"pending"}
 
 
+def test_many_small_runs_are_read_with_a_few_gets(tmp_path: Path) -> None:
+    """Single enqueues of alternating priorities, gathered into a few log objects, make a run
+    of every message: the executor reads each log object's table once and joins the stretches
+    of one object into one GET, not one per run."""
+    import asyncio
+
+    from s3q import snapshot
+    from s3q.spark import pieces
+
+    url = f"file://{tmp_path}/q"
+    n = 3_000
+
+    async def load() -> list[str]:
+        q = await s3q.open_async(url)
+        try:
+            return await asyncio.gather(*(q.enqueue(b"m%d" % i, priority=i % 2) for i in range(n)))
+        finally:
+            await q.close()
+
+    sent = asyncio.run(load())
+    loaded = asyncio.run(snapshot.load(s3q.store.open_store(url)))
+    runs = list(pieces.run_pieces(loaded.state))
+    objects = len({run.seq for run in runs})
+    assert len(runs) == n and objects < 100, "one run per message: the case this test is about"
+    store = s3q.store.open_store(url)
+    batches = list(pieces.read(store, list(runs)))
+    gets = store.counts.gets
+    assert gets <= 3 * objects, f"{gets} GETs for {n} one-message runs in {objects} objects"
+    rows = [row for batch in batches for row in batch.to_pylist()]
+    assert sorted(row["id"] for row in rows) == sorted(sent)
+    assert all(row["payload"] == b"m%d" % sent.index(row["id"]) for row in rows[:50])
+    assert {row["priority"] for row in rows} == {0, 1}
+
+
+def test_a_bulk_write_of_alternating_priorities_is_one_run_each(
+    spark: SparkSession, file_env: StoreEnv
+) -> None:
+    """A staged object's rows are committed with each priority's together: a run per
+    priority, delivered in priority order and, within one, in the order written."""
+    from s3q import snapshot
+    from s3q.spark import pieces
+
+    df = spark.range(0, 1_000, numPartitions=1).select(
+        F.concat(F.lit("m"), F.col("id").cast("string")).cast("binary").alias("payload"),
+        (F.col("id") % 4).cast("int").alias("priority"),
+    )
+    with_store(df.write.format("s3q").mode("append"), file_env).save(file_env.url)
+    import asyncio
+
+    loaded = asyncio.run(snapshot.load(s3q.store.open_store(file_env.url)))
+    assert len(list(pieces.run_pieces(loaded.state))) == 4
+    q = file_env.open()
+    try:
+        got = [m.payload for m in q.dequeue(max_messages=1_000)]
+    finally:
+        q.close()
+    want = [b"m%d" % i for p in (3, 2, 1, 0) for i in range(1_000) if i % 4 == p]
+    assert got == want
+
+
 async def _refuse(*_: Any) -> Any:
     raise AssertionError("a table was read on the driver")

@@ -393,6 +393,17 @@ class Engine:
         if not fresh:  # all duplicates: answer once the originals are durable
             await self.commit.durable_after(self.commit.latest())
             return [a for a in answers if isinstance(a, str)]
+        if len(set(it.priority for it in fresh)) > 1:
+            order, where = _runs_together(
+                [it.priority for it in fresh],
+                [
+                    bool(it.delay) or it.group is not None or i in fresh_blobs
+                    for i, it in enumerate(fresh)
+                ],
+            )
+            fresh = [fresh[i] for i in order]
+            fresh_blobs = {where[i]: key for i, key in fresh_blobs.items()}
+            answers = [where[a] if isinstance(a, int) else a for a in answers]
         batch = self.commit.filling
         first = batch.places(len(fresh))
         made = [ids.make(self.state.queue, batch.seq, first + i) for i in range(len(fresh))]
@@ -542,17 +553,26 @@ class Engine:
                 f"{config.max_queue_depth}, so {fresh} more do not fit"
             )
         batch = self.commit.filling  # no await from here on: all ride one log object
-        firsts = []
+        places: list[list[int]] = []  # where each kept row of each object lands, from 0
         for obj, rows in zip(objects, kept, strict=True):
+            if obj.priorities:
+                p, d, g = obj.priorities, obj.delays, obj.groups
+                order, where = _runs_together(
+                    [p[r] for r in rows],
+                    [bool(d and d[r]) or bool(g and g[r] is not None) for r in rows],
+                )
+                rows = [rows[j] for j in order]
+            else:
+                where = list(range(len(rows)))
             first = batch.places(len(rows))
-            firsts.append(first)
+            places.append([first + w for w in where])
             self.commit.add(_staged_append(obj, rows, first, now))
         if token is not None:
             self.commit.add(CommitToken(token))
         self._notify()
         await self.commit.durable_after(batch)
         return [
-            a if isinstance(a, str) else ids.make(self.state.queue, batch.seq, firsts[a[0]] + a[1])
+            a if isinstance(a, str) else ids.make(self.state.queue, batch.seq, places[a[0]][a[1]])
             for a in answers
         ]
 
@@ -906,9 +926,20 @@ def _column(values: list[T], default: T) -> list[T] | None:
     return values if any(v != default for v in values) else None
 
 
+def _runs_together(priorities: list[int], touched: list[bool]) -> tuple[list[int], list[int]]:
+    """An order of new messages that puts the plain ones of one priority together (a run each,
+    not one per message when priorities alternate), and where each message goes in it. The
+    order within a priority is kept, so delivery (by priority, then in order) is unchanged."""
+    order = sorted(range(len(priorities)), key=lambda i: (-priorities[i], touched[i]))
+    where = [0] * len(order)
+    for place, i in enumerate(order):
+        where[i] = place
+    return order, where
+
+
 def _staged_append(obj: StagedObject, rows: list[int], first: int, now: float) -> Append:
     """The Append of ``rows`` of a staged object (all of them, in the common case)."""
-    every = len(rows) == len(obj)
+    every = rows == list(range(len(obj)))
 
     def pick(column: list[T] | None) -> list[T] | None:
         return column if column is None or every else [column[r] for r in rows]

@@ -13,6 +13,7 @@ do in log and staged objects.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import itertools
 from collections.abc import Iterable, Iterator
 from operator import itemgetter
@@ -23,11 +24,13 @@ import numpy as np
 import pyarrow as pa
 
 from .. import ids, log, tables
+from ..ops import Append
 from ..snapshot import SnapshotExpired
 from ..state import QueueState
 from ..store import NotFound, Store
 
 PIECE_BYTES = 32 * 1024 * 1024  # payload bytes read by one GET, at most (one object or range)
+JOIN_GAP = 1024 * 1024  # bytes of other payloads one GET may read past to join two pieces
 PARTITION_BYTES = 64 * 1024 * 1024  # payload bytes of one input partition, about
 PARTITION_ROWS = 200_000
 READ_CONCURRENCY = 8
@@ -95,6 +98,18 @@ class Piece(msgspec.Struct, array_like=True):
     attributes: list[dict[str, str] | None]
     errors: list[str | None]
 
+    def span(self) -> tuple[int, int]:
+        """The bytes of the object its payloads lie in: from, to."""
+        return self.offsets[0], max(o + s for o, s in zip(self.offsets, self.sizes, strict=True))
+
+    @classmethod
+    def join(cls, pieces: list[Piece]) -> Piece:
+        """One piece of ``pieces`` (of one object)."""
+        if len(pieces) == 1:
+            return pieces[0]
+        columns = zip(*(msgspec.structs.astuple(p)[1:] for p in pieces), strict=True)
+        return cls(pieces[0].key, *(list(itertools.chain.from_iterable(c)) for c in columns))
+
     @classmethod
     def of(cls, key: str, entries: list[Entry]) -> Piece:
         messages = [e[3] for e in entries]
@@ -130,34 +145,23 @@ class RunPiece(msgspec.Struct, array_like=True):
     enqueued_at: float
     size: int  # payload bytes, about (for planning)
 
-    async def resolve(self, store: Store) -> Piece:
-        """The piece these members make, their table read from the log."""
-        try:
-            appends = await tables.appends(store, self.seq)
-        except NotFound:
-            raise SnapshotExpired(
-                f"log object {self.seq} of {store.url} was collected before it was read: the "
-                "read took longer than the queue's gc_grace"
-            ) from None
-        for op in appends:
-            start = self.first - op.first
-            if 0 <= start < len(op.sizes):
-                break
-        else:
-            raise SnapshotExpired(f"log object {self.seq} of {store.url} holds no such run")
+    def resolve(self, table: RunTable) -> Piece:
+        """The piece these members make, from the table of the Append that holds them."""
+        op = table.op
+        start = self.first - op.first
         end = start + self.count
-        sizes = op.sizes[start:end]
         if op.offsets is not None:
             offsets = op.offsets[start:end]
-        else:
-            base = self.offset + sum(op.sizes[self.front - op.first : start])
-            offsets = list(itertools.accumulate(sizes[:-1], initial=base)) if sizes else []
-        n = len(sizes)
+        else:  # back to back from the front's payload
+            prefix = table.prefix()
+            front = int(prefix[self.front - op.first])
+            offsets = (prefix[start:end] - front + self.offset).tolist()
+        n = len(offsets)
         none: list[Any] = [None] * n
         return Piece(
             self.stage or log.key(self.seq),
             offsets,
-            sizes,
+            op.sizes[start:end],
             ids.make_many(self.queue, self.seq, self.first, n),
             [self.priority] * n,
             ["pending"] * n,
@@ -168,6 +172,60 @@ class RunPiece(msgspec.Struct, array_like=True):
             [a or None for a in op.attributes[start:end]] if op.attributes else none,
             none,
         )
+
+
+class RunTable:
+    """The Append of a log object that holds some run pieces, with its payloads' prefix sums
+    made once however many pieces share it."""
+
+    def __init__(self, op: Append) -> None:
+        self.op = op
+        self._prefix: np.ndarray[Any, np.dtype[np.int64]] | None = None
+
+    def prefix(self) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """Where each member's payload lies, counted from the first member's."""
+        if self._prefix is None:
+            sizes = np.asarray(self.op.sizes, dtype=np.int64)
+            self._prefix = np.concatenate(([0], np.cumsum(sizes)))
+        return self._prefix
+
+
+class RunTables:
+    """The tables of the log objects some run pieces lie in, by log object."""
+
+    def __init__(self, appends: dict[int, list[Append]], url: str) -> None:
+        self._tables = {seq: [RunTable(op) for op in ops] for seq, ops in appends.items()}
+        self._firsts = {seq: [op.first for op in ops] for seq, ops in appends.items()}
+        self._url = url
+
+    @classmethod
+    async def read(cls, store: Store, seqs: Iterable[int]) -> RunTables:
+        """The tables of log objects ``seqs``, each read once, a few at a time."""
+        limit = asyncio.Semaphore(READ_CONCURRENCY)
+
+        async def one(seq: int) -> list[Append]:
+            async with limit:
+                try:
+                    return await tables.appends(store, seq)
+                except NotFound:
+                    raise SnapshotExpired(
+                        f"log object {seq} of {store.url} was collected before it was read: "
+                        "the read took longer than the queue's gc_grace"
+                    ) from None
+
+        wanted = sorted(set(seqs))
+        found = await asyncio.gather(*(one(seq) for seq in wanted))
+        return cls(dict(zip(wanted, found, strict=True)), store.url)
+
+    def of(self, piece: RunPiece) -> RunTable:
+        """The table of the Append ``piece``'s members came in."""
+        firsts = self._firsts[piece.seq]
+        i = bisect.bisect_right(firsts, piece.first) - 1
+        if i < 0 or piece.first - firsts[i] + piece.count > len(
+            self._tables[piece.seq][i].op.sizes
+        ):
+            raise SnapshotExpired(f"log object {piece.seq} of {self._url} holds no such run")
+        return self._tables[piece.seq][i]
 
 
 def run_pieces(state: QueueState) -> Iterator[RunPiece]:
@@ -249,16 +307,13 @@ def _loop() -> asyncio.AbstractEventLoop:
 
 
 async def _fetch(store: Store, pieces: list[Piece | RunPiece]) -> list[tuple[Piece, bytes, int]]:
+    """Run pieces resolved (each log object's table read once), pieces near one another in
+    an object joined, and each read with one GET."""
     limit = asyncio.Semaphore(READ_CONCURRENCY)
 
-    async def one(piece: Piece | RunPiece) -> tuple[Piece, bytes, int]:
+    async def get(piece: Piece) -> tuple[Piece, bytes, int]:
+        start, end = piece.span()
         async with limit:
-            if isinstance(piece, RunPiece):
-                piece = await piece.resolve(store)
-            if not piece.ids:
-                return piece, b"", 0
-            start = piece.offsets[0]
-            end = max(o + s for o, s in zip(piece.offsets, piece.sizes, strict=True))
             try:
                 return piece, await store.get_range(piece.key, start, end), start
             except NotFound:
@@ -268,9 +323,36 @@ async def _fetch(store: Store, pieces: list[Piece | RunPiece]) -> list[tuple[Pie
                 ) from None
 
     try:
-        return await asyncio.gather(*(one(p) for p in pieces))
+        seqs = [p.seq for p in pieces if isinstance(p, RunPiece)]
+        runs = await RunTables.read(store, seqs)
+        resolved = [p.resolve(runs.of(p)) if isinstance(p, RunPiece) else p for p in pieces]
+        return await asyncio.gather(*(get(p) for p in join_near(resolved)))
     finally:
         await store.close()
+
+
+def join_near(pieces: Iterable[Piece]) -> list[Piece]:
+    """``pieces`` of one object whose payloads lie within JOIN_GAP of one another joined
+    (at most PIECE_BYTES apart end to end), so many small stretches cost one GET."""
+    by_key: dict[str, list[Piece]] = {}
+    for piece in pieces:
+        if piece.ids:
+            by_key.setdefault(piece.key, []).append(piece)
+    joined: list[Piece] = []
+    for key in sorted(by_key):
+        spans = sorted((p.span(), i) for i, p in enumerate(by_key[key]))
+        group: list[Piece] = []
+        start = end = 0
+        for (s, e), i in spans:
+            if group and (s > end + JOIN_GAP or max(end, e) - start > PIECE_BYTES):
+                joined.append(Piece.join(group))
+                group = []
+            if not group:
+                start, end = s, e
+            group.append(by_key[key][i])
+            end = max(end, e)
+        joined.append(Piece.join(group))
+    return joined
 
 
 def record_batch(piece: Piece, data: bytes, base: int) -> pa.RecordBatch:
