@@ -74,3 +74,21 @@ def test_a_batch_of_alternating_priorities_is_a_run_per_priority(tmp_path: Path)
     assert [m.id for m in got] == [sent[i] for i in want]
     loaded = asyncio.run(snapshot.load(s3q.store.open_store(url)))
     assert sum(len(runs) for runs in loaded.state.runs.values()) <= 3
+
+
+def test_a_batch_with_a_group_across_priorities_keeps_the_group_in_order(
+    tmp_path: Path,
+) -> None:
+    """A group is FIFO whatever its members' priorities, so a batch holding one is committed in
+    the order sent: the group's first member (low priority) blocks its second (high)."""
+    import s3q
+
+    items: list[dict[str, object]] = [
+        {"payload": b"g-first", "priority": 0, "group": "g"},
+        {"payload": b"plain", "priority": 1},
+        {"payload": b"g-second", "priority": 5, "group": "g"},
+    ]
+    with s3q.open(f"file://{tmp_path}/q") as q:
+        q.enqueue_batch(items)
+        got = [m.payload for m in q.dequeue(max_messages=3)]
+    assert got == [b"plain", b"g-first"]

@@ -393,14 +393,9 @@ class Engine:
         if not fresh:  # all duplicates: answer once the originals are durable
             await self.commit.durable_after(self.commit.latest())
             return [a for a in answers if isinstance(a, str)]
-        if len(set(it.priority for it in fresh)) > 1:
-            order, where = _runs_together(
-                [it.priority for it in fresh],
-                [
-                    bool(it.delay) or it.group is not None or i in fresh_blobs
-                    for i, it in enumerate(fresh)
-                ],
-            )
+        together = _runs_together([it.priority for it in fresh], [it.group for it in fresh])
+        if together is not None:
+            order, where = together
             fresh = [fresh[i] for i in order]
             fresh_blobs = {where[i]: key for i, key in fresh_blobs.items()}
             answers = [where[a] if isinstance(a, int) else a for a in answers]
@@ -555,12 +550,10 @@ class Engine:
         batch = self.commit.filling  # no await from here on: all ride one log object
         places: list[list[int]] = []  # where each kept row of each object lands, from 0
         for obj, rows in zip(objects, kept, strict=True):
-            if obj.priorities:
-                p, d, g = obj.priorities, obj.delays, obj.groups
-                order, where = _runs_together(
-                    [p[r] for r in rows],
-                    [bool(d and d[r]) or bool(g and g[r] is not None) for r in rows],
-                )
+            p, g = obj.priorities, obj.groups
+            together = p and _runs_together([p[r] for r in rows], g and [g[r] for r in rows])
+            if together:
+                order, where = together
                 rows = [rows[j] for j in order]
             else:
                 where = list(range(len(rows)))
@@ -926,11 +919,16 @@ def _column(values: list[T], default: T) -> list[T] | None:
     return values if any(v != default for v in values) else None
 
 
-def _runs_together(priorities: list[int], touched: list[bool]) -> tuple[list[int], list[int]]:
-    """An order of new messages that puts the plain ones of one priority together (a run each,
-    not one per message when priorities alternate), and where each message goes in it. The
-    order within a priority is kept, so delivery (by priority, then in order) is unchanged."""
-    order = sorted(range(len(priorities)), key=lambda i: (-priorities[i], touched[i]))
+def _runs_together(
+    priorities: list[int], groups: list[str | None] | None
+) -> tuple[list[int], list[int]] | None:
+    """An order of new messages that puts those of one priority together (a run each, not one
+    per message when priorities alternate), and where each message goes in it; None when the
+    order stays. The order within a priority is kept, so delivery (by priority, then in order)
+    is unchanged; a batch with groups keeps its order, since a group is FIFO across priorities."""
+    if len(set(priorities)) < 2 or (groups and any(g is not None for g in groups)):
+        return None
+    order = sorted(range(len(priorities)), key=lambda i: -priorities[i])
     where = [0] * len(order)
     for place, i in enumerate(order):
         where[i] = place
