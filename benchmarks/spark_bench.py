@@ -3,6 +3,10 @@
     python benchmarks/spark_bench.py                 # 1,000,000 rows of 1 KiB, local[2]
     python benchmarks/spark_bench.py --rows 200000   # quicker
     python benchmarks/spark_bench.py --store s3      # against a moto S3 server it starts
+    python benchmarks/spark_bench.py --rows 10000000 --size 100 --driver-memory 1g
+
+Besides the rates it prints how far this process (the Python driver) grew during each phase:
+its peak RSS over its RSS once the rows were cached.
 
 Prints one line per figure, and the command that produced them.
 """
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -29,13 +34,13 @@ import s3q.spark
 TARGETS = {"bulk write": 200_000, "snapshot read": 300_000, "streaming consumption": 50_000}
 
 
-def session() -> SparkSession:
+def session(driver_memory: str) -> SparkSession:
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("s3q-bench")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "4g")
+        .config("spark.driver.memory", driver_memory)
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -43,12 +48,24 @@ def session() -> SparkSession:
     return spark
 
 
-def report(name: str, rows: int, seconds: float) -> None:
+def rss() -> int:
+    """This process's resident set now, in bytes."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_rss() -> int:
+    """This process's peak resident set so far, in bytes."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def report(name: str, rows: int, seconds: float, base: int) -> None:
     rate = rows / seconds
     verdict = "meets" if rate >= TARGETS[name] else "MISSES"
+    grew = max(peak_rss() - base, 0) / 2**20
     print(
         f"{name:<22} {rows:>10,} msgs in {seconds:6.2f} s = {rate:>10,.0f} msg/s "
-        f"({verdict} the target of {TARGETS[name]:,})",
+        f"({verdict} the target of {TARGETS[name]:,}); Python driver peak +{grew:,.1f} MiB",
         flush=True,
     )
 
@@ -72,6 +89,8 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024, help="payload bytes")
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--store", choices=["file", "s3"], default="file")
+    parser.add_argument("--driver-memory", default="4g", help="the JVM driver's heap")
+    parser.add_argument("--no-stream", action="store_true", help="skip the streaming phase")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="s3q-spark-bench-"))
@@ -85,11 +104,11 @@ def main() -> None:
         moto = local_s3.start("bench")
         options = moto.store_options()
         url = "s3://bench/queue"
-    spark = session()
+    spark = session(args.driver_memory)
     try:
         print(
             f"s3q Spark data source, local[2], {args.rows:,} rows of {args.size} B, "
-            f"{args.store} store, pyspark {spark.version}",
+            f"{args.store} store, driver heap {args.driver_memory}, pyspark {spark.version}",
             flush=True,
         )
         filler = "x" * (args.size - 12)
@@ -103,6 +122,7 @@ def main() -> None:
             .cache()
         )
         df.count()  # generate and cache the rows first: the write is measured alone
+        base = rss()
 
         def opts(rw: Any) -> Any:
             for k, v in options.items():
@@ -111,30 +131,30 @@ def main() -> None:
 
         start = time.perf_counter()
         opts(df.write.format("s3q").mode("append")).save(url)
-        report("bulk write", args.rows, time.perf_counter() - start)
+        report("bulk write", args.rows, time.perf_counter() - start, base)
         df.unpersist()
 
         start = time.perf_counter()
         opts(spark.read.format("s3q")).load(url).write.format("noop").mode("overwrite").save()
-        report("snapshot read", args.rows, time.perf_counter() - start)
-
-        start = time.perf_counter()
-        query = (
-            opts(spark.readStream.format("s3q"))
-            .option("maxMessagesPerBatch", 100_000)
-            .option("visibilityTimeout", 600)
-            .load(url)
-            .writeStream.format("noop")
-            .option("checkpointLocation", str(work / "checkpoint"))
-            .start()
-        )
-        query.processAllAvailable()
-        elapsed = time.perf_counter() - start
-        query.stop()
-        report("streaming consumption", args.rows, elapsed)
-        with open_when_released(url, options) as q:
-            st = q.stats()
-            assert st.completed == args.rows and st.pending == 0, st
+        report("snapshot read", args.rows, time.perf_counter() - start, base)
+        if not args.no_stream:
+            start = time.perf_counter()
+            query = (
+                opts(spark.readStream.format("s3q"))
+                .option("maxMessagesPerBatch", 100_000)
+                .option("visibilityTimeout", 600)
+                .load(url)
+                .writeStream.format("noop")
+                .option("checkpointLocation", str(work / "checkpoint"))
+                .start()
+            )
+            query.processAllAvailable()
+            elapsed = time.perf_counter() - start
+            query.stop()
+            report("streaming consumption", args.rows, elapsed, base)
+            with open_when_released(url, options) as q:
+                st = q.stats()
+                assert st.completed == args.rows and st.pending == 0, st
     finally:
         spark.stop()
         if moto is not None:
