@@ -5,8 +5,9 @@
     python benchmarks/spark_bench.py --store s3      # against a moto S3 server it starts
     python benchmarks/spark_bench.py --rows 10000000 --size 100 --driver-memory 1g
 
-Besides the rates it prints how far this process (the Python driver) grew during each phase:
-its peak RSS over its RSS once the rows were cached.
+Besides the rates it prints how far this process (the Python driver) grew during each phase,
+its highest RSS over its RSS once the rows were cached, and the highest RSS of any one Python
+worker Spark started (they plan the read and commit the write), both sampled every 20 ms.
 
 Prints one line per figure, and the command that produced them.
 """
@@ -15,10 +16,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -48,24 +49,74 @@ def session(driver_memory: str) -> SparkSession:
     return spark
 
 
-def rss() -> int:
-    """This process's resident set now, in bytes."""
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+def rss(pid: int | str = "self") -> int:
+    """A process's resident set now, in bytes (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
 
 
-def peak_rss() -> int:
-    """This process's peak resident set so far, in bytes."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+def python_workers() -> list[int]:
+    """The Python processes Spark's JVM started below this one: they plan the reads, commit
+    the writes and run the tasks of a Python data source."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    parents[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                continue
+    mine, found = {os.getpid()}, True
+    while found:
+        found = False
+        for pid, parent in parents.items():
+            if parent in mine and pid not in mine:
+                mine.add(pid)
+                found = True
+    workers = []
+    for pid in mine - {os.getpid()}:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                if b"python" in cmdline.read().split(b"\0", 1)[0]:
+                    workers.append(pid)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return workers
+
+
+class Peak(threading.Thread):
+    """The highest RSS of this process, and of any one of Spark's Python workers, seen since
+    the last ``reset``, sampled every 20 ms."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.reset()
+
+    def reset(self) -> None:
+        self.driver, self.worker = rss(), 0
+
+    def run(self) -> None:
+        while True:
+            self.driver = max(self.driver, rss())
+            self.worker = max([self.worker, *map(rss, python_workers())])
+            time.sleep(0.02)  # a sampling period, not a synchronisation
+
+
+PEAK = Peak()
 
 
 def report(name: str, rows: int, seconds: float, base: int) -> None:
     rate = rows / seconds
     verdict = "meets" if rate >= TARGETS[name] else "MISSES"
-    grew = max(peak_rss() - base, 0) / 2**20
+    grew, worker = max(PEAK.driver - base, 0) / 2**20, PEAK.worker / 2**20
+    PEAK.reset()
     print(
         f"{name:<22} {rows:>10,} msgs in {seconds:6.2f} s = {rate:>10,.0f} msg/s "
-        f"({verdict} the target of {TARGETS[name]:,}); Python driver peak +{grew:,.1f} MiB",
+        f"({verdict} the target of {TARGETS[name]:,}); Python driver peak +{grew:,.1f} MiB, "
+        f"largest Python worker {worker:,.1f} MiB",
         flush=True,
     )
 
@@ -123,6 +174,8 @@ def main() -> None:
         )
         df.count()  # generate and cache the rows first: the write is measured alone
         base = rss()
+        PEAK.reset()
+        PEAK.start()
 
         def opts(rw: Any) -> Any:
             for k, v in options.items():

@@ -185,3 +185,28 @@ def test_orphaned_staged_objects_are_collected_only_when_old(durable_env: StoreE
     (msg,) = q.dequeue()
     assert msg.payload == b"committed"
     q.close()
+
+
+def test_ids_of_a_reordered_commit_name_each_row_in_the_order_given(env: StoreEnv) -> None:
+    """Rows of one priority are committed together (a run each), yet the ids answer the rows
+    in the order they were staged, across objects."""
+    q = env.open()
+    a = [b"a%d" % i for i in range(6)]
+    b = [b"b%d" % i for i in range(3)]
+    ids = q.enqueue_staged([stage(env, a, priorities=[i % 2 for i in range(6)]), stage(env, b)])
+    assert ids is not None and len(ids) == 9 and len(set(ids)) == 9
+    got = {m.id: m.payload for m in q.dequeue(max_messages=9)}
+    assert [got[i] for i in ids] == a + b
+    assert list(ids) == [ids[i] for i in range(9)] == ids[:] and ids == list(ids)
+
+
+def test_ids_of_a_large_commit_are_made_when_asked(env: StoreEnv) -> None:
+    """A commit of many plain rows answers with a sequence of ids, not a list of strings:
+    each id is made when read, and names its message."""
+    q = env.open()
+    payloads = [b"%d" % i for i in range(50_000)]
+    ids = q.enqueue_staged([stage(env, payloads)])
+    assert ids is not None and not isinstance(ids, list) and len(ids) == 50_000
+    assert q.status(ids[-1]) is s3q.MessageStatus.PENDING
+    assert [m.payload for m in q.peek(limit=3)] == payloads[:3]
+    assert [m.id for m in q.peek(limit=3)] == ids[:3]

@@ -7,7 +7,7 @@ import atexit
 import contextlib
 import threading
 import weakref
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -97,7 +97,7 @@ class AsyncQueue:
 
     async def enqueue_staged(
         self, objects: Iterable[StagedObject], token: str | None = None
-    ) -> list[str] | None:
+    ) -> Sequence[str] | None:
         """Commit the messages of staged objects (``s3q.staging``) in one log object, all or
         none. With ``token``, a commit carrying a token seen before enqueues nothing and
         returns None (a replayed streaming batch); otherwise the ids, as ``enqueue_batch``."""
@@ -314,7 +314,7 @@ class Queue:
 
     def enqueue_staged(
         self, objects: Iterable[StagedObject], token: str | None = None
-    ) -> list[str] | None:
+    ) -> Sequence[str] | None:
         """Commit the messages of staged objects in one log object; see AsyncQueue."""
         return self._run(self._aq.enqueue_staged(objects, token))
 

@@ -15,7 +15,8 @@ import logging
 import random
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from array import array
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
 from . import collector, ids, log, snapshot, tables, validate
@@ -480,7 +481,7 @@ class Engine:
 
     async def enqueue_staged(
         self, objects: list[StagedObject], token: str | None = None
-    ) -> list[str] | None:
+    ) -> Sequence[str] | None:
         """Commit the messages of staged objects in one log object (all or none), with the
         commit ``token`` if given. Their ids (the first ids of dedup hits), or None if
         ``token`` was committed before: a replay, which enqueues nothing."""
@@ -519,55 +520,76 @@ class Engine:
         if len(tail) != min(obj.size, 1):
             raise InvalidArgument(f"staged object {obj.key} is shorter than {obj.size} bytes")
 
-    async def _commit_staged(self, objects: list[StagedObject], token: str | None) -> list[str]:
+    async def _commit_staged(self, objects: list[StagedObject], token: str | None) -> Sequence[str]:
         state, config, now = self.state, self.config, self.clock()
-        window = config.dedup_window
-        answers: list[str | tuple[int, int]] = []  # a duplicate's first id, or (object, row)
-        seen: dict[str, tuple[int, int]] = {}
-        kept: list[list[int]] = []  # the rows of each object that are new messages
-        for o, obj in enumerate(objects):
-            rows: list[int] = []
-            dedup_ids = obj.dedup_ids
-            for i in range(len(obj)):
-                dedup = dedup_ids[i] if dedup_ids else None
-                if dedup is not None:
-                    hit: str | tuple[int, int] | None = seen.get(dedup) or state.dedup_hit(
-                        dedup, now, window
-                    )
-                    if hit is not None:
-                        answers.append(hit)
-                        continue
-                    seen[dedup] = (o, len(rows))
-                answers.append((o, len(rows)))
-                rows.append(i)
-            kept.append(rows)
-        fresh = sum(len(rows) for rows in kept)
+        kept, answers = self._new_rows(objects, now)
+        fresh = sum(
+            len(obj) if rows is None else len(rows) for obj, rows in zip(objects, kept, strict=True)
+        )
         if config.max_queue_depth is not None and state.live + fresh > config.max_queue_depth:
             raise QueueFull(
                 f"queue {self.store.url} holds {state.live} messages; max_queue_depth is "
                 f"{config.max_queue_depth}, so {fresh} more do not fit"
             )
         batch = self.commit.filling  # no await from here on: all ride one log object
-        places: list[list[int]] = []  # where each kept row of each object lands, from 0
+        start = batch.places(0)
+        reordered: list[tuple[int, list[int]]] = []  # (where an object's rows start, moves)
         for obj, rows in zip(objects, kept, strict=True):
             p, g = obj.priorities, obj.groups
-            together = p and _runs_together([p[r] for r in rows], g and [g[r] for r in rows])
+            every = range(len(obj)) if rows is None else rows
+            together = p and _runs_together([p[r] for r in every], g and [g[r] for r in every])
             if together:
                 order, where = together
-                rows = [rows[j] for j in order]
-            else:
-                where = list(range(len(rows)))
-            first = batch.places(len(rows))
-            places.append([first + w for w in where])
+                rows = [every[j] for j in order]
+            first = batch.places(len(every))
+            if together:
+                reordered.append((first - start, where))
             self.commit.add(_staged_append(obj, rows, first, now))
         if token is not None:
             self.commit.add(CommitToken(token))
         self._notify()
         await self.commit.durable_after(batch)
-        return [
-            a if isinstance(a, str) else ids.make(self.state.queue, batch.seq, places[a[0]][a[1]])
-            for a in answers
-        ]
+        places: range | array[int] = range(start, start + fresh)
+        if reordered:  # the places of a reordered object's rows, in the order given
+            places = array("Q", places)
+            for at, where in reordered:
+                places[at : at + len(where)] = array("Q", (start + at + w for w in where))
+        made = ids.Ids(state.queue, batch.seq, places)
+        if answers is None:
+            return made
+        return [a if isinstance(a, str) else made[a] for a in answers]
+
+    def _new_rows(
+        self, objects: list[StagedObject], now: float
+    ) -> tuple[list[list[int] | None], list[str | int] | None]:
+        """The rows of each staged object that are new messages (None: all of them), and
+        what answers each row: a duplicate's first id, or a new message's index among the new
+        (None: none is a duplicate, so each answers with its own)."""
+        if not any(obj.dedup_ids for obj in objects):
+            return [None] * len(objects), None
+        window = self.config.dedup_window
+        answers: list[str | int] = []
+        seen: dict[str, int] = {}
+        kept: list[list[int] | None] = []
+        fresh = 0
+        for obj in objects:
+            rows: list[int] = []
+            dedup_ids = obj.dedup_ids
+            for i in range(len(obj)):
+                dedup = dedup_ids[i] if dedup_ids else None
+                if dedup is not None:
+                    hit: str | int | None = seen.get(dedup)
+                    if hit is None:
+                        hit = self.state.dedup_hit(dedup, now, window)
+                    if hit is not None:
+                        answers.append(hit)
+                        continue
+                    seen[dedup] = fresh
+                answers.append(fresh)
+                rows.append(i)
+                fresh += 1
+            kept.append(rows)
+        return kept, answers
 
     async def lease(self, max_messages: int, visibility_timeout: float | None) -> list[Located]:
         """Lease up to ``max_messages`` like ``dequeue``, without reading their payloads:
@@ -935,20 +957,20 @@ def _runs_together(
     return order, where
 
 
-def _staged_append(obj: StagedObject, rows: list[int], first: int, now: float) -> Append:
-    """The Append of ``rows`` of a staged object (all of them, in the common case)."""
-    every = rows == list(range(len(obj)))
+def _staged_append(obj: StagedObject, rows: list[int] | None, first: int, now: float) -> Append:
+    """The Append of ``rows`` of a staged object (None: all of them, the common case)."""
+    chosen = None if rows is None or rows == list(range(len(obj))) else rows
 
     def pick(column: list[T] | None) -> list[T] | None:
-        return column if column is None or every else [column[r] for r in rows]
+        return column if column is None or chosen is None else [column[r] for r in chosen]
 
     return Append(
         first,
         now,
         0,
-        obj.sizes if every else [obj.sizes[r] for r in rows],
+        obj.sizes if chosen is None else [obj.sizes[r] for r in chosen],
         key=obj.key,
-        offsets=obj.offsets if every else [obj.offsets[r] for r in rows],
+        offsets=obj.offsets if chosen is None else [obj.offsets[r] for r in chosen],
         priorities=pick(obj.priorities),
         delays=pick(obj.delays),
         groups=pick(obj.groups),

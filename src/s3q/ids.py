@@ -11,6 +11,9 @@ hold 32-digit ids of another shape, which name nothing.
 from __future__ import annotations
 
 import secrets
+from array import array
+from collections.abc import Iterator, Sequence
+from typing import overload
 
 QUEUE_DIGITS, SEQ_DIGITS, PLACE_DIGITS = 8, 12, 8
 LENGTH = QUEUE_DIGITS + SEQ_DIGITS + PLACE_DIGITS
@@ -31,6 +34,46 @@ def make(queue: str, seq: int, place: int) -> str:
 def make_many(queue: str, seq: int, first: int, count: int) -> list[str]:
     """The ids of ``count`` messages from place ``first`` of log object ``seq``."""
     return list(map(f"{queue}{seq:012x}%08x".__mod__, range(first, first + count)))
+
+
+class Ids(Sequence[str]):
+    """The ids of messages one log object enqueued, by their places in it: a sequence that
+    holds 8 bytes per message (none for a stretch of places) and makes each id when asked, so a
+    bulk commit of millions of messages does not answer with millions of strings at once."""
+
+    __slots__ = ("_format", "_places")
+
+    def __init__(self, queue: str, seq: int, places: range | array[int]) -> None:
+        self._format = f"{queue}{seq:012x}%08x"
+        self._places = places
+
+    def __len__(self) -> int:
+        return len(self._places)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return list(map(self._format.__mod__, self._places[index]))
+        return self._format % self._places[index]
+
+    def __iter__(self) -> Iterator[str]:
+        return map(self._format.__mod__, self._places)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Ids):
+            return self._format == other._format and self._places == other._places
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return len(self) == len(other) and all(map(str.__eq__, self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equal to lists, which are not hashable
+
+    def __repr__(self) -> str:
+        shown = ", ".join(map(repr, self[:3])) + (", ..." if len(self) > 3 else "")
+        return f"Ids([{shown}], {len(self)} ids)"
 
 
 def split(mid: str) -> tuple[int, int]:

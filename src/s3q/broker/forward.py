@@ -18,7 +18,7 @@ a ``StoreError``, as with an embedded queue whose commit failed: its outcome is 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..client import AsyncClient, AsyncRemoteQueue
@@ -160,7 +160,7 @@ class ForwardedQueue:
 
     async def enqueue_staged(
         self, objects: Iterable[StagedObject], token: str | None = None
-    ) -> list[str] | None:
+    ) -> Sequence[str] | None:
         listed = list(objects)
         return await self._call(lambda q: q.enqueue_staged(listed, token))
 

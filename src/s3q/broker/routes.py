@@ -121,7 +121,8 @@ async def enqueue_staged(call: Call) -> Any:
         objects = msgspec.convert(call.args["objects"], list[StagedObject])
     except msgspec.ValidationError as exc:
         raise InvalidArgument(f"objects: {exc}") from None
-    return {"ids": await (await call.queue()).enqueue_staged(objects, call.args.get("token"))}
+    made = await (await call.queue()).enqueue_staged(objects, call.args.get("token"))
+    return {"ids": None if made is None else list(made)}
 
 
 async def dequeue(call: Call) -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -273,7 +273,7 @@ NOT_COMMITTED = (InvalidArgument, QueueFull, QueueLocked)
 
 async def commit_staged(
     options: Options, objects: list[StagedObject], token: str | None = None
-) -> list[str] | None:
+) -> Sequence[str] | None:
     """Commit ``objects`` in one log object: through the queue's writer, opened for that
     moment, or through the broker that leads the queue (option ``broker``; the queue's name
     is the last part of its URL). None: ``token`` was committed before."""
