@@ -394,7 +394,7 @@ class Engine:
         if not fresh:  # all duplicates: answer once the originals are durable
             await self.commit.durable_after(self.commit.latest())
             return [a for a in answers if isinstance(a, str)]
-        together = _runs_together([it.priority for it in fresh], [it.group for it in fresh])
+        together = _runs_together([it.priority for it in fresh], (it.group for it in fresh))
         if together is not None:
             order, where = together
             fresh = [fresh[i] for i in order]
@@ -535,14 +535,13 @@ class Engine:
         start = batch.places(0)
         reordered: list[tuple[int, list[int]]] = []  # (where an object's rows start, moves)
         for obj, rows in zip(objects, kept, strict=True):
-            p, g = obj.priorities, obj.groups
             every = range(len(obj)) if rows is None else rows
-            together = p and _runs_together([p[r] for r in every], g and [g[r] for r in every])
+            first = batch.places(len(every))
+            p, g = obj.priorities, obj.groups
+            together = p and _runs_together([p[r] for r in every], g and (g[r] for r in every))
             if together:
                 order, where = together
                 rows = [every[j] for j in order]
-            first = batch.places(len(every))
-            if together:
                 reordered.append((first - start, where))
             self.commit.add(_staged_append(obj, rows, first, now))
         if token is not None:
@@ -942,7 +941,7 @@ def _column(values: list[T], default: T) -> list[T] | None:
 
 
 def _runs_together(
-    priorities: list[int], groups: list[str | None] | None
+    priorities: list[int], groups: Iterable[str | None] | None
 ) -> tuple[list[int], list[int]] | None:
     """An order of new messages that puts those of one priority together (a run each, not one
     per message when priorities alternate), and where each message goes in it; None when the

@@ -33,7 +33,7 @@ def make(queue: str, seq: int, place: int) -> str:
 
 def make_many(queue: str, seq: int, first: int, count: int) -> list[str]:
     """The ids of ``count`` messages from place ``first`` of log object ``seq``."""
-    return list(map(f"{queue}{seq:012x}%08x".__mod__, range(first, first + count)))
+    return list(Ids(queue, seq, range(first, first + count)))
 
 
 class Ids(Sequence[str]):
