@@ -20,11 +20,16 @@ class SqsBroker(Broker):
 
     def client(self, key_id: str = KEY_ID, secret: str = SECRET, **config: Any) -> Any:
         """An unmodified boto3 SQS client of this broker."""
-        return boto3.client(
-            "sqs",
-            endpoint_url=self.url,
-            region_name="us-east-1",
-            aws_access_key_id=key_id,
-            aws_secret_access_key=secret,
-            config=Config(retries={"max_attempts": 1}, read_timeout=60, **config),
-        )
+        return sqs_client(self.url, key_id, secret, **config)
+
+
+def sqs_client(url: str, key_id: str = KEY_ID, secret: str = SECRET, **config: Any) -> Any:
+    """An unmodified boto3 SQS client of the broker at ``url``."""
+    return boto3.client(
+        "sqs",
+        endpoint_url=url,
+        region_name="us-east-1",
+        aws_access_key_id=key_id,
+        aws_secret_access_key=secret,
+        config=Config(retries={"max_attempts": 1}, read_timeout=60, **config),
+    )

@@ -28,6 +28,7 @@ from rich.text import Text
 
 import s3q
 
+from .broker.limits import DEFAULT_MAX_BODY
 from .errors import InvalidArgument, S3QError, StoreError
 from .store import queue_url
 from .validate import item_of
@@ -713,6 +714,14 @@ def watch_stats(url: str, every: float) -> None:
     help="SQS access keys, ACCESS_KEY_ID:SECRET per line (also $S3Q_SQS_CREDENTIALS, "
     "comma-separated): SQS requests must be SigV4-signed with one.",
 )
+@click.option(
+    "--max-body",
+    type=click.IntRange(min=1024),
+    default=DEFAULT_MAX_BODY,
+    show_default=True,
+    metavar="BYTES",
+    help="Largest native API request body; larger ones are refused (413) unread.",
+)
 @store_option
 @friendly_errors
 def serve(
@@ -721,6 +730,7 @@ def serve(
     token_file: str | None,
     advertise: str | None,
     sqs_credentials: str | None,
+    max_body: int,
     store: str | None,
 ) -> None:
     """Serve every queue of the store over HTTP (native API; /openapi.json), with a web
@@ -746,6 +756,7 @@ def serve(
         advertise=advertise,
         sqs_credentials=sqs_credentials,
         on_ready=ready,
+        max_body=max_body,
     )
 
 

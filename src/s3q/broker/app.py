@@ -17,6 +17,7 @@ from starlette.routing import Route
 
 from ..errors import InvalidArgument, S3QError, WriterFenced
 from . import dashboard, openapi, sqs
+from .limits import DEFAULT_MAX_BODY, read_body
 from .metrics import CONTENT_TYPE as METRICS_TYPE
 from .metrics import BrokerMetrics
 from .registry import QueueRegistry
@@ -43,6 +44,7 @@ def create_app(
     sqs_keys: dict[str, str] | None = None,
     address: str | None = None,
     failover_timeout: float = 30.0,
+    max_body: int = DEFAULT_MAX_BODY,
 ) -> Starlette:
     """The broker for every queue of ``store`` (queue ``NAME`` is ``<store>/NAME``).
 
@@ -52,7 +54,8 @@ def create_app(
     the cluster reach this one at; a queue another broker leads is served by forwarding to it,
     and taken over when that broker is gone (waiting up to ``failover_timeout`` seconds).
     ``sqs_keys``: access key id -> secret; when given, every request to the SQS endpoint
-    (``POST /``) must be SigV4-signed with one of them (see docs/sqs.md).
+    (``POST /``) must be SigV4-signed with one of them (see docs/sqs.md). ``max_body``: the
+    largest request body of the native API, in bytes (413 beyond it, read no further).
     """
     peer_token = min(t for t in tokens) if tokens else None
     metrics = BrokerMetrics()
@@ -74,7 +77,11 @@ def create_app(
             await registry.close()
 
     routes = [
-        Route(API_PREFIX + e.path, _endpoint(e, registry, secrets, metrics), methods=[e.method])
+        Route(
+            API_PREFIX + e.path,
+            _endpoint(e, registry, secrets, metrics, max_body),
+            methods=[e.method],
+        )
         for e in ENDPOINTS
     ]
     document = encode(openapi.document(), as_json=True)
@@ -123,8 +130,8 @@ def _authorize(request: Request, secrets: list[bytes]) -> None:
         raise AuthError("invalid bearer token", 403)
 
 
-async def _body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
+async def _body(request: Request, max_body: int) -> dict[str, Any]:
+    raw = await read_body(request, max_body, "s3q serve --max-body")
     if not raw:
         return {}
     kind = request.headers.get("content-type", MSGPACK).split(";")[0].strip().lower()
@@ -160,9 +167,9 @@ def _check(param: Param, value: Any) -> Any:
     return value
 
 
-async def _arguments(endpoint: Endpoint, request: Request) -> dict[str, Any]:
+async def _arguments(endpoint: Endpoint, request: Request, max_body: int) -> dict[str, Any]:
     needs_body = any(p.where == "body" for p in endpoint.params)
-    given = await _body(request) if needs_body or request.method == "POST" else {}
+    given = await _body(request, max_body) if needs_body or request.method == "POST" else {}
     declared = {p.name for p in endpoint.params if p.where == "body"}
     unknown = set(given) - declared
     if unknown:
@@ -188,7 +195,11 @@ async def _arguments(endpoint: Endpoint, request: Request) -> dict[str, Any]:
 
 
 def _endpoint(
-    endpoint: Endpoint, registry: QueueRegistry, secrets: list[bytes], metrics: BrokerMetrics
+    endpoint: Endpoint,
+    registry: QueueRegistry,
+    secrets: list[bytes],
+    metrics: BrokerMetrics,
+    max_body: int,
 ) -> Callable[[Request], Awaitable[Response]]:
     async def serve(request: Request) -> Response:
         name: str | None = request.path_params.get("name")
@@ -196,7 +207,7 @@ def _endpoint(
         outcome = "ok"
         try:
             _authorize(request, secrets)
-            call = Call(registry, request, name, await _arguments(endpoint, request))
+            call = Call(registry, request, name, await _arguments(endpoint, request, max_body))
             try:
                 result = await endpoint.handler(call)
             except WriterFenced:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidConfig
+from .limits import DEFAULT_MAX_BODY
 
 if TYPE_CHECKING:
     from .registry import QueueRegistry
@@ -107,6 +108,7 @@ def serve(
     graceful_timeout: int = 10,
     log_level: str = "info",
     on_ready: Callable[[str], None] | None = None,
+    max_body: int = DEFAULT_MAX_BODY,
 ) -> None:
     """Serve every queue of ``store`` over HTTP until SIGTERM or Ctrl-C.
 
@@ -120,6 +122,7 @@ def serve(
     ``advertise``: the URL other brokers over the same store reach this one at (default: the
     address it listens on); they forward the requests of the queues this broker leads to it.
     ``on_ready`` is called with the broker's URL (where its dashboard is) once it listens.
+    ``max_body``: the largest native API request body, in bytes (see ``s3q.broker.limits``).
     """
     try:
         import uvicorn
@@ -133,7 +136,14 @@ def serve(
     all_tokens = set(tokens or ()) | load_tokens(token_file)
     keys = {**load_sqs_keys(sqs_credentials), **(sqs_keys or {})}
     check_exposure(host, all_tokens)
-    app = create_app(store, tokens=all_tokens, options=options, address=advertise, sqs_keys=keys)
+    app = create_app(
+        store,
+        tokens=all_tokens,
+        options=options,
+        address=advertise,
+        sqs_keys=keys,
+        max_body=max_body,
+    )
     registry: QueueRegistry = app.state.registry
     config = uvicorn.Config(
         app,
@@ -165,17 +175,21 @@ def spawn(
     options: dict[str, Any] | None = None,
     log_level: str = "warning",
     timeout: float = 30.0,
+    **settings: Any,
 ) -> tuple[subprocess.Popen[bytes], str]:
     """:func:`serve` ``store`` in a child process on 127.0.0.1 (``port``: a free one if None);
-    the process and the broker's URL, once it answers. ``options`` must be literals (they are
-    written into the child's command line). InvalidConfig if it exits or stays silent."""
+    the process and the broker's URL, once it answers. ``options`` and ``settings`` (more
+    keywords of :func:`serve`) must be literals (they are written into the child's command
+    line). InvalidConfig if it exits or stays silent."""
     if port is None:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = int(sock.getsockname()[1])
     code = (
         "from s3q.broker import serve; "
-        f"serve({store!r}, port={port}, options={options or {}!r}, log_level={log_level!r})"
+        f"serve({store!r}, port={port}, options={options or {}!r}, log_level={log_level!r}"
+        + "".join(f", {name}={value!r}" for name, value in settings.items())
+        + ")"
     )
     child = subprocess.Popen([sys.executable, "-c", code])
     url = f"http://127.0.0.1:{port}"

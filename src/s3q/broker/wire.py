@@ -54,6 +54,14 @@ class AuthError(BrokerError):
     """The broker refused the request: no bearer token (401) or a wrong one (403)."""
 
 
+class BodyTooLarge(BrokerError):
+    """The request body is larger than the broker accepts (413): it was refused at the limit,
+    unread past it, and nothing was done."""
+
+    def __init__(self, message: str, status: int = 413) -> None:
+        super().__init__(message, status)
+
+
 # Most specific class first: the first match decides the HTTP status.
 STATUS_OF: tuple[tuple[type[S3QError], int], ...] = (
     (MessageTooLarge, 413),
@@ -88,6 +96,7 @@ ERRORS: dict[str, type[S3QError]] = {
         QueueClosed,
         Unavailable,
         AuthError,
+        BodyTooLarge,
         BrokerError,
     )
 }

@@ -30,8 +30,10 @@ from ...errors import (
     Unavailable,
     WriterFenced,
 )
+from ..limits import SQS_MAX_BODY, read_body
 from ..metrics import BrokerMetrics
 from ..registry import QueueRegistry
+from ..wire import BodyTooLarge
 from . import sigv4
 from .actions import ACTIONS, UNSUPPORTED, Call, Service
 from .catalog import Catalog
@@ -44,6 +46,8 @@ def sqs_error(exc: S3QError) -> SqsError:
     """The SQS error that stands for an s3q error."""
     if isinstance(exc, SqsError):
         return exc
+    if isinstance(exc, BodyTooLarge):
+        return SqsError("RequestEntityTooLarge", str(exc), 413)
     if isinstance(exc, InvalidArgument):
         return SqsError("InvalidParameterValue", str(exc))
     if isinstance(exc, QueueFull):
@@ -80,27 +84,28 @@ class Endpoint:
         store_options = {k: v for k, v in registry.options.items() if k in STORE_OPTIONS}
         self.service = Service(registry, Catalog(registry.store, store_options))
 
-    def authenticate(self, request: Request, body: bytes) -> None:
-        if self.keys:
-            headers: dict[str, list[str]] = {}
-            for name, value in request.headers.items():
-                headers.setdefault(name.lower(), []).append(value)
-            raw_path = request.scope.get("raw_path") or request.url.path.encode()
-            sigv4.verify(
-                request.method,
-                raw_path.decode("latin-1"),
-                request.url.query,
-                headers,
-                body,
-                self.keys,
-            )
-        elif self.deny_unsigned:
+    async def authenticated_body(self, request: Request) -> bytes:
+        """The request's body, read only once the caller is known: with access keys, the
+        signature's key and date are checked first and the signature over the body after."""
+        if self.deny_unsigned:
             raise SqsError(
                 "AccessDenied",
                 "This broker has bearer tokens but no SQS access keys: the SQS endpoint is "
                 "closed (give --sqs-credentials).",
                 403,
             )
+        if not self.keys:
+            return await read_body(request, SQS_MAX_BODY)
+        headers: dict[str, list[str]] = {}
+        for name, value in request.headers.items():
+            headers.setdefault(name.lower(), []).append(value)
+        checked = sigv4.credential(headers, self.keys)
+        body = await read_body(request, SQS_MAX_BODY)
+        raw_path = request.scope.get("raw_path") or request.url.path.encode()
+        sigv4.verify_body(
+            checked, request.method, raw_path.decode("latin-1"), request.url.query, headers, body
+        )
+        return body
 
     async def handle(self, request: Request) -> Response:
         started = time.perf_counter()
@@ -108,8 +113,7 @@ class Endpoint:
         action = "unknown"
         outcome = "ok"
         try:
-            body = await request.body()
-            self.authenticate(request, body)
+            body = await self.authenticated_body(request)
             target = request.headers.get("x-amz-target", "")
             if not target.startswith(TARGET_PREFIX):
                 raise SqsError(

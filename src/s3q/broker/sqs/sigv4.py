@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from urllib.parse import quote
 
 from .protocol import SqsError
@@ -74,6 +75,64 @@ def _canonical_query(query: str) -> str:
     return "&".join(f"{k}={v}" for k, v in sorted(pairs))
 
 
+@dataclass(frozen=True)
+class Credential:
+    """A request's signature fields, checked as far as they go without its body: a known
+    access key, scoped to SQS, dated within ``MAX_SKEW`` of now."""
+
+    key_id: str
+    secret: str
+    fields: dict[str, str]
+    scope: list[str]
+    stamp: str
+
+
+def credential(
+    headers: Mapping[str, list[str]], keys: Mapping[str, str], now: float | None = None
+) -> Credential:
+    """What ``verify`` checks before it needs the body; SqsError (403) on the first failure,
+    so an unknown or stale caller is refused before its body is read."""
+    authorization = _header(headers, "authorization")
+    if not authorization:
+        raise _refuse(
+            "MissingAuthenticationToken", "Request is missing Authentication Token (sign it)."
+        )
+    fields = _fields(authorization)
+    scope = fields["Credential"].split("/")
+    if len(scope) != 5 or scope[4] != "aws4_request":
+        raise _refuse("IncompleteSignature", f"Malformed credential scope {fields['Credential']!r}")
+    key_id, date, _, service = scope[:4]
+    secret = keys.get(key_id)
+    if secret is None:
+        raise _refuse(
+            "InvalidClientTokenId", "The security token included in the request is invalid."
+        )
+    if service != SERVICE:
+        raise _refuse("SignatureDoesNotMatch", f"Credential should be scoped to {SERVICE!r}.")
+    signed = fields["SignedHeaders"].split(";")
+    if "host" not in signed or "x-amz-date" not in signed:
+        raise _refuse("SignatureDoesNotMatch", "Host and X-Amz-Date must be signed.")
+    if "x-amz-target" in headers and "x-amz-target" not in signed:
+        raise _refuse("SignatureDoesNotMatch", "X-Amz-Target must be signed.")
+    stamp = _header(headers, "x-amz-date") or ""
+    try:
+        when = calendar.timegm(time.strptime(stamp, "%Y%m%dT%H%M%SZ"))
+    except ValueError:
+        raise _refuse("IncompleteSignature", f"Malformed X-Amz-Date {stamp!r}") from None
+    if abs((time.time() if now is None else now) - when) > MAX_SKEW:
+        raise _refuse(
+            "RequestExpired", f"Signature expired or not yet valid: X-Amz-Date is {stamp}."
+        )
+    if stamp[:8] != date:
+        raise _refuse("SignatureDoesNotMatch", "Credential date does not match X-Amz-Date.")
+    return Credential(key_id, secret, fields, scope, stamp)
+
+
+def _header(headers: Mapping[str, list[str]], name: str) -> str | None:
+    values = headers.get(name)
+    return ",".join(values) if values else None
+
+
 def verify(
     method: str,
     raw_path: str,
@@ -88,46 +147,24 @@ def verify(
     ``raw_path``: the path as sent (still percent-encoded). ``headers``: every value of each
     header, by lower-case name. ``keys``: access key id -> secret.
     """
+    return verify_body(credential(headers, keys, now), method, raw_path, query, headers, body)
 
-    def header(name: str) -> str | None:
-        values = headers.get(name)
-        return ",".join(values) if values else None
 
-    authorization = header("authorization")
-    if not authorization:
-        raise _refuse(
-            "MissingAuthenticationToken", "Request is missing Authentication Token (sign it)."
-        )
-    fields = _fields(authorization)
-    scope = fields["Credential"].split("/")
-    if len(scope) != 5 or scope[4] != "aws4_request":
-        raise _refuse("IncompleteSignature", f"Malformed credential scope {fields['Credential']!r}")
-    key_id, date, region, service = scope[:4]
-    secret = keys.get(key_id)
-    if secret is None:
-        raise _refuse(
-            "InvalidClientTokenId", "The security token included in the request is invalid."
-        )
-    if service != SERVICE:
-        raise _refuse("SignatureDoesNotMatch", f"Credential should be scoped to {SERVICE!r}.")
+def verify_body(
+    checked: Credential,
+    method: str,
+    raw_path: str,
+    query: str,
+    headers: Mapping[str, list[str]],
+    body: bytes,
+) -> str:
+    """The rest of ``verify``, once ``credential`` has passed: the signature over the request
+    and its body. The access key id, or SqsError (403)."""
+    fields, scope, stamp = checked.fields, checked.scope, checked.stamp
+    _, date, region, service = scope[:4]
     signed = fields["SignedHeaders"].split(";")
-    if "host" not in signed or "x-amz-date" not in signed:
-        raise _refuse("SignatureDoesNotMatch", "Host and X-Amz-Date must be signed.")
-    if "x-amz-target" in headers and "x-amz-target" not in signed:
-        raise _refuse("SignatureDoesNotMatch", "X-Amz-Target must be signed.")
-    stamp = header("x-amz-date") or ""
-    try:
-        when = calendar.timegm(time.strptime(stamp, "%Y%m%dT%H%M%SZ"))
-    except ValueError:
-        raise _refuse("IncompleteSignature", f"Malformed X-Amz-Date {stamp!r}") from None
-    if abs((time.time() if now is None else now) - when) > MAX_SKEW:
-        raise _refuse(
-            "RequestExpired", f"Signature expired or not yet valid: X-Amz-Date is {stamp}."
-        )
-    if stamp[:8] != date:
-        raise _refuse("SignatureDoesNotMatch", "Credential date does not match X-Amz-Date.")
     payload_hash = hashlib.sha256(body).hexdigest()
-    claimed = header("x-amz-content-sha256")
+    claimed = _header(headers, "x-amz-content-sha256")
     if claimed is not None and claimed != payload_hash:
         raise _refuse("SignatureDoesNotMatch", "The body does not match X-Amz-Content-SHA256.")
     canonical_headers = "".join(
@@ -153,11 +190,11 @@ def verify(
         )
     )
     expected = hmac.new(
-        signing_key(secret, date, region, service), to_sign.encode("utf-8"), hashlib.sha256
+        signing_key(checked.secret, date, region, service), to_sign.encode("utf-8"), hashlib.sha256
     ).hexdigest()
     if not hmac.compare_digest(expected, fields["Signature"]):
         raise _refuse(
             "SignatureDoesNotMatch",
             "The request signature we calculated does not match the signature you provided.",
         )
-    return key_id
+    return checked.key_id
