@@ -96,23 +96,25 @@ def test_bad_priority_in_batch_enqueues_nothing(q) -> None:
 # --------------------------------------------------------------------------- other enqueue args
 
 
-@pytest.mark.parametrize("delay", [-1.0, "10", float("nan"), float("inf")])
+@pytest.mark.parametrize("delay", [-1.0, "10", float("nan"), float("inf"), 1e308, 900.5])
 def test_bad_delay(q, delay) -> None:
     assert_rejected(q, s3q.InvalidArgument, lambda: q.enqueue(b"x", delay=delay))
 
 
-@pytest.mark.parametrize("dedup_id", [123, b"bytes", ["a"]])
+@pytest.mark.parametrize("dedup_id", [123, b"bytes", ["a"], "lone \ud800 surrogate"])
 def test_bad_dedup_id(q, dedup_id) -> None:
     assert_rejected(q, s3q.InvalidArgument, lambda: q.enqueue(b"x", dedup_id=dedup_id))
 
 
-@pytest.mark.parametrize("group", [123, b"bytes", ["a"]])
+@pytest.mark.parametrize("group", [123, b"bytes", ["a"], "\udfff"])
 def test_bad_group(q, group) -> None:
     assert_rejected(q, s3q.InvalidArgument, lambda: q.enqueue(b"x", group=group))
 
 
 @pytest.mark.parametrize(
-    "attributes", [{"k": 1}, {1: "v"}, ["k", "v"], "k=v", {"k": b"v"}], ids=repr
+    "attributes",
+    [{"k": 1}, {1: "v"}, ["k", "v"], "k=v", {"k": b"v"}, {"k": "\ud800"}, {"\ud800": "v"}],
+    ids=repr,
 )
 def test_bad_attributes(q, attributes) -> None:
     assert_rejected(q, s3q.InvalidArgument, lambda: q.enqueue(b"x", attributes=attributes))
@@ -140,6 +142,42 @@ def test_empty_batch_is_fine_and_changes_nothing(q) -> None:
     assert snapshot(q)[:7] == before[:7]
 
 
+def test_attributes_count_toward_max_message_size(q) -> None:
+    # 10 bytes of payload and a 1 MB attribute value: SQS counts attributes, and so does s3q
+    big = {"k": "v" * 1_000_000}
+    assert_rejected(q, s3q.MessageTooLarge, lambda: q.enqueue(b"0123456789", attributes=big))
+    assert_rejected(
+        q, s3q.MessageTooLarge, lambda: q.enqueue_batch([{"payload": b"x", "attributes": big}])
+    )
+    # within the limit, names and values counted in UTF-8 bytes: 1,000 + 2 + 22 <= 1,024
+    q.enqueue(b"x" * 1000, attributes={"k": "\u00e9" * 11})
+
+
+def test_a_queue_allows_longer_delays_once_configured(q) -> None:
+    assert_rejected(q, s3q.InvalidArgument, lambda: q.enqueue(b"x", delay=3600))
+    assert q.configure(max_delay=3600)["max_delay"] == 3600
+    q.enqueue(b"x", delay=3600)
+    assert q.stats().delayed == 1
+    assert_rejected(q, s3q.InvalidArgument, lambda: q.enqueue(b"x", delay=3601))
+
+
+def test_fail_error_text_with_a_lone_surrogate_is_kept_writable(q) -> None:
+    # error text often comes from a bad decode: it is stored with the surrogate replaced,
+    # and the queue's writer goes on
+    [m] = q.dequeue()
+    q.fail(m, "bad byte \udcff here")
+    q.enqueue(b"after")
+    assert q.stats().total_enqueued == 2
+
+
+def test_configure_out_of_bounds_changes_nothing_and_the_writer_goes_on(q) -> None:
+    before = q.configure()
+    for settings in ({"max_attempts": 10**29}, {"max_message_size": 2**62}, {"max_delay": 1e308}):
+        assert_rejected(q, s3q.InvalidConfig, lambda settings=settings: q.configure(**settings))
+    assert q.configure() == before
+    q.enqueue(b"still writable")
+
+
 # --------------------------------------------------------------------------- dequeue / receipts
 
 
@@ -148,12 +186,12 @@ def test_bad_max_messages(q, max_messages) -> None:
     assert_rejected(q, s3q.InvalidArgument, lambda: q.dequeue(max_messages=max_messages))
 
 
-@pytest.mark.parametrize("vt", [-1.0, "30", float("nan")])
+@pytest.mark.parametrize("vt", [-1.0, "30", float("nan"), 1e308, 12 * 3600 + 1])
 def test_bad_visibility_timeout(q, vt) -> None:
     assert_rejected(q, s3q.InvalidArgument, lambda: q.dequeue(visibility_timeout=vt))
 
 
-@pytest.mark.parametrize("wait", [-1.0, "1", float("nan")])
+@pytest.mark.parametrize("wait", [-1.0, "1", float("nan"), 1e9, 20.5])
 def test_bad_wait(q, wait) -> None:
     assert_rejected(q, s3q.InvalidArgument, lambda: q.dequeue(wait=wait))
 
@@ -180,7 +218,7 @@ def test_receipt_of_other_message_field_tampered(q) -> None:
     assert q.status(m.id) is S.PROCESSING
 
 
-@pytest.mark.parametrize("seconds", [-1.0, "10", float("nan"), None])
+@pytest.mark.parametrize("seconds", [-1.0, "10", float("nan"), None, 1e308, 12 * 3600 + 1])
 def test_bad_extend_seconds(q, seconds) -> None:
     [m] = q.dequeue()
     assert_rejected(q, s3q.InvalidArgument, lambda: q.extend(m, seconds))
@@ -231,6 +269,14 @@ def test_bad_redrive_ids(q) -> None:
         {"visibility_timeout": "30"},
         {"max_message_size": 0},
         {"max_message_size": -5},
+        {"max_message_size": 2**62},
+        {"max_attempts": 10**29},
+        {"max_queue_depth": 2**64},
+        {"visibility_timeout": 1e308},
+        {"visibility_timeout": 12 * 3600 + 1},
+        {"max_delay": -1},
+        {"max_delay": 366 * 86400},
+        {"attributes": {"k": "\ud800"}},
         {"max_queue_depth": -1},
         {"max_queue_depth": "many"},
         {"dedup_window": -1},
@@ -355,3 +401,20 @@ def test_store_vanishing_mid_session_answers_outcome_unknown(clock: FakeClock) -
     assert q.stats().total_enqueued == 2  # still being tried: it lands if the store returns
     with contextlib.suppress(s3q.S3QError):
         q.close()
+
+
+def test_a_setting_saved_beyond_todays_bounds_stays_in_force(env: StoreEnv) -> None:
+    # a queue configured by an older build, which allowed a 2-day visibility timeout: it
+    # opens, keeps the setting, and takes other settings as before
+    from s3q.ops import Configure
+
+    async def save_old_setting(engine) -> None:
+        batch = engine.commit.add(Configure({"visibility_timeout": 172800.0}))
+        await engine.commit.durable_after(batch)
+
+    with env.open() as q:
+        q._run(save_old_setting(q._aq._engine))
+    with env.open() as q:
+        assert q.configure()["visibility_timeout"] == 172800.0
+        assert q.configure(max_attempts=7)["max_attempts"] == 7
+        assert q.config.visibility_timeout == 172800.0

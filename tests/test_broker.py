@@ -17,7 +17,7 @@ import uvicorn
 
 import s3q
 from s3q.broker import create_app, serve
-from s3q.client import AuthError, Client, connect, connect_async
+from s3q.client import AuthError, Client, QueueNotFound, connect, connect_async
 
 TOKEN = "sekrit-token"
 
@@ -238,7 +238,8 @@ def test_auth(store: str) -> None:
         with connect(b.url, token=TOKEN) as good:
             assert good.queues() == []  # the refused requests did not even open the queue
             q = good.queue("secure")
-            assert q.stats().total_enqueued == 0
+            with pytest.raises(QueueNotFound):  # nor made it: reads do not create a queue
+                q.stats()
             q.enqueue(b"ok")
             assert q.stats().total_enqueued == 1
 
@@ -269,7 +270,7 @@ def test_long_poll_wakes_on_enqueue_from_another_client(broker: Broker) -> None:
     async def main() -> None:
         async with connect_async(broker.url) as a, connect_async(broker.url) as b:
             qa, qb = a.queue("poll"), b.queue("poll")
-            await qa.stats()  # open it first
+            await qa.configure()  # make the queue first (a read would not)
             start = time.monotonic()
             waiter = asyncio.create_task(qa.dequeue(wait=10))
             await asyncio.sleep(0.3)
@@ -297,6 +298,7 @@ def test_many_concurrent_clients_share_commits(broker: Broker) -> None:
 
     async def main() -> tuple[list[list[str]], s3q.QueueStats, s3q.QueueStats]:
         async with connect_async(broker.url) as c:
+            await c.queue("busy").configure()
             before = await c.queue("busy").stats()
             results = await asyncio.gather(*(one(n) for n in range(clients)))
             after = await c.queue("busy").stats()

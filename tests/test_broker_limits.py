@@ -6,20 +6,23 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from botocore.exceptions import ClientError
 from sqs_broker import sqs_client
 
 from s3q.broker import spawn
-from s3q.client import BodyTooLarge, connect
+from s3q.client import BodyTooLarge, InvalidArgument, QueueNotFound, connect
 
 TOKEN = "limits-token"
 KEY_ID, SECRET = "AKIDLIMITS", "limits-secret"
 MAX_BODY = 1024 * 1024
+MAX_BATCH = 100
 CHUNK = b"x" * 65536
 
 
@@ -47,6 +50,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChildBroker]:
         f"file://{root}/store",
         tokens={TOKEN},
         max_body=MAX_BODY,
+        max_batch=MAX_BATCH,
         sqs_keys={KEY_ID: SECRET},
     )
     try:
@@ -95,8 +99,12 @@ def status(answer: bytes) -> int:
 
 
 def pending(broker: ChildBroker, name: str) -> int:
+    """Messages pending in queue ``name``: 0 if the broker never made it."""
     with connect(broker.url, token=TOKEN) as client:
-        return client.queue(name).stats().pending
+        try:
+            return client.queue(name).stats().pending
+        except QueueNotFound:
+            return 0
 
 
 def test_an_unauthenticated_body_is_refused_before_it_is_read(broker: ChildBroker) -> None:
@@ -181,3 +189,128 @@ def test_an_sqs_request_over_the_limit_gets_an_sqs_error(broker: ChildBroker) ->
     assert error["ResponseMetadata"]["HTTPStatusCode"] == 413
     assert error["Error"]["Code"] == "RequestEntityTooLarge"
     assert pending(broker, "sqsbig") == 0
+
+
+def test_a_call_with_more_entries_than_the_limit_is_refused_whole(broker: ChildBroker) -> None:
+    """--max-batch bounds every list of a native call (items, receipts, ids): one entry over
+    it is refused with a precise error and nothing is done; at the limit the call is served."""
+    with connect(broker.url, token=TOKEN) as client:
+        q = client.queue("batched")
+        with pytest.raises(InvalidArgument, match=r"items has 101 entries; .* at most 100"):
+            q.enqueue_batch([b"m"] * (MAX_BATCH + 1))
+        assert pending(broker, "batched") == 0
+        ids = q.enqueue_batch([b"m"] * MAX_BATCH)
+        with pytest.raises(InvalidArgument, match="ids has 101 entries"):
+            q.discard(ids + ids[:1])
+        messages = q.dequeue(max_messages=MAX_BATCH)
+        receipts = [m.receipt for m in messages]
+        with pytest.raises(InvalidArgument, match="receipts has 101 entries"):
+            q.complete_batch(receipts + receipts[:1])
+        assert q.stats().processing == len(messages)
+
+
+@pytest.fixture(scope="module")
+def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChildBroker]:
+    """A broker with short timeouts for heads and bodies, and room for four connections."""
+    root: Path = tmp_path_factory.mktemp("strict")
+    proc, url = spawn(
+        f"file://{root}/store",
+        tokens={TOKEN},
+        head_timeout=1.0,
+        body_timeout=1.0,
+        max_connections=4,
+    )
+    try:
+        yield ChildBroker(proc, url)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def closed_after(sock: socket.socket, trickle: bytes = b"") -> float:
+    """Seconds until the broker closes ``sock`` (sending ``trickle`` a byte every 0.2 s meanwhile);
+    fails the test if it is still open after 20 s."""
+    started = time.monotonic()
+    sock.settimeout(0.2)
+    for _ in range(100):
+        try:
+            if sock.recv(65536) == b"":
+                return time.monotonic() - started
+        except TimeoutError:
+            pass  # still open: the next byte
+        except OSError:  # reset: closed
+            return time.monotonic() - started
+        if trickle:
+            try:
+                sock.sendall(trickle[:1])
+            except OSError:
+                return time.monotonic() - started
+            trickle = trickle[1:] or trickle
+    raise AssertionError("the broker kept a slow connection open for 20 s")
+
+
+def test_a_silent_connection_is_closed(strict: ChildBroker) -> None:
+    with socket.create_connection(("127.0.0.1", strict.port)) as sock:
+        assert closed_after(sock) < 5
+
+
+def test_a_head_sent_a_byte_at_a_time_is_cut_off(strict: ChildBroker) -> None:
+    """Slowloris: a byte every 0.2 s never completes the head; the broker closes the
+    connection once the head is 1 s late."""
+    with socket.create_connection(("127.0.0.1", strict.port)) as sock:
+        sock.sendall(b"GET /v1/queues HTTP/1.1\r\n")
+        assert closed_after(sock, b"X-Slow: " + b"a" * 1000) < 5
+
+
+def test_a_body_that_stops_coming_is_refused_with_408(strict: ChildBroker) -> None:
+    with socket.create_connection(("127.0.0.1", strict.port), timeout=20) as sock:
+        request = head("/v1/queues/slow/enqueue", 1000, f"Authorization: Bearer {TOKEN}")
+        sock.sendall(request.replace("\n", "\r\n").encode() + b"\r\n" + b"x" * 10)
+        answer = sock.recv(65536)
+    assert status(answer) == 408
+    assert pending(strict, "slow") == 0
+
+
+def test_a_kept_alive_connection_still_serves_request_after_request(strict: ChildBroker) -> None:
+    """The head timer runs per request: a client that pauses between requests (within the
+    keep-alive) and sends each head at once is served every time."""
+    with httpx.Client(base_url=strict.url, headers={"authorization": f"Bearer {TOKEN}"}) as c:
+        for _ in range(3):
+            assert c.get("/v1/queues").status_code == 200
+            time.sleep(1.5)  # a pause longer than the head timeout, between two requests
+
+
+def test_connections_beyond_the_limit_are_answered_503(strict: ChildBroker) -> None:
+    silent = [socket.create_connection(("127.0.0.1", strict.port)) for _ in range(4)]
+    try:
+        answer = httpx.get(f"{strict.url}/v1/queues", headers={"authorization": f"Bearer {TOKEN}"})
+        assert answer.status_code == 503
+    finally:
+        for sock in silent:
+            sock.close()
+
+
+def series(url: str) -> int:
+    """How many samples /metrics shows."""
+    text = httpx.get(f"{url}/metrics", headers={"authorization": f"Bearer {TOKEN}"}).text
+    return sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+
+
+def test_refused_requests_add_no_metric_series(broker: ChildBroker) -> None:
+    """Requests with made-up queue names (without a token, or with one but for queues that do
+    not exist) are counted without their names: /metrics does not grow with them."""
+
+    def refused(n: int) -> None:
+        with httpx.Client(base_url=broker.url) as anon:
+            for i in range(n):
+                anon.get(f"/v1/queues/anon-{i}/stats")
+                anon.post(f"/v1/queues/anon-{i}/enqueue", content=b"")
+        with connect(broker.url, token=TOKEN) as client:
+            for i in range(n):
+                with pytest.raises(QueueNotFound):
+                    client.queue(f"unknown-{i}").stats()
+
+    refused(3)  # the series of each (operation, outcome) once
+    before = series(broker.url)
+    refused(300)
+    assert series(broker.url) == before

@@ -35,7 +35,9 @@ def make_queue(tmp_path: Path, clock: FakeClock) -> Iterator[Any]:
         broker = Broker(f"file://{tmp_path}/store", **kw).__enter__()
         client = connect(broker.url)
         running.append((broker, client))
-        return client.queue("q")
+        queue = client.queue("q")
+        queue.configure()  # made, as s3q.open makes a queue (a read through a broker would not)
+        return queue
 
     yield _open
     with contextlib.suppress(Exception):

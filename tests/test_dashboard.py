@@ -20,6 +20,7 @@ from conftest import child_env
 from playwright.sync_api import Browser, Page, Playwright, expect, sync_playwright
 from test_broker import TOKEN, Broker
 
+import s3q
 from s3q.broker.dashboard import STATIC
 from s3q.broker.metrics import LatencyWindow, percentile
 from s3q.client import Client, connect
@@ -81,6 +82,8 @@ def store(tmp_path: Path) -> str:
 
 
 def test_page_shows_queue_figures(store: str, page: Page) -> None:
+    with s3q.open(f"{store}/other") as other:  # a queue of the store the broker has not opened
+        other.enqueue(b"waiting")
     with Broker(store) as broker, connect(broker.url) as client:
         q = client.queue("jobs")
         q.enqueue_batch([b"a", b"b", b"c", b"d", b"e"])
@@ -105,11 +108,16 @@ def test_page_shows_queue_figures(store: str, page: Page) -> None:
         expect(page.locator("#chart-throughput path.enq")).to_have_count(1)
         expect(page.locator("#conn")).to_have_text("live")
 
-        # a queue can be opened by name; it becomes the selected one
+        # a queue of the store can be opened by name; it becomes the selected one
         page.fill("#open-name", "other")
         page.click("#open-form button")
-        expect(page.locator(cell(page, "other", "pending"))).to_have_text("0")
+        expect(page.locator(cell(page, "other", "pending"))).to_have_text("1")
         expect(page.locator('#queues tr.selected[data-queue="other"]')).to_have_count(1)
+        assert client.queues() == ["jobs", "other"]
+        # a name the store does not hold is refused, and no queue is made of it
+        page.fill("#open-name", "ghost")
+        page.click("#open-form button")
+        expect(page.locator("#open-error")).to_contain_text("no queue named 'ghost'")
         assert client.queues() == ["jobs", "other"]
 
 

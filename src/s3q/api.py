@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from . import validate
 from .collector import CompactionReport
-from .config import PERSISTED, QueueConfig, Setting, split_options
+from .config import MAX_VISIBILITY, PERSISTED, QueueConfig, Setting, split_options
 from .engine import MAX_DEQUEUE, Engine
 from .errors import InvalidArgument, InvalidConfig, S3QError
 from .message import Message, MessageStatus, QueueStats
@@ -83,6 +83,7 @@ class AsyncQueue:
             group,
             attributes,
             max_size=self.config.max_message_size,
+            max_delay=self.config.max_delay,
         )
         return (await self._engine.enqueue([item]))[0]
 
@@ -92,7 +93,8 @@ class AsyncQueue:
             raise InvalidArgument("enqueue_batch takes a list of payloads or dicts")
         if isinstance(items, list) and validate.plain_payloads(items, self.config.max_message_size):
             return await self._engine.enqueue_payloads(items)
-        checked = [validate.item_of(it, self.config.max_message_size) for it in items]
+        max_size, max_delay = self.config.max_message_size, self.config.max_delay
+        checked = [validate.item_of(it, max_size, max_delay) for it in items]
         return await self._engine.enqueue(checked) if checked else []
 
     async def enqueue_staged(
@@ -112,7 +114,7 @@ class AsyncQueue:
         where they lie: each comes with its location for a reader of the store to fetch."""
         validate.count("max_messages", max_messages, 1, MAX_DEQUEUE)
         if visibility_timeout is not None:
-            visibility_timeout = validate.positive_seconds("visibility_timeout", visibility_timeout)
+            visibility_timeout = validate.visibility("visibility_timeout", visibility_timeout)
         return await self._engine.lease(max_messages, visibility_timeout)
 
     async def locate(self, ids: Iterable[str]) -> dict[str, Located]:
@@ -125,10 +127,8 @@ class AsyncQueue:
         """Lease up to ``max_messages``, waiting up to ``wait`` seconds for the first."""
         validate.count("max_messages", max_messages, 1, MAX_DEQUEUE)
         if visibility_timeout is not None:
-            visibility_timeout = validate.positive_seconds("visibility_timeout", visibility_timeout)
-        return await self._engine.dequeue(
-            max_messages, visibility_timeout, validate.seconds("wait", wait)
-        )
+            visibility_timeout = validate.visibility("visibility_timeout", visibility_timeout)
+        return await self._engine.dequeue(max_messages, visibility_timeout, validate.wait(wait))
 
     async def complete(self, target: Target) -> None:
         """Acknowledge a delivered message: it is done."""
@@ -155,7 +155,13 @@ class AsyncQueue:
 
     async def extend(self, target: Target, seconds: float) -> None:
         """Make a lease end ``seconds`` from now (0: the message is visible again at once)."""
-        await self._engine.extend(validate.receipt_of(target), validate.seconds("seconds", seconds))
+        receipt = validate.receipt_of(target)
+        await self._engine.extend(receipt, validate.seconds("seconds", seconds, MAX_VISIBILITY))
+
+    def stop_waiting(self) -> None:
+        """End every long poll of ``dequeue`` now with what is there, and make later ones
+        answer at once (a server shutting down lets its requests finish)."""
+        self._engine.stop_waiting()
 
     async def status(self, id: str) -> MessageStatus:
         """Where message ``id`` stands; MessageNotFound if unknown or past retention."""

@@ -28,7 +28,14 @@ from rich.text import Text
 
 import s3q
 
-from .broker.limits import DEFAULT_MAX_BODY
+from .broker.limits import (
+    DEFAULT_BODY_TIMEOUT,
+    DEFAULT_HEAD_TIMEOUT,
+    DEFAULT_IDLE_CLOSE,
+    DEFAULT_MAX_BATCH,
+    DEFAULT_MAX_BODY,
+    DEFAULT_MAX_CONNECTIONS,
+)
 from .errors import InvalidArgument, S3QError, StoreError
 from .store import queue_url
 from .validate import item_of
@@ -722,6 +729,46 @@ def watch_stats(url: str, every: float) -> None:
     metavar="BYTES",
     help="Largest native API request body; larger ones are refused (413) unread.",
 )
+@click.option(
+    "--max-batch",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_BATCH,
+    show_default=True,
+    metavar="N",
+    help="Most entries of a native API call's list (batch items, receipts, ids).",
+)
+@click.option(
+    "--max-connections",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_CONNECTIONS,
+    show_default=True,
+    metavar="N",
+    help="Connections and requests in progress beyond which requests are answered 503.",
+)
+@click.option(
+    "--head-timeout",
+    type=click.FloatRange(min=0.1),
+    default=DEFAULT_HEAD_TIMEOUT,
+    show_default=True,
+    metavar="SECONDS",
+    help="A request's head must arrive within this, or the connection is closed.",
+)
+@click.option(
+    "--body-timeout",
+    type=click.FloatRange(min=0.1),
+    default=DEFAULT_BODY_TIMEOUT,
+    show_default=True,
+    metavar="SECONDS",
+    help="A request's body must arrive within this, or it is refused (408).",
+)
+@click.option(
+    "--idle-close",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_IDLE_CLOSE,
+    show_default=True,
+    metavar="SECONDS",
+    help="Close a queue no call used for this long (its lease renewals stop); 0: never.",
+)
 @store_option
 @friendly_errors
 def serve(
@@ -731,6 +778,11 @@ def serve(
     advertise: str | None,
     sqs_credentials: str | None,
     max_body: int,
+    max_batch: int,
+    max_connections: int,
+    head_timeout: float,
+    body_timeout: float,
+    idle_close: float,
     store: str | None,
 ) -> None:
     """Serve every queue of the store over HTTP (native API; /openapi.json), with a web
@@ -757,6 +809,11 @@ def serve(
         sqs_credentials=sqs_credentials,
         on_ready=ready,
         max_body=max_body,
+        max_batch=max_batch,
+        max_connections=max_connections,
+        head_timeout=head_timeout,
+        body_timeout=body_timeout,
+        idle_close=idle_close,
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -11,6 +13,19 @@ from typing import Any
 from .errors import InvalidConfig
 
 MiB = 1024 * 1024
+HOUR, DAY = 3600.0, 86400.0
+
+#: Bounds of settings and call arguments, as SQS bounds them where SQS has the concept: a
+#: value outside is refused with a precise error, so no caller holds a message for ever or
+#: makes a setting the log cannot encode.
+MAX_VISIBILITY = 12 * HOUR  # visibility_timeout, a dequeue's visibility, an extend
+MAX_DELAY = 365 * DAY  # the most a queue's max_delay may allow
+MAX_WAIT = 20.0  # a dequeue's long poll
+MAX_MESSAGE_SIZE = 2**31  # max_message_size: 2 GiB
+MAX_ATTEMPTS = 2**31 - 1  # max_attempts (the SQS endpoint: 2**31 - 1 when no redrive)
+MAX_DEPTH = 2**48  # max_queue_depth
+MAX_SECONDS = 100 * 365 * DAY  # every other duration ("never" is 1e9)
+MAX_BYTES = 2**48  # other sizes (caches, thresholds)
 
 STORE_OPTIONS = frozenset(
     {
@@ -33,6 +48,8 @@ class QueueConfig:
     retry_delay: float = 1.0
     retry_delay_max: float = 300.0
     visibility_timeout: float = 30.0
+    #: the longest delay an enqueue may ask for (SQS: 15 minutes); up to MAX_DELAY
+    max_delay: float = 900.0
     max_message_size: int = 64 * MiB
     max_queue_depth: int | None = None
     dedup_window: float = 300.0
@@ -52,13 +69,13 @@ class QueueConfig:
     writer_address: str | None = None
 
     def __post_init__(self) -> None:
-        _positive_int("max_attempts", self.max_attempts)
-        _positive_int("max_message_size", self.max_message_size)
+        _count("max_attempts", self.max_attempts, 1, MAX_ATTEMPTS)
+        _count("max_message_size", self.max_message_size, 1, MAX_MESSAGE_SIZE)
         if self.max_queue_depth is not None:
-            _positive_int("max_queue_depth", self.max_queue_depth)
-        _non_negative_int("payload_cache_bytes", self.payload_cache_bytes)
-        _positive_int("large_payload", self.large_payload)
-        _positive_int("checkpoint_ops", self.checkpoint_ops)
+            _count("max_queue_depth", self.max_queue_depth, 1, MAX_DEPTH)
+        _count("payload_cache_bytes", self.payload_cache_bytes, 0, MAX_BYTES)
+        _count("large_payload", self.large_payload, 1, MAX_BYTES)
+        _count("checkpoint_ops", self.checkpoint_ops, 1, MAX_BYTES)
         for name in (
             "retry_delay",
             "retry_delay_max",
@@ -67,7 +84,11 @@ class QueueConfig:
             "gc_grace",
         ):
             _seconds(name, getattr(self, name), allow_zero=True)
-        for name in ("visibility_timeout", "lease_ttl", "checkpoint_interval", "commit_timeout"):
+        _seconds("max_delay", self.max_delay, allow_zero=True, high=MAX_DELAY)
+        _seconds(
+            "visibility_timeout", self.visibility_timeout, allow_zero=False, high=MAX_VISIBILITY
+        )
+        for name in ("lease_ttl", "checkpoint_interval", "commit_timeout"):
             _seconds(name, getattr(self, name), allow_zero=False)
         if not callable(self.clock):
             raise InvalidConfig("clock must be a callable returning unix seconds")
@@ -83,6 +104,7 @@ PERSISTED = (
     "retry_delay",
     "retry_delay_max",
     "visibility_timeout",
+    "max_delay",
     "max_message_size",
     "max_queue_depth",
     "dedup_window",
@@ -95,6 +117,23 @@ Setting = int | float | dict[str, str] | None
 def queue_settings(config: QueueConfig) -> dict[str, Setting]:
     """The persisted settings of ``config``."""
     return {name: getattr(config, name) for name in PERSISTED}
+
+
+def with_settings(config: QueueConfig, settings: Mapping[str, Any]) -> QueueConfig:
+    """``config`` with persisted ``settings`` in force, as they were saved: a value an older
+    build allowed stays in force though today's bounds would refuse it when given anew."""
+    try:
+        return dataclasses.replace(config, **settings)
+    except InvalidConfig:
+        changed = copy.copy(config)
+        for name, value in settings.items():
+            object.__setattr__(changed, name, value)
+        return changed
+
+
+def check_settings(settings: Mapping[str, Any]) -> None:
+    """InvalidConfig unless every one of ``settings`` lies within its bounds."""
+    QueueConfig(**settings)
 
 
 def split_options(
@@ -112,26 +151,24 @@ def split_options(
     return QueueConfig(**queue), store, explicit
 
 
-def _positive_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidConfig(f"{name} must be a positive integer, got {value!r}")
+def _count(name: str, value: object, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidConfig(f"{name} must be an integer from {low} to {high:,}, got {value!r}")
 
 
-def _non_negative_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidConfig(f"{name} must be an integer >= 0, got {value!r}")
-
-
-def _seconds(name: str, value: object, *, allow_zero: bool) -> None:
+def _seconds(name: str, value: object, *, allow_zero: bool, high: float = MAX_SECONDS) -> None:
     ok = (
         isinstance(value, int | float)
         and not isinstance(value, bool)
         and math.isfinite(value)
         and (value >= 0 if allow_zero else value > 0)
+        and value <= high
     )
     if not ok:
-        bound = ">= 0" if allow_zero else "> 0"
-        raise InvalidConfig(f"{name} must be a finite number of seconds {bound}, got {value!r}")
+        low = ">= 0" if allow_zero else "> 0"
+        raise InvalidConfig(
+            f"{name} must be a number of seconds {low} and <= {high:,.0f}, got {value!r}"
+        )
 
 
 def _attributes(value: object) -> None:
@@ -140,5 +177,17 @@ def _attributes(value: object) -> None:
     ok = isinstance(value, dict) and all(
         isinstance(k, str) and k and isinstance(v, str) for k, v in value.items()
     )
-    if not ok:
+    if not ok or not isinstance(value, dict):
         raise InvalidConfig(f"attributes must be a dict of non-empty str to str, got {value!r}")
+    for text in (*value, *value.values()):
+        if not is_utf8(text):
+            raise InvalidConfig(f"attributes must be valid Unicode text, got {text!r}")
+
+
+def is_utf8(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8 (no lone surrogates), as the log writes it."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import itertools
 import logging
 import random
@@ -23,7 +22,14 @@ from . import collector, ids, log, snapshot, tables, validate
 from .cache import ObjectCache
 from .checkpointer import Checkpointer
 from .commit import Batch, GroupCommit
-from .config import PERSISTED, QueueConfig, Setting, queue_settings
+from .config import (
+    PERSISTED,
+    QueueConfig,
+    Setting,
+    check_settings,
+    queue_settings,
+    with_settings,
+)
 from .errors import (
     InvalidArgument,
     MessageNotFound,
@@ -96,6 +102,7 @@ class Engine:
         )
         self._cache = ObjectCache(config.payload_cache_bytes)
         self._renewer: asyncio.Task[None] | None = None
+        self._no_waits = False  # stop_waiting() was called
         self._stopping = asyncio.Event()
         self._closed = False
         self._changed: asyncio.Future[None] | None = None
@@ -231,7 +238,7 @@ class Engine:
         inherited: dict[str, Any] = {
             k: v for k, v in saved.items() if k in PERSISTED and k not in given
         }
-        self.config = dataclasses.replace(self.config, **inherited)
+        self.config = with_settings(self.config, inherited)
         in_force = {**DEFAULT_SETTINGS, **saved}
         changed = {k: v for k, v in given.items() if in_force[k] != v}
         if changed:
@@ -345,6 +352,11 @@ class Engine:
         return report
 
     # -- waking consumers ----------------------------------------------------------------------
+
+    def stop_waiting(self) -> None:
+        """Long polls end now with what is there, and later ones do not wait."""
+        self._no_waits = True
+        self._notify()
 
     def _notify(self) -> None:
         if self._changed is not None and not self._changed.done():
@@ -490,7 +502,7 @@ class Engine:
             await self.commit.durable_after(self.commit.latest())
             return None
         for obj in objects:
-            validate.staged(obj, self.config.max_message_size)
+            validate.staged(obj, self.config.max_message_size, self.config.max_delay)
         keys = [obj.key for obj in objects]
         known = set(self.state.staged_refs) | {key for _, key in self.state.garbage}
         reused = [key for key in keys if key in known or key in self.staged_claims]
@@ -645,7 +657,7 @@ class Engine:
                     for rec, payload, (_, receipt, _) in zip(chosen, payloads, leases, strict=True)
                     if self._still_held(rec, receipt)
                 ]
-            remaining = deadline - time.monotonic()
+            remaining = 0.0 if self._no_waits else deadline - time.monotonic()
             if remaining <= 0:
                 await self.commit.durable_after(buried)
                 return []
@@ -863,7 +875,8 @@ class Engine:
         """Change persisted settings of the open queue: in force at once, logged like those
         an ``open`` gives. The persisted settings now in force."""
         self._check()
-        config = dataclasses.replace(self.config, **settings)  # type: ignore[arg-type]
+        check_settings(settings)
+        config = with_settings(self.config, settings)
         changed = {k: v for k, v in settings.items() if getattr(self.config, k) != v}
         self.config = config
         if changed:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import staging
+from .config import MAX_DELAY, MAX_SECONDS, MAX_VISIBILITY, MAX_WAIT, is_utf8
 from .errors import InvalidArgument, InvalidPriority, MessageTooLarge
 from .message import Message
 from .staging import StagedObject
@@ -46,6 +47,7 @@ def item(
     attributes: object = None,
     *,
     max_size: int,
+    max_delay: float = MAX_DELAY,
 ) -> Item:
     if isinstance(payload, bytes):
         data = payload
@@ -54,23 +56,43 @@ def item(
     else:
         hint = " (encode it first, e.g. text.encode())" if isinstance(payload, str) else ""
         raise InvalidArgument(f"payload must be bytes, got {type(payload).__name__}{hint}")
-    if len(data) > max_size:
-        raise MessageTooLarge(
-            f"payload of {len(data)} bytes exceeds max_message_size ({max_size} bytes)"
-        )
     if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 255:
         raise InvalidPriority(f"priority must be an integer from 0 to 255, got {priority!r}")
+    checked = attributes_of(attributes)
+    size = len(data) + attributes_size(checked)
+    if size > max_size:
+        counted = " with its attributes" if checked else ""
+        raise MessageTooLarge(
+            f"payload of {size} bytes{counted} exceeds max_message_size ({max_size} bytes)"
+        )
     return Item(
         data,
         priority,
-        seconds("delay", delay),
+        delay_of(delay, max_delay),
         name("dedup_id", dedup_id),
         name("group", group),
-        attributes_of(attributes),
+        checked,
     )
 
 
-def item_of(entry: object, max_size: int) -> Item:
+def attributes_size(attributes: Mapping[str, str] | None) -> int:
+    """What a message's attributes count toward max_message_size: their names and values, in
+    UTF-8 bytes."""
+    if not attributes:
+        return 0
+    return sum(len(k.encode()) + len(v.encode()) for k, v in attributes.items())
+
+
+def delay_of(value: object, max_delay: float) -> float:
+    delay = seconds("delay", value)
+    if delay > max_delay:
+        raise InvalidArgument(
+            f"delay must be at most the queue's max_delay ({max_delay:g} s), got {value!r}"
+        )
+    return delay
+
+
+def item_of(entry: object, max_size: int, max_delay: float = MAX_DELAY) -> Item:
     """An element of ``enqueue_batch``: a payload, or a mapping of ``enqueue``'s keywords."""
     if type(entry) is bytes and len(entry) <= max_size:  # the common case, checked cheaply
         return Item(entry, 0, 0.0, None, None, None)
@@ -80,8 +102,8 @@ def item_of(entry: object, max_size: int) -> Item:
             raise InvalidArgument(f"unknown key(s) in batch item: {', '.join(sorted(unknown))}")
         if "payload" not in entry:
             raise InvalidArgument("batch item has no 'payload'")
-        return item(**entry, max_size=max_size)
-    return item(entry, max_size=max_size)
+        return item(**entry, max_size=max_size, max_delay=max_delay)
+    return item(entry, max_size=max_size, max_delay=max_delay)
 
 
 def plain_payloads(entries: list[Any], max_size: int) -> bool:
@@ -92,20 +114,31 @@ def plain_payloads(entries: list[Any], max_size: int) -> bool:
     )
 
 
-def seconds(what: str, value: object) -> float:
+def seconds(what: str, value: object, high: float = MAX_SECONDS) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise InvalidArgument(f"{what} must be a finite number of seconds, got {value!r}")
-    if value < 0:
-        raise InvalidArgument(f"{what} must be >= 0, got {value!r}")
+    if not 0 <= value <= high:
+        raise InvalidArgument(f"{what} must be from 0 to {high:g} seconds, got {value!r}")
     return float(value)
+
+
+def wait(value: object) -> float:
+    """A dequeue's long poll, at most MAX_WAIT seconds (as SQS's WaitTimeSeconds)."""
+    return seconds("wait", value, MAX_WAIT)
+
+
+def visibility(what: str, value: object) -> float:
+    """A lease's length: more than 0, at most MAX_VISIBILITY (12 hours, as on SQS)."""
+    return positive_seconds(what, value, MAX_VISIBILITY)
 
 
 def name(what: str, value: object) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, str) or not value or len(value) > MAX_NAME:
+    if not isinstance(value, str) or not value or len(value) > MAX_NAME or not is_utf8(value):
         raise InvalidArgument(
-            f"{what} must be a non-empty string of at most {MAX_NAME} characters, got {value!r}"
+            f"{what} must be a non-empty string of at most {MAX_NAME} characters of valid "
+            f"Unicode, got {value!r}"
         )
     return value
 
@@ -118,6 +151,8 @@ def attributes_of(value: object) -> dict[str, str] | None:
     for k, v in value.items():
         if not isinstance(k, str) or not k or not isinstance(v, str):
             raise InvalidArgument(f"attributes must map non-empty str to str, got {k!r}: {v!r}")
+        if not (is_utf8(k) and is_utf8(v)):
+            raise InvalidArgument(f"attributes must be valid Unicode text, got {k!r}: {v!r}")
     return dict(value) if value else None
 
 
@@ -126,7 +161,9 @@ def error_text(error: object) -> str | None:
         return None
     if not isinstance(error, str):
         raise InvalidArgument(f"error must be a string or None, got {type(error).__name__}")
-    return error[:MAX_ERROR]
+    kept = error[:MAX_ERROR]
+    # the log writes UTF-8: a lone surrogate (from a bad decode) is replaced, not refused
+    return kept if is_utf8(kept) else kept.encode(errors="replace").decode()
 
 
 def receipt_of(target: object) -> str:
@@ -146,14 +183,14 @@ def count(what: str, value: object, low: int, high: int) -> int:
     return value
 
 
-def positive_seconds(what: str, value: Any) -> float:
-    result = seconds(what, value)
+def positive_seconds(what: str, value: Any, high: float = MAX_SECONDS) -> float:
+    result = seconds(what, value, high)
     if result == 0:
         raise InvalidArgument(f"{what} must be > 0, got {value!r}")
     return result
 
 
-def staged(obj: StagedObject, max_size: int) -> None:
+def staged(obj: StagedObject, max_size: int, max_delay: float = MAX_DELAY) -> None:
     """Check a staged object's description; errors name the offending row."""
     n = len(obj.offsets)
     if not obj.key.startswith(staging.PREFIX) or ".." in obj.key.split("/"):
@@ -177,7 +214,7 @@ def staged(obj: StagedObject, max_size: int) -> None:
                 f"{obj.row(i)}: priority must be an integer from 0 to 255, got {priority!r}"
             )
     checks = (
-        ("delays", lambda v: seconds("delay", v)),
+        ("delays", lambda v: delay_of(v, max_delay)),
         ("groups", lambda v: name("group", v)),
         ("dedup_ids", lambda v: name("dedup_id", v)),
         ("attributes", attributes_of),
@@ -188,3 +225,10 @@ def staged(obj: StagedObject, max_size: int) -> None:
                 check(value)
             except InvalidArgument as exc:
                 raise type(exc)(f"{obj.row(i)}: {exc}") from None
+    for i, attributes in enumerate(obj.attributes or ()):
+        size = obj.sizes[i] + attributes_size(attributes)
+        if size > max_size:
+            raise MessageTooLarge(
+                f"{obj.row(i)}: payload of {size} bytes with its attributes exceeds "
+                f"max_message_size ({max_size} bytes)"
+            )

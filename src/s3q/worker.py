@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from .api import AsyncQueue, Queue, open_async
 from .broker.wire import is_broker_url
-from .config import split_options
+from .config import MAX_WAIT, split_options
 from .engine import MAX_DEQUEUE
 from .errors import InvalidArgument, QueueClosed, ReceiptExpired
 from .message import Message
@@ -310,6 +310,8 @@ def _check_settings(
     seconds("ack_interval", ack_interval, False)
     seconds("grace", grace, False)
     seconds("poll_wait", poll_wait, True)
+    if poll_wait > MAX_WAIT:
+        raise InvalidArgument(f"poll_wait must be at most {MAX_WAIT:g} seconds, got {poll_wait!r}")
 
 
 class Worker:

@@ -7,7 +7,7 @@ import hmac
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 from starlette.applications import Starlette
@@ -17,7 +17,13 @@ from starlette.routing import Route
 
 from ..errors import InvalidArgument, S3QError, WriterFenced
 from . import dashboard, openapi, sqs
-from .limits import DEFAULT_MAX_BODY, read_body
+from .limits import (
+    DEFAULT_BODY_TIMEOUT,
+    DEFAULT_IDLE_CLOSE,
+    DEFAULT_MAX_BATCH,
+    DEFAULT_MAX_BODY,
+    read_body,
+)
 from .metrics import CONTENT_TYPE as METRICS_TYPE
 from .metrics import BrokerMetrics
 from .registry import QueueRegistry
@@ -45,6 +51,9 @@ def create_app(
     address: str | None = None,
     failover_timeout: float = 30.0,
     max_body: int = DEFAULT_MAX_BODY,
+    max_batch: int = DEFAULT_MAX_BATCH,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT,
+    idle_close: float = DEFAULT_IDLE_CLOSE,
 ) -> Starlette:
     """The broker for every queue of ``store`` (queue ``NAME`` is ``<store>/NAME``).
 
@@ -55,7 +64,10 @@ def create_app(
     and taken over when that broker is gone (waiting up to ``failover_timeout`` seconds).
     ``sqs_keys``: access key id -> secret; when given, every request to the SQS endpoint
     (``POST /``) must be SigV4-signed with one of them (see docs/sqs.md). ``max_body``: the
-    largest request body of the native API, in bytes (413 beyond it, read no further).
+    largest request body of the native API, in bytes (413 beyond it, read no further);
+    ``max_batch``: the most entries in one of its lists (a batch's items, receipts, ids);
+    ``body_timeout``: seconds a request body may take to arrive (408 beyond). ``idle_close``:
+    seconds after which a queue no call used is closed (0: never); the next call reopens it.
     """
     peer_token = min(t for t in tokens) if tokens else None
     metrics = BrokerMetrics()
@@ -66,8 +78,10 @@ def create_app(
         token=peer_token,
         failover_timeout=failover_timeout,
         on_commit=metrics.commit,
+        idle_close=idle_close,
     )
     secrets = [t.encode() for t in tokens or () if t]
+    metrics.serves = registry.serves
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -79,7 +93,7 @@ def create_app(
     routes = [
         Route(
             API_PREFIX + e.path,
-            _endpoint(e, registry, secrets, metrics, max_body),
+            _endpoint(e, registry, secrets, metrics, Limits(max_body, max_batch, body_timeout)),
             methods=[e.method],
         )
         for e in ENDPOINTS
@@ -130,8 +144,8 @@ def _authorize(request: Request, secrets: list[bytes]) -> None:
         raise AuthError("invalid bearer token", 403)
 
 
-async def _body(request: Request, max_body: int) -> dict[str, Any]:
-    raw = await read_body(request, max_body, "s3q serve --max-body")
+async def _body(request: Request, limits: Limits) -> dict[str, Any]:
+    raw = await read_body(request, limits.body, "s3q serve --max-body", limits.body_timeout)
     if not raw:
         return {}
     kind = request.headers.get("content-type", MSGPACK).split(";")[0].strip().lower()
@@ -149,7 +163,13 @@ async def _body(request: Request, max_body: int) -> dict[str, Any]:
     return decoded
 
 
-def _check(param: Param, value: Any) -> Any:
+class Limits(NamedTuple):
+    body: int  # bytes
+    batch: int  # entries of a list argument
+    body_timeout: float  # seconds
+
+
+def _check(param: Param, value: Any, max_batch: int) -> Any:
     if param.where == "query":
         if param.schema.get("type") == "integer":
             try:
@@ -164,12 +184,17 @@ def _check(param: Param, value: Any) -> Any:
     # the queue checks values; types it does not check on a list-like argument are checked here
     if "array" in names and not isinstance(value, list) and not ("null" in names and value is None):
         raise InvalidArgument(f"{param.name} must be a list, got {type(value).__name__}")
+    if isinstance(value, list) and len(value) > max_batch:
+        raise InvalidArgument(
+            f"{param.name} has {len(value):,} entries; this broker takes at most {max_batch:,} "
+            "per call (s3q serve --max-batch)"
+        )
     return value
 
 
-async def _arguments(endpoint: Endpoint, request: Request, max_body: int) -> dict[str, Any]:
+async def _arguments(endpoint: Endpoint, request: Request, limits: Limits) -> dict[str, Any]:
     needs_body = any(p.where == "body" for p in endpoint.params)
-    given = await _body(request, max_body) if needs_body or request.method == "POST" else {}
+    given = await _body(request, limits) if needs_body or request.method == "POST" else {}
     declared = {p.name for p in endpoint.params if p.where == "body"}
     unknown = set(given) - declared
     if unknown:
@@ -188,7 +213,7 @@ async def _arguments(endpoint: Endpoint, request: Request, max_body: int) -> dic
             "body": given,
         }[param.where]
         if param.name in source:
-            args[param.name] = _check(param, source[param.name])
+            args[param.name] = _check(param, source[param.name], limits.batch)
         elif param.required:
             raise InvalidArgument(f"missing argument {param.name!r}")
     return args
@@ -199,15 +224,16 @@ def _endpoint(
     registry: QueueRegistry,
     secrets: list[bytes],
     metrics: BrokerMetrics,
-    max_body: int,
+    limits: Limits,
 ) -> Callable[[Request], Awaitable[Response]]:
     async def serve(request: Request) -> Response:
         name: str | None = request.path_params.get("name")
         started = time.perf_counter()
         outcome = "ok"
+        metrics.in_progress.inc()
         try:
             _authorize(request, secrets)
-            call = Call(registry, request, name, await _arguments(endpoint, request, max_body))
+            call = Call(registry, request, name, await _arguments(endpoint, request, limits))
             try:
                 result = await endpoint.handler(call)
             except WriterFenced:
@@ -227,6 +253,7 @@ def _endpoint(
             log.exception("%s %s failed", request.method, request.url.path)
             return _answer(request, 500, error_body(exc))
         finally:
+            metrics.in_progress.dec()
             metrics.observe(name, endpoint.operation, outcome, time.perf_counter() - started)
         return _answer(request, 200, result)
 

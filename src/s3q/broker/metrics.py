@@ -6,6 +6,7 @@ requests) are read from every open queue when the endpoint is scraped.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import time
@@ -19,6 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from .registry import QueueRegistry
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+REQUEST_KINDS = ("put", "get", "all", "failed", "retried")
 STATUSES = ("pending", "delayed", "processing", "retry", "completed", "dead")
 # Operations answered once a commit made them durable: their time is the commit latency seen
 # by clients. (A dequeue's time is mostly its long poll, so it is left out.)
@@ -106,7 +108,10 @@ class LatencyWindow:
 class BrokerMetrics:
     """One registry of the broker's metrics."""
 
-    def __init__(self) -> None:
+    def __init__(self, serves: Callable[[str], bool] = lambda name: True) -> None:
+        #: whether the broker serves a queue: only those are labelled
+        self.serves = serves
+        self._shown: set[str] = set()  # queues whose figures the last scrape set
         self.registry = CollectorRegistry()
         r = self.registry
         self.operations = Counter(
@@ -157,10 +162,18 @@ class BrokerMetrics:
             ["queue", "kind"],
             registry=r,
         )
+        self.in_progress = Gauge(
+            "s3q_broker_requests_in_progress",
+            "Native API requests being served (long polls included).",
+            registry=r,
+        )
         self.commit_latency = LatencyWindow()  # for the dashboard
 
     def observe(self, queue: str | None, operation: str, outcome: str, seconds: float) -> None:
-        self.operations.labels(queue or "", operation, outcome).inc()
+        """One request answered. Its queue is a label only if the broker serves that queue:
+        a refused caller's made-up names add no series."""
+        label = queue if queue is not None and self.serves(queue) else ""
+        self.operations.labels(label, operation, outcome).inc()
         self.seconds.labels(operation).observe(seconds)
         if outcome == "ok" and operation in COMMITTING:
             self.commit_latency.record(seconds)
@@ -171,7 +184,11 @@ class BrokerMetrics:
         self.commit_ops.labels(queue).observe(ops)
 
     async def render(self, queues: QueueRegistry) -> bytes:
-        """The exposition, with every open queue's figures read now."""
+        """The exposition, with every open queue's figures read now (a queue closed since the
+        last scrape leaves no figures behind)."""
+        for name in self._shown - set(queues.names()):
+            self._forget(name)
+        self._shown = set(queues.names())
         for name in queues.names():
             queue = queues.local(name)
             if queue is None:
@@ -181,12 +198,30 @@ class BrokerMetrics:
                 self.depth.labels(name, status).set(getattr(stats, status))
             self.commits.labels(name).set(stats.commits)
             self.batch.labels(name).set(stats.mean_ops_per_commit)
-            for kind, value in (
-                ("put", stats.store_puts),
-                ("get", stats.store_gets),
-                ("all", stats.store_requests),
-                ("failed", stats.store_errors),
-                ("retried", stats.store_retries),
+            for kind, value in zip(
+                REQUEST_KINDS,
+                (
+                    stats.store_puts,
+                    stats.store_gets,
+                    stats.store_requests,
+                    stats.store_errors,
+                    stats.store_retries,
+                ),
+                strict=True,
             ):
                 self.requests.labels(name, kind).set(value)
         return generate_latest(self.registry)
+
+    def _forget(self, name: str) -> None:
+        """Drop the series of queue ``name``, closed here."""
+        series: list[tuple[Any, tuple[str, ...]]] = [
+            *((self.depth, (name, status)) for status in STATUSES),
+            *((self.requests, (name, kind)) for kind in REQUEST_KINDS),
+            *(
+                (m, (name,))
+                for m in (self.commits, self.batch, self.commit_seconds, self.commit_ops)
+            ),
+        ]
+        for metric, labels in series:
+            with contextlib.suppress(KeyError):  # never set
+                metric.remove(*labels)

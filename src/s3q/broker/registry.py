@@ -9,12 +9,14 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from .. import lease
 from ..api import AsyncQueue, open_async
-from ..config import QueueConfig
+from ..config import QueueConfig, split_options
 from ..errors import QueueLocked, Unavailable
-from ..store import queue_url
+from ..store import open_store, queue_url
 from .forward import RETRY_PAUSE, ForwardedQueue, Peers
-from .wire import check_name
+from .limits import DEFAULT_IDLE_CLOSE
+from .wire import QueueNotFound, check_name
 
 DEFAULT_LEASE_TTL = QueueConfig().lease_ttl
 
@@ -42,8 +44,10 @@ class QueueRegistry:
         token: str | None = None,
         failover_timeout: float = 30.0,
         on_commit: Callable[[str, float, int], None] | None = None,
+        idle_close: float = DEFAULT_IDLE_CLOSE,
     ) -> None:
         self.store = store
+        self.idle_close = idle_close  # 0: never
         self.on_commit = on_commit  # (queue, seconds, operations) after each commit here
         self.address: str | None = None
         self.options = dict(options or {})
@@ -55,6 +59,10 @@ class QueueRegistry:
         self._forwarded: dict[str, ForwardedQueue] = {}
         self._down: dict[str, float] = {}  # broker address -> until when it counts as down
         self._opening: dict[str, asyncio.Lock] = {}
+        self._used: dict[str, float] = {}  # queue -> loop time of its latest call
+        self._sweeper: asyncio.Task[None] | None = None
+        self._draining = asyncio.Event()
+        self._closing = asyncio.Event()
         self._closed = False
 
     def advertise(self, address: str) -> None:
@@ -67,18 +75,29 @@ class QueueRegistry:
         """The names of the queues this broker leads now, sorted."""
         return sorted(self._queues)
 
+    def serves(self, name: str) -> bool:
+        """Whether queue ``name`` is open here or forwarded to its leader."""
+        return name in self._queues or name in self._forwarded
+
     def local(self, name: str) -> AsyncQueue | None:
         """Queue ``name`` if this broker leads it."""
         return self._queues.get(name)
 
-    async def get(self, name: str, *, forwarded: bool = False) -> AsyncQueue | ForwardedQueue:
+    async def get(
+        self, name: str, *, forwarded: bool = False, create: bool = True
+    ) -> AsyncQueue | ForwardedQueue:
         """The queue ``name`` (InvalidArgument for a bad name): opened here on first use, or
         forwarded to the broker that leads it. ``forwarded``: the call came from another broker,
-        which believes this one leads the queue; Unavailable if it does not."""
+        which believes this one leads the queue; Unavailable if it does not. Unless
+        ``create``, QueueNotFound for a queue the store does not hold."""
         check_name(name)
+        self._used[name] = asyncio.get_running_loop().time()
         queue = self._queues.get(name)
         if queue is not None:
             return queue
+        if not (create or forwarded or name in self._forwarded or await self.exists(name)):
+            self._used.pop(name, None)
+            raise QueueNotFound(f"no queue named {name!r}")
         if forwarded:
             try:
                 return await self._open(name)
@@ -120,6 +139,54 @@ class QueueRegistry:
                     ) from None
                 await asyncio.sleep(min(RETRY_PAUSE, max(0.0, deadline - loop.time())))
 
+    async def exists(self, name: str) -> bool:
+        """Whether the store holds queue ``name``: it was opened once (its writer lease is
+        there). One GET; nothing is written."""
+        _, store_options, _ = split_options(self.options)
+        store = open_store(queue_url(self.store, name), store_options)
+        try:
+            return await store.get_versioned(lease.KEY) is not None
+        finally:
+            await store.close()
+
+    @property
+    def draining(self) -> bool:
+        """Whether the broker is shutting down: long polls end at once."""
+        return self._draining.is_set()
+
+    def drain(self) -> None:
+        """The broker is shutting down: every long poll ends now with what is there (an empty
+        answer), and later ones do not wait, so requests in flight finish within the grace
+        period."""
+        self._draining.set()
+        for queue in self._queues.values():
+            queue.stop_waiting()
+
+    async def pause(self, seconds: float) -> None:
+        """Wait ``seconds``, or until the broker drains (a long poll of a queue not made yet)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._draining.wait(), seconds)
+
+    async def _sweep(self) -> None:
+        """Close the queues no call has used for ``idle_close`` seconds."""
+        loop = asyncio.get_running_loop()
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), min(30.0, self.idle_close / 4))
+                return
+            idle_since = loop.time() - self.idle_close
+            for name in [n for n in self._queues if self._used.get(n, 0.0) < idle_since]:
+                queue = self._queues.pop(name)
+                self._used.pop(name, None)
+                log.info("closing idle queue %s", queue.url)
+                try:
+                    await queue.close()
+                except Exception as exc:  # the queue is gone either way; the next call reopens
+                    log.warning("closing idle queue %s failed: %s", queue.url, exc)
+            for name in [n for n in self._forwarded if self._used.get(n, 0.0) < idle_since]:
+                del self._forwarded[name]
+                self._used.pop(name, None)
+
     @property
     def lease_ttl(self) -> float:
         """The writer lease length of the queues this broker opens."""
@@ -151,6 +218,10 @@ class QueueRegistry:
                     raise Unavailable("the broker is shutting down")
                 url = queue_url(self.store, name)
                 queue = await open_async(url, **self.options)
+                if self._draining.is_set():
+                    queue.stop_waiting()
+                if self._sweeper is None and self.idle_close > 0:
+                    self._sweeper = asyncio.create_task(self._sweep())
                 if self.on_commit is not None:
                     queue.on_commit(functools.partial(self.on_commit, name))
                 self._queues[name] = queue
@@ -185,6 +256,9 @@ class QueueRegistry:
     async def close(self) -> None:
         """Close every queue: pending commits finish and the writer leases are released."""
         self._closed = True
+        self._closing.set()
+        if self._sweeper is not None:
+            await self._sweeper  # it ends between two sweeps: a queue it closes is closed
         queues, self._queues = list(self._queues.values()), {}
         results = await asyncio.gather(*(q.close() for q in queues), return_exceptions=True)
         for queue, result in zip(queues, results, strict=True):

@@ -14,12 +14,13 @@ from typing import Any, Literal
 import msgspec
 from starlette.requests import Request
 
+from .. import validate
 from ..api import AsyncQueue
 from ..errors import InvalidArgument
 from ..staging import StagedObject
 from .forward import FORWARDED, ForwardedQueue
 from .registry import QueueRegistry
-from .wire import QUEUE_NAME_PATTERN
+from .wire import QUEUE_NAME_PATTERN, QueueNotFound
 
 
 @dataclass
@@ -31,10 +32,12 @@ class Call:
     name: str | None
     args: dict[str, Any]
 
-    async def queue(self) -> AsyncQueue | ForwardedQueue:
+    async def queue(self, *, create: bool = False) -> AsyncQueue | ForwardedQueue:
+        """The call's queue; QueueNotFound if the store does not hold it, unless ``create``
+        (a call that adds messages or settings makes the queue)."""
         assert self.name is not None
         forwarded = FORWARDED in self.request.headers
-        return await self.registry.get(self.name, forwarded=forwarded)
+        return await self.registry.get(self.name, forwarded=forwarded, create=create)
 
 
 Handler = Callable[[Call], Awaitable[Any]]
@@ -109,11 +112,11 @@ async def list_queues(call: Call) -> Any:
 
 
 async def enqueue(call: Call) -> Any:
-    return {"id": await (await call.queue()).enqueue(**call.args)}
+    return {"id": await (await call.queue(create=True)).enqueue(**call.args)}
 
 
 async def enqueue_batch(call: Call) -> Any:
-    return {"ids": await (await call.queue()).enqueue_batch(call.args["items"])}
+    return {"ids": await (await call.queue(create=True)).enqueue_batch(call.args["items"])}
 
 
 async def enqueue_staged(call: Call) -> Any:
@@ -121,12 +124,18 @@ async def enqueue_staged(call: Call) -> Any:
         objects = msgspec.convert(call.args["objects"], list[StagedObject])
     except msgspec.ValidationError as exc:
         raise InvalidArgument(f"objects: {exc}") from None
-    made = await (await call.queue()).enqueue_staged(objects, call.args.get("token"))
+    made = await (await call.queue(create=True)).enqueue_staged(objects, call.args.get("token"))
     return {"ids": None if made is None else list(made)}
 
 
 async def dequeue(call: Call) -> Any:
-    queue = await call.queue()
+    try:
+        queue = await call.queue()
+    except QueueNotFound:
+        # a consumer may start before its producers: it waits as on an empty queue, and no
+        # queue is made for it
+        await call.registry.pause(validate.wait(call.args.get("wait", 0.0)))
+        return {"messages": []}
     messages = await queue.dequeue(**call.args)
     if messages and await call.request.is_disconnected():
         # A long poll whose client left: give its leases back instead of stranding them.
@@ -184,7 +193,7 @@ async def configure(call: Call) -> Any:
     settings = call.args.get("settings") or {}
     if not isinstance(settings, dict):
         raise InvalidArgument("settings must be a map of setting names to values")
-    return {"settings": await (await call.queue()).configure(**settings)}
+    return {"settings": await (await call.queue(create=True)).configure(**settings)}
 
 
 async def cleanup(call: Call) -> Any:

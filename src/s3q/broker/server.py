@@ -15,12 +15,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidConfig
-from .limits import DEFAULT_MAX_BODY
+from .limits import (
+    DEFAULT_BODY_TIMEOUT,
+    DEFAULT_HEAD_TIMEOUT,
+    DEFAULT_IDLE_CLOSE,
+    DEFAULT_MAX_BATCH,
+    DEFAULT_MAX_BODY,
+    DEFAULT_MAX_CONNECTIONS,
+)
 
 if TYPE_CHECKING:
     from .registry import QueueRegistry
 
 TOKENS_ENV = "S3Q_TOKENS"
+
 SQS_CREDENTIALS_ENV = "S3Q_SQS_CREDENTIALS"
 LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 
@@ -109,6 +117,11 @@ def serve(
     log_level: str = "info",
     on_ready: Callable[[str], None] | None = None,
     max_body: int = DEFAULT_MAX_BODY,
+    max_batch: int = DEFAULT_MAX_BATCH,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    head_timeout: float = DEFAULT_HEAD_TIMEOUT,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT,
+    idle_close: float = DEFAULT_IDLE_CLOSE,
 ) -> None:
     """Serve every queue of ``store`` over HTTP until SIGTERM or Ctrl-C.
 
@@ -122,11 +135,17 @@ def serve(
     ``advertise``: the URL other brokers over the same store reach this one at (default: the
     address it listens on); they forward the requests of the queues this broker leads to it.
     ``on_ready`` is called with the broker's URL (where its dashboard is) once it listens.
-    ``max_body``: the largest native API request body, in bytes (see ``s3q.broker.limits``).
+    ``max_body``: the largest native API request body, in bytes; ``max_batch``: the most
+    entries of a list in one native call (see ``s3q.broker.limits``). ``max_connections``:
+    beyond it, requests are answered 503 at once. ``head_timeout``/``body_timeout``: seconds a
+    request's head/body may take to arrive (the connection is closed/408). ``idle_close``:
+    seconds after which a queue no call used is closed (0: never). On SIGTERM, long polls end
+    at once with an empty answer.
     """
     try:
         import uvicorn
 
+        from . import connections
         from .app import create_app
     except ImportError as exc:
         raise InvalidConfig(
@@ -143,6 +162,9 @@ def serve(
         address=advertise,
         sqs_keys=keys,
         max_body=max_body,
+        max_batch=max_batch,
+        body_timeout=body_timeout,
+        idle_close=idle_close,
     )
     registry: QueueRegistry = app.state.registry
     config = uvicorn.Config(
@@ -153,6 +175,8 @@ def serve(
         log_level=log_level,
         timeout_graceful_shutdown=graceful_timeout,
         server_header=False,
+        http=connections.protocol(head_timeout),
+        limit_concurrency=max_connections,
     )
 
     class Server(uvicorn.Server):
@@ -165,6 +189,10 @@ def serve(
                 registry.advertise(url.rstrip("/"))
             if on_ready is not None:
                 on_ready(url)
+
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            registry.drain()  # long polls answer now, so requests finish within the grace
+            await super().shutdown(sockets)
 
     Server(config).run()
 

@@ -62,6 +62,21 @@ class BodyTooLarge(BrokerError):
         super().__init__(message, status)
 
 
+class RequestTimeout(BrokerError):
+    """The request's body did not arrive in time (408); nothing was done."""
+
+    def __init__(self, message: str, status: int = 408) -> None:
+        super().__init__(message, status)
+
+
+class QueueNotFound(BrokerError, LookupError):
+    """No queue of that name: a call that only reads or changes an existing queue's messages
+    does not create it (404). Enqueue, dequeue and configure create a queue."""
+
+    def __init__(self, message: str, status: int = 404) -> None:
+        super().__init__(message, status)
+
+
 # Most specific class first: the first match decides the HTTP status.
 STATUS_OF: tuple[tuple[type[S3QError], int], ...] = (
     (MessageTooLarge, 413),
@@ -97,6 +112,8 @@ ERRORS: dict[str, type[S3QError]] = {
         Unavailable,
         AuthError,
         BodyTooLarge,
+        QueueNotFound,
+        RequestTimeout,
         BrokerError,
     )
 }

@@ -102,9 +102,12 @@ async def build_summary(
     """
     queues: list[dict[str, Any]] = []
     for name in registry.names():
+        queue = registry.local(name)
+        if queue is None:  # closed meanwhile
+            continue
         entry: dict[str, Any] = {"name": name, "error": None}
-        try:
-            stats = await (await registry.get(name)).stats()
+        try:  # read as it is: watching a queue does not keep it open
+            stats = await queue.stats()
         except S3QError as exc:
             entry["error"] = f"{type(exc).__name__}: {exc}"
         else:

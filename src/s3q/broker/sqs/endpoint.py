@@ -33,7 +33,7 @@ from ...errors import (
 from ..limits import SQS_MAX_BODY, read_body
 from ..metrics import BrokerMetrics
 from ..registry import QueueRegistry
-from ..wire import BodyTooLarge
+from ..wire import BodyTooLarge, RequestTimeout
 from . import sigv4
 from .actions import ACTIONS, UNSUPPORTED, Call, Service
 from .catalog import Catalog
@@ -48,6 +48,8 @@ def sqs_error(exc: S3QError) -> SqsError:
         return exc
     if isinstance(exc, BodyTooLarge):
         return SqsError("RequestEntityTooLarge", str(exc), 413)
+    if isinstance(exc, RequestTimeout):
+        return SqsError("RequestTimeout", str(exc), 408)
     if isinstance(exc, InvalidArgument):
         return SqsError("InvalidParameterValue", str(exc))
     if isinstance(exc, QueueFull):

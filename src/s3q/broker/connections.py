@@ -1,0 +1,63 @@
+"""What a slow or silent connection may hold: a request's head must arrive in time.
+
+uvicorn closes a kept-alive connection that goes silent between requests, but not one that
+never completes a request head: a client that connects and sends nothing, or a byte every few
+seconds ("slowloris"), would hold its connection, and a slot of ``limit_concurrency``, for
+ever. Here a request head must be complete within ``head_timeout`` seconds of the connection
+being made, or of the first byte of the next request on a kept-alive connection; otherwise
+the connection is closed. (A body is held to its own limit by :func:`.limits.read_body`.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from .limits import DEFAULT_HEAD_TIMEOUT
+
+log = logging.getLogger("s3q.broker")
+
+
+class _HeadTimeoutProtocol(H11Protocol):
+    head_timeout = DEFAULT_HEAD_TIMEOUT
+    _head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._start_head_timer()
+
+    def data_received(self, data: bytes) -> None:
+        before = self.cycle
+        awaiting_head = before is None or before.response_complete
+        if awaiting_head:
+            self._start_head_timer()
+        super().data_received(data)
+        if self.cycle is not before:  # the head arrived
+            self._stop_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_head_timer()
+        super().connection_lost(exc)
+
+    def _start_head_timer(self) -> None:
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.head_timeout, self._head_late)
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_late(self) -> None:
+        self._head_timer = None
+        if not self.transport.is_closing():
+            log.info("closed a connection whose request head took over %g s", self.head_timeout)
+            self.transport.close()
+
+
+def protocol(head_timeout: float = DEFAULT_HEAD_TIMEOUT) -> type[Any]:
+    """uvicorn's HTTP/1.1 protocol (``uvicorn.Config(http=...)``) with ``head_timeout``."""
+    return type("HeadTimeoutProtocol", (_HeadTimeoutProtocol,), {"head_timeout": head_timeout})
