@@ -81,7 +81,8 @@ def send(port: int, head: str, chunks: Iterator[bytes] | None = None) -> bytes:
 
 
 def head(path: str, length: int | None, *headers: str) -> str:
-    lines = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1", *headers]
+    lines = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json"]
+    lines += headers
     lines.append(
         f"Content-Length: {length}" if length is not None else "Transfer-Encoding: chunked"
     )

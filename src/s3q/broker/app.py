@@ -16,7 +16,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import InvalidArgument, S3QError, WriterFenced
-from . import dashboard, openapi, sqs
+from . import dashboard, guard, openapi, sqs
 from .limits import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_IDLE_CLOSE,
@@ -32,14 +32,7 @@ from .wire import API_PREFIX, JSON, MSGPACK, AuthError, encode, error_body, stat
 
 log = logging.getLogger("s3q.broker")
 
-JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "array": (list,),
-    "object": (dict,),
-    "null": (type(None),),
-}
+MSGPACK_TYPES = (MSGPACK, "application/x-msgpack", "application/vnd.msgpack")
 
 
 def create_app(
@@ -116,7 +109,9 @@ def create_app(
         registry, metrics, lambda request: _authorize(request, secrets), auth=bool(secrets)
     )
     routes.append(sqs.route(registry, sqs_keys, deny_unsigned=bool(secrets), metrics=metrics))
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(
+        routes=routes, lifespan=lifespan, middleware=guard.middleware(tokens=bool(secrets))
+    )
     app.state.registry = registry
     return app
 
@@ -145,17 +140,17 @@ def _authorize(request: Request, secrets: list[bytes]) -> None:
 
 
 async def _body(request: Request, limits: Limits) -> dict[str, Any]:
+    # a type no web page can send without the broker's consent (CORS), even for no body
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != JSON and kind not in MSGPACK_TYPES:
+        raise InvalidArgument(
+            f"unsupported content-type {kind or 'none'!r}: use {MSGPACK} or {JSON}"
+        )
     raw = await read_body(request, limits.body, "s3q serve --max-body", limits.body_timeout)
     if not raw:
         return {}
-    kind = request.headers.get("content-type", MSGPACK).split(";")[0].strip().lower()
     try:
-        if kind == JSON:
-            decoded = msgspec.json.decode(raw)
-        elif kind in (MSGPACK, "application/x-msgpack", "application/vnd.msgpack"):
-            decoded = msgspec.msgpack.decode(raw)
-        else:
-            raise InvalidArgument(f"unsupported content-type {kind!r}: use {MSGPACK} or {JSON}")
+        decoded = msgspec.json.decode(raw) if kind == JSON else msgspec.msgpack.decode(raw)
     except msgspec.DecodeError as exc:
         raise InvalidArgument(f"malformed {kind} body: {exc}") from None
     if not isinstance(decoded, dict):
