@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hmac
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import msgspec
 from starlette.applications import Starlette
@@ -33,6 +34,7 @@ from .wire import API_PREFIX, JSON, MSGPACK, AuthError, encode, error_body, stat
 log = logging.getLogger("s3q.broker")
 
 MSGPACK_TYPES = (MSGPACK, "application/x-msgpack", "application/vnd.msgpack")
+MAX_JSON_BODY = 4 * 2**20  # JSON bodies: calls of tools (payloads need msgpack)
 
 
 def create_app(
@@ -139,23 +141,40 @@ def _authorize(request: Request, secrets: list[bytes]) -> None:
         raise AuthError("invalid bearer token", 403)
 
 
-async def _body(request: Request, limits: Limits) -> dict[str, Any]:
+async def _body(request: Request, limits: Limits) -> _Body:
     # a type no web page can send without the broker's consent (CORS), even for no body
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind != JSON and kind not in MSGPACK_TYPES:
         raise InvalidArgument(
             f"unsupported content-type {kind or 'none'!r}: use {MSGPACK} or {JSON}"
         )
-    raw = await read_body(request, limits.body, "s3q serve --max-body", limits.body_timeout)
+    as_json = kind == JSON
+    # JSON is for tools (payloads cannot travel in it): its smaller limit bounds its decoding,
+    # which cannot refuse a long list before reaching its end
+    limit, setting = (
+        (min(limits.body, MAX_JSON_BODY), "JSON bodies")
+        if as_json
+        else (limits.body, "s3q serve --max-body")
+    )
+    raw = await read_body(request, limit, setting, limits.body_timeout)
     if not raw:
-        return {}
+        return _Body(as_json, {})
     try:
-        decoded = msgspec.json.decode(raw) if kind == JSON else msgspec.msgpack.decode(raw)
+        # the arguments are split, not decoded: each is decoded by _value, against its type
+        fields = (msgspec.json if as_json else msgspec.msgpack).decode(raw, type=_FIELDS)
+    except msgspec.ValidationError:
+        raise InvalidArgument("the request body must be a map of argument names") from None
     except msgspec.DecodeError as exc:
         raise InvalidArgument(f"malformed {kind} body: {exc}") from None
-    if not isinstance(decoded, dict):
-        raise InvalidArgument("the request body must be a map")
-    return decoded
+    return _Body(as_json, fields)
+
+
+_FIELDS = dict[str, msgspec.Raw]
+
+
+class _Body(NamedTuple):
+    as_json: bool
+    fields: dict[str, msgspec.Raw]
 
 
 class Limits(NamedTuple):
@@ -164,34 +183,50 @@ class Limits(NamedTuple):
     body_timeout: float  # seconds
 
 
-def _check(param: Param, value: Any, max_batch: int) -> Any:
-    if param.where == "query":
-        if param.schema.get("type") == "integer":
-            try:
-                return int(value)
-            except ValueError:
-                raise InvalidArgument(f"{param.name} must be an integer, got {value!r}") from None
-        return value
+@functools.lru_cache(maxsize=16)
+def _list_of(max_batch: int, nullable: bool) -> Any:
+    """The type of a list argument: a longer list is refused at its header (msgpack)."""
+    bounded = Annotated[list[Any], msgspec.Meta(max_length=max_batch)]
+    return bounded | None if nullable else bounded
+
+
+def _value(param: Param, raw: msgspec.Raw, as_json: bool, max_batch: int) -> Any:
+    """Body argument ``param``, decoded from its ``raw`` bytes. The queue checks values; types
+    it does not check on a list-like argument, and the length of lists, are checked here."""
+    decoder = msgspec.json if as_json else msgspec.msgpack
     kinds = param.schema.get("type")
-    if kinds is None:  # oneOf and the like: left to the queue's own checks
-        return value
-    names = [kinds] if isinstance(kinds, str) else list(kinds)
-    # the queue checks values; types it does not check on a list-like argument are checked here
-    if "array" in names and not isinstance(value, list) and not ("null" in names and value is None):
-        raise InvalidArgument(f"{param.name} must be a list, got {type(value).__name__}")
-    if isinstance(value, list) and len(value) > max_batch:
-        raise InvalidArgument(
-            f"{param.name} has {len(value):,} entries; this broker takes at most {max_batch:,} "
-            "per call (s3q serve --max-batch)"
-        )
+    names = [kinds] if isinstance(kinds, str) else list(kinds or ())
+    try:
+        if "array" in names:
+            return decoder.decode(raw, type=_list_of(max_batch, "null" in names))
+        return decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        if "length" in str(exc):
+            raise InvalidArgument(
+                f"{param.name} has more than {max_batch:,} entries; this broker takes at most "
+                f"{max_batch:,} per call (s3q serve --max-batch)"
+            ) from None
+        raise InvalidArgument(f"{param.name} must be a list: {exc}") from None
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise InvalidArgument(f"malformed {param.name}: {str(exc)[:200]}") from None
+
+
+def _query(param: Param, value: str) -> Any:
+    if param.schema.get("type") == "integer":
+        try:
+            return int(value)
+        except ValueError:
+            raise InvalidArgument(f"{param.name} must be an integer, got {value!r}") from None
     return value
 
 
 async def _arguments(endpoint: Endpoint, request: Request, limits: Limits) -> dict[str, Any]:
     needs_body = any(p.where == "body" for p in endpoint.params)
-    given = await _body(request, limits) if needs_body or request.method == "POST" else {}
+    body = (
+        await _body(request, limits) if needs_body or request.method == "POST" else _Body(False, {})
+    )
     declared = {p.name for p in endpoint.params if p.where == "body"}
-    unknown = set(given) - declared
+    unknown = set(body.fields) - declared
     if unknown:
         raise InvalidArgument(f"unknown argument(s): {', '.join(sorted(map(str, unknown)))}")
     allowed_query = {p.name for p in endpoint.params if p.where == "query"}
@@ -200,15 +235,14 @@ async def _arguments(endpoint: Endpoint, request: Request, limits: Limits) -> di
         raise InvalidArgument(f"unknown query parameter(s): {', '.join(sorted(unknown_query))}")
     args: dict[str, Any] = {}
     for param in endpoint.params:
-        if param.name == "name" and param.where == "path":
-            continue
-        source: Any = {
-            "path": request.path_params,
-            "query": request.query_params,
-            "body": given,
-        }[param.where]
-        if param.name in source:
-            args[param.name] = _check(param, source[param.name], limits.batch)
+        if param.where == "path":
+            if param.name != "name":  # the queue's name is the registry's to check
+                args[param.name] = request.path_params[param.name]
+        elif param.where == "query" and param.name in request.query_params:
+            args[param.name] = _query(param, request.query_params[param.name])
+        elif param.where == "body" and param.name in body.fields:
+            raw = body.fields[param.name]
+            args[param.name] = _value(param, raw, body.as_json, limits.batch)
         elif param.required:
             raise InvalidArgument(f"missing argument {param.name!r}")
     return args
