@@ -4,7 +4,9 @@ takeover when the leader is killed with SIGKILL. Brokers are real processes on 1
 from __future__ import annotations
 
 import collections
+import hashlib
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -13,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
-from conftest import MotoServer, state_of
+from conftest import MotoServer, free_port, state_of
 
 import s3q
 from s3q.broker import spawn
@@ -24,12 +27,14 @@ from s3q.client import Client, connect
 class Node:
     """``s3q.broker.serve`` in a child process."""
 
-    def __init__(self, store: str, options: dict[str, Any]) -> None:
-        self.proc, self.url = spawn(store, options=options)
+    def __init__(self, store: str, options: dict[str, Any], **settings: Any) -> None:
+        self.proc, self.url = spawn(store, options=options, **settings)
+        tokens = settings.get("tokens")
+        self.headers = {"authorization": f"Bearer {min(tokens)}"} if tokens else {}
 
     def led(self) -> list[str]:
         """The queues this broker leads."""
-        return list(httpx.get(self.url + "/v1/queues").json()["queues"])
+        return list(httpx.get(self.url + "/v1/queues", headers=self.headers).json()["queues"])
 
     def stop(self) -> None:
         self.proc.terminate()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -557,3 +558,50 @@ def test_a_bulk_write_of_alternating_priorities_is_one_run_each(
 
 async def _refuse(*_: Any) -> Any:
     raise AssertionError("a table was read on the driver")
+
+
+@pytest.mark.parametrize("through", ["embedded", "broker"])
+def test_available_now_reads_what_was_there_and_stops(
+    spark: SparkSession, tmp_path: Path, through: str
+) -> None:
+    """trigger(availableNow=True) over more messages than a batch holds: every message that
+    was in the queue when the query started reaches the sink once, in batches of
+    maxMessagesPerBatch, and the query stops on its own. Through a broker, messages enqueued
+    while the query runs (by its first batch, at a higher priority) are left for the next run."""
+    from test_broker import Broker
+
+    from s3q.client import connect
+
+    store = (tmp_path / "store").as_uri()
+    url = f"{store}/jobs"
+    with s3q.open(url) as q:
+        q.enqueue_batch([f"m{i}".encode() for i in range(2500)])
+    seen: list[bytes] = []
+    batches: list[int] = []
+    with contextlib.ExitStack() as stack:
+        reader = spark.readStream.format("s3q").option("maxMessagesPerBatch", 1000)
+        later: Any = None
+        if through == "broker":
+            broker = stack.enter_context(Broker(store))
+            later = stack.enter_context(connect(broker.url)).queue("jobs")
+            reader = reader.option("broker", broker.url)
+
+        def each(frame: DataFrame, batch: int) -> None:
+            rows = frame.select("payload").collect()
+            seen.extend(bytes(r.payload) for r in rows)
+            batches.append(len(rows))
+            if later is not None and batch == 0:
+                later.enqueue_batch([{"payload": b"later", "priority": 9}] * 5)
+
+        query = reader.load(url).writeStream.foreachBatch(each).trigger(availableNow=True).start()
+        assert query.awaitTermination(180), "the availableNow query did not stop on its own"
+        assert query.exception() is None
+        assert sorted(seen) == sorted(f"m{i}".encode() for i in range(2500))
+        assert max(batches) <= 1000 and len([b for b in batches if b]) >= 3
+        if later is not None:
+            after = later.stats()
+            assert (after.pending, after.processing, after.completed) == (5, 0, 2500)
+    if later is None:
+        with s3q.open(url) as q:
+            after = q.stats()
+            assert (after.pending, after.processing, after.completed) == (0, 0, 2500)

@@ -810,6 +810,7 @@ class Engine:
             store_bytes_written=store.bytes_written,
             store_errors=store.errors,
             store_retries=store.retries,
+            log_seq=self.commit.durable,
         )
 
     async def peek(self, limit: int) -> list[Message]:

@@ -81,6 +81,14 @@ def split(mid: str) -> tuple[int, int]:
     return int(mid[QUEUE_DIGITS : QUEUE_DIGITS + SEQ_DIGITS], 16), int(mid[-PLACE_DIGITS:], 16)
 
 
+def enqueued_by(mid: str) -> int:
+    """The log object that enqueued message ``mid``; 0 for an id of format 1, which names
+    none (such messages were enqueued before any id named a log object)."""
+    if len(mid) != LENGTH or not _HEX.issuperset(mid):
+        return 0
+    return split(mid)[0]
+
+
 def where(mid: str, queue: str) -> tuple[int, int] | None:
     """The log object and place of ``queue`` an id names, or None for an id that names none
     there (another queue's, an older format's, or not an id at all)."""

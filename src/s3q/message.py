@@ -53,3 +53,6 @@ class QueueStats:
     store_bytes_written: int = 0
     store_errors: int = 0  # requests that failed with a StoreError
     store_retries: int = 0  # requests sent again after a transient fault
+    #: the newest durable log object: a message enqueued later has an id naming a later one
+    #: (``s3q.ids.enqueued_by``), so a reader can tell what was there when it looked
+    log_seq: int = 0

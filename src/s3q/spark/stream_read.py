@@ -33,8 +33,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
+from .. import ids as message_ids
 from ..api import Queue, open
 from ..engine import MAX_DEQUEUE
 from ..errors import MessageNotFound, ReceiptExpired
@@ -76,8 +77,13 @@ _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Manifest)
 
 
-class ConsumeReader(DataSourceStreamReader):
-    """Leases messages per micro-batch; completes them when Spark commits the batch."""
+class ConsumeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Leases messages per micro-batch; completes them when Spark commits the batch.
+
+    Under ``trigger(availableNow=True)`` the query reads, in batches of ``maxMessagesPerBatch``,
+    the messages enqueued before it started (those in log objects up to the queue's
+    ``log_seq`` then) and stops once none is left; messages enqueued later are given back
+    unread for the next run."""
 
     def __init__(self, options: Options) -> None:
         self.options = options
@@ -93,6 +99,7 @@ class ConsumeReader(DataSourceStreamReader):
         self._manifests: dict[int, Manifest] = {}
         self._owner: dict[str, int] = {}  # message id -> manifest not yet committed
         self._leased: dict[str, Located] = {}  # as leased by this process, until planned
+        self._until: int | None = None  # availableNow: the last log object to read from
 
     # -- the driver's state ----------------------------------------------------------------------
 
@@ -138,6 +145,13 @@ class ConsumeReader(DataSourceStreamReader):
 
     # -- Spark's calls -----------------------------------------------------------------------------
 
+    def prepareForTriggerAvailableNow(self) -> None:
+        queue = self._open()
+        try:
+            self._until = queue.stats().log_seq
+        except LookupError:  # through a broker, a queue not made yet: nothing to read
+            self._until = 0
+
     def initialOffset(self) -> dict[str, int]:
         return {"n": 0}
 
@@ -160,12 +174,16 @@ class ConsumeReader(DataSourceStreamReader):
         carried: list[Message] = []  # through a broker: the messages, payloads included
         touched: set[int] = set()
         settle: list[str] = []  # receipts of owed messages that came back
+        later: list[str] = []  # availableNow: receipts of messages enqueued after the start
         while len(ids) < wanted:
             leased = self._take(queue, min(wanted - len(ids), MAX_DEQUEUE))
             if not leased:
                 break
             for message, found in leased:
                 assert message.receipt is not None
+                if self._until is not None and message_ids.enqueued_by(message.id) > self._until:
+                    later.append(message.receipt)
+                    continue
                 owner = self._owner.get(message.id)
                 if owner is not None:  # redelivered after a crash: still that batch's
                     manifest = self._manifests[owner]
@@ -180,6 +198,8 @@ class ConsumeReader(DataSourceStreamReader):
                     carried.append(message)
                 else:
                     self._leased[message.id] = found
+        for first in range(0, len(later), MAX_DEQUEUE):  # held meanwhile: not leased twice
+            queue.release(later[first : first + MAX_DEQUEUE])
         if settle:
             queue.complete_batch(settle)
         for n in touched:
