@@ -197,7 +197,8 @@ def test_a_call_with_more_entries_than_the_limit_is_refused_whole(broker: ChildB
     it is refused with a precise error and nothing is done; at the limit the call is served."""
     with connect(broker.url, token=TOKEN) as client:
         q = client.queue("batched")
-        with pytest.raises(InvalidArgument, match=r"items has more than 100 entries; .* at most 100"):
+        too_many = r"items has more than 100 entries; .* at most 100"
+        with pytest.raises(InvalidArgument, match=too_many):
             q.enqueue_batch([b"m"] * (MAX_BATCH + 1))
         assert pending(broker, "batched") == 0
         ids = q.enqueue_batch([b"m"] * MAX_BATCH)
