@@ -91,7 +91,7 @@ def test_enqueue_one_message_with_options_and_read_it_back(tmp_path: Path) -> No
             "x=",
         )
     ).strip()
-    later = data(cli(tmp_path, "enqueue", "q", "later", "--delay", "3600", "--json"))
+    later = data(cli(tmp_path, "enqueue", "q", "later", "--delay", "600", "--json"))
     assert later["enqueued"] == 1 and len(later["ids"]) == 1
     assert later["queue"] == str(tmp_path / "store" / "q")
     assert len(low) == ids.LENGTH and low != high

@@ -4,7 +4,6 @@ takeover when the leader is killed with SIGKILL. Brokers are real processes on 1
 from __future__ import annotations
 
 import collections
-import hashlib
 import signal
 import socket
 import subprocess
@@ -299,3 +298,266 @@ def test_a_paused_leader_is_taken_over_and_its_late_commits_are_refused(
     finally:
         a.stop()
         b.stop()
+
+
+# --------------------------------------------------------------------------- trust
+
+
+TOKEN = "cluster-secret-token"
+
+
+class Collector:
+    """A listening socket the test controls, standing for whatever a forged lease names: it
+    records every byte sent to it, and answers each request with ``answer`` (or closes)."""
+
+    def __init__(self, answer: bytes | None = None) -> None:
+        self.answer = answer
+        self.received = bytearray()
+        self.requests: list[bytes] = []  # each request as sent: head and body
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._server.getsockname()[1]}"
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(10)
+            data = b""
+            try:
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                    self.received += chunk
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = next(
+                    (
+                        int(line.split(b":", 1)[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    0,
+                )
+                while len(body) < length:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    body += chunk
+                    self.received += chunk
+                self.requests.append(head + b"\r\n\r\n" + body)
+                if self.answer is not None:
+                    conn.sendall(self.answer)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self._server.close()
+
+
+def msgpack_answer(body: Any) -> bytes:
+    content = msgspec.msgpack.encode(body)
+    head = (
+        "HTTP/1.1 200 OK\r\ncontent-type: application/msgpack\r\n"
+        f"content-length: {len(content)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode() + content
+
+
+@pytest.fixture
+def collector() -> Iterator[Collector]:
+    c = Collector()
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def forge_lease(store: str, queue: str, address: str) -> Node:
+    """A broker that opens ``queue`` and names ``address`` in its writer lease, as anyone who
+    can write the store could: the other brokers find the queue led by ``address``."""
+    forger = Node(store, {}, tokens={TOKEN}, advertise=address)
+    with connect(forger.url, token=TOKEN) as client:
+        client.queue(queue).enqueue(b"held")
+    assert forger.led() == [queue]
+    return forger
+
+
+@pytest.mark.parametrize("listed", [False, True], ids=["no-peers", "other-peers"])
+def test_a_lease_naming_an_address_not_among_the_peers_gets_no_call_and_no_token(
+    tmp_path: Path, collector: Collector, listed: bool
+) -> None:
+    """Whatever address a lease names, a broker with tokens forwards only to its configured
+    peers (none by default): the call answers a precise 503, the address receives nothing."""
+    store = f"file://{tmp_path}/store"
+    forger = forge_lease(store, "stolen", collector.url)
+    settings: dict[str, Any] = {"tokens": {TOKEN}}
+    if listed:
+        settings["peers"] = [forger.url, f"http://127.0.0.1:{free_port()}/"]
+    b = Node(store, {}, **settings)
+    try:
+        answer = httpx.post(
+            b.url + "/v1/queues/stolen/enqueue",
+            content=msgspec.msgpack.encode({"payload": b"secret payload"}),
+            headers={
+                **b.headers,
+                "content-type": "application/msgpack",
+                "accept": "application/json",
+            },
+            timeout=60,
+        )
+        assert answer.status_code == 503, answer.text
+        error = answer.json()
+        assert error["error"] == "Unavailable"
+        assert collector.url in error["message"] and "not a configured peer" in error["message"]
+        with connect(b.url, token=TOKEN) as client, pytest.raises(s3q.Unavailable, match="peer"):
+            client.queue("stolen").stats()
+        time.sleep(0.2)  # anything sent would have arrived by now
+        assert bytes(collector.received) == b""
+        assert b.led() == []
+    finally:
+        b.stop()
+        forger.stop()
+
+
+def test_a_configured_peer_gets_a_signed_call_not_the_token(tmp_path: Path) -> None:
+    """A forwarded call carries an HMAC of itself, bound to its destination and to a minute,
+    keyed by the token: not the token. What a peer (or a collector among them) receives cannot
+    be sent to another broker."""
+    collector = Collector(answer=msgpack_answer({"id": "from-the-peer"}))
+    store = f"file://{tmp_path}/store"
+    forger = forge_lease(store, "signed", collector.url)
+    b = Node(store, {}, tokens={TOKEN}, peers=[collector.url + "/"])  # normalised: one peer
+    try:
+        with connect(b.url, token=TOKEN) as client:
+            assert client.queue("signed").enqueue(b"forwarded") == "from-the-peer"
+        [request] = collector.requests
+        assert TOKEN.encode() not in request
+        head, _, body = request.partition(b"\r\n\r\n")
+        assert b"authorization: s3q-hmac-sha256 " in head.lower()
+        assert b"bearer" not in head.lower()
+        assert body and msgspec.msgpack.decode(body)["payload"] == b"forwarded"
+        # the captured request, sent as it is to a broker of the cluster: refused
+        lines = head.decode().split("\r\n")
+        method, path, _ = lines[0].split(" ")
+        headers = dict(line.split(": ", 1) for line in lines[1:])
+        headers.pop("Host", None)
+        headers.pop("host", None)
+        replayed = httpx.request(method, b.url + path, content=body, headers=headers)
+        assert replayed.status_code == 403, replayed.text
+        assert "signature" in replayed.text
+    finally:
+        b.stop()
+        forger.stop()
+        collector.close()
+
+
+def test_brokers_with_tokens_forward_to_their_configured_peers(tmp_path: Path) -> None:
+    store = f"file://{tmp_path}/store"
+    ports = [free_port(), free_port()]
+    peers = [f"http://127.0.0.1:{port}" for port in ports]
+    a = Node(store, {}, port=ports[0], tokens={TOKEN, "another"}, peers=peers)
+    b = Node(store, {}, port=ports[1], tokens={TOKEN, "another"}, peers=peers)
+    try:
+        with connect(a.url, token=TOKEN) as ca, connect(b.url, token="another") as cb:
+            first = ca.queue("shared").enqueue(b"via a")
+            second = cb.queue("shared").enqueue(b"via b", priority=5)
+            assert a.led() == ["shared"] and b.led() == []  # b forwarded
+            got = cb.queue("shared").dequeue(2, wait=1)
+            assert [m.id for m in got] == [second, first]
+            cb.queue("shared").complete_batch(got)
+            assert ca.queue("shared").stats().completed == 2
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_a_broker_checks_the_signature_of_a_forwarded_call(tmp_path: Path) -> None:
+    from s3q.broker.peerauth import AUTH_SCHEME, sign
+
+    a = Node(f"file://{tmp_path}/store", {}, tokens={"other", TOKEN})
+    body = msgspec.msgpack.encode({"payload": b"x"})
+    path = "/v1/queues/checked/enqueue"
+
+    def send(
+        *, key: str = TOKEN, target: str = a.url, at: float | None = None, content: bytes = body
+    ) -> httpx.Response:
+        headers = sign(key, target, "POST", path, {}, body, now=at)
+        headers.update({"content-type": "application/msgpack", "x-s3q-forwarded": "1"})
+        return httpx.post(a.url + path, content=content, headers=headers)
+
+    try:
+        assert send().status_code == 200  # signed with any of the broker's tokens
+        assert send(key="other", target=a.url + "/").status_code == 200
+        refused = {
+            "wrong key": send(key="guess"),
+            "another broker": send(target="http://127.0.0.1:1"),
+            "stale": send(at=time.time() - 600),
+            "from the future": send(at=time.time() + 600),
+            "another body": send(content=msgspec.msgpack.encode({"payload": b"y"})),
+        }
+        assert {k: r.status_code for k, r in refused.items()} == dict.fromkeys(refused, 403)
+        assert "body does not match" in refused["another body"].json()["message"]
+        assert "clock" in refused["stale"].json()["message"]
+        garbled = httpx.post(
+            a.url + path,
+            content=body,
+            headers={
+                "authorization": f"{AUTH_SCHEME} nonsense",
+                "content-type": "application/msgpack",
+            },
+        )
+        assert garbled.status_code == 401
+        with connect(a.url, token=TOKEN) as client:
+            assert client.queue("checked").stats().pending == 2  # the refused changed nothing
+    finally:
+        a.stop()
+
+
+def test_which_addresses_a_broker_forwards_to(caplog: pytest.LogCaptureFixture) -> None:
+    from s3q.broker.forward import Peers
+    from s3q.broker.peerauth import normalize
+
+    assert (
+        normalize("HTTP://Node-A:8765/")
+        == normalize("http://node-a:8765")
+        == ("http://node-a:8765")
+    )
+    assert normalize("http://node-a") == "http://node-a:80"
+    assert normalize("https://[::1]/base/") == "https://[::1]:443/base"
+    listed = Peers("token", ["http://node-a:8765/", "https://NODE-B"])
+    assert listed.allows("http://node-a:8765") and listed.allows("https://node-b:443/")
+    assert not listed.allows("http://node-a:8766") and not listed.allows("http://node-b")
+    assert not listed.allows("http://127.0.0.1:8765") and not listed.allows("not a url")
+    assert not Peers("token").allows("http://127.0.0.1:8765")  # tokens, no list: no one
+    tokenless = Peers(None)  # no tokens, no list: this machine only
+    assert tokenless.allows("http://127.0.0.1:8765") and tokenless.allows("http://localhost:1")
+    assert tokenless.allows("http://[::1]:8765") and not tokenless.allows("http://10.0.0.1:80")
+    with caplog.at_level("WARNING", logger="s3q.broker"):
+        error = listed.refuse("jobs", "http://10.0.0.1:80")
+        assert listed.refuse("jobs", "http://10.0.0.1:80") is not error
+    assert isinstance(error, s3q.Unavailable)
+    assert "'http://10.0.0.1:80', which is not a configured peer" in str(error)
+    [warning] = caplog.records  # once a minute for each address
+    assert "not a configured peer" in warning.getMessage()
+    with pytest.raises(s3q.Unavailable, match="not a configured peer"):
+        listed.queue("http://10.0.0.1:80", "jobs")  # never a connection to it
+
+
+def test_serve_refuses_a_peer_that_is_not_a_url(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from s3q.cli import main
+
+    args = ["serve", "--store", f"file://{tmp_path}", "--port", "0", "--peer", "node-a:8765"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1
+    assert "not a broker URL: 'node-a:8765'" in result.output

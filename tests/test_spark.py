@@ -80,7 +80,7 @@ def every_column(spark: SparkSession, rows: int, partitions: int = 2) -> DataFra
     return spark.range(0, rows, numPartitions=partitions).select(
         F.concat(F.lit("payload-"), i.cast("string")).cast("binary").alias("payload"),
         (i % 256).cast("int").alias("priority"),
-        F.when(i % 10 == 0, F.lit(3600.0)).otherwise(F.lit(0.0)).alias("delay"),
+        F.when(i % 10 == 0, F.lit(600.0)).otherwise(F.lit(0.0)).alias("delay"),
         F.when(i % 100 == 0, F.concat(F.lit("g"), (i % 3).cast("string"))).alias("group"),
         F.concat(F.lit("d"), i.cast("string")).alias("dedup_id"),
         F.create_map(F.lit("n"), i.cast("string"), F.lit("kind"), F.lit("test")).alias(

@@ -716,6 +716,14 @@ def watch_stats(url: str, every: float) -> None:
     help="URL the other brokers of a cluster reach this one at [default: http://HOST:PORT].",
 )
 @click.option(
+    "--peer",
+    "peers",
+    metavar="URL",
+    multiple=True,
+    help="A broker of the cluster (repeat it): calls are forwarded only to those listed "
+    "[default: none with tokens, else those on this machine].",
+)
+@click.option(
     "--sqs-credentials",
     type=click.Path(exists=True, dir_okay=False),
     help="SQS access keys, ACCESS_KEY_ID:SECRET per line (also $S3Q_SQS_CREDENTIALS, "
@@ -776,6 +784,7 @@ def serve(
     port: int,
     token_file: str | None,
     advertise: str | None,
+    peers: tuple[str, ...],
     sqs_credentials: str | None,
     max_body: int,
     max_batch: int,
@@ -789,7 +798,7 @@ def serve(
     dashboard at / (prints its URL once listening) and an SQS-compatible API on POST /.
 
     Run it on several hosts over one store for a cluster: each queue is led by one broker,
-    the others forward to it and take over when it dies.
+    the others forward to it (if it is a --peer) and take over when it dies.
     Needs the broker extra: pip install 's3q[broker]'.
     """
     from .broker import serve as run
@@ -806,6 +815,7 @@ def serve(
         port=port,
         token_file=token_file,
         advertise=advertise,
+        peers=list(peers) or None,
         sqs_credentials=sqs_credentials,
         on_ready=ready,
         max_body=max_body,

@@ -21,7 +21,7 @@ import hashlib
 import random
 import ssl
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Generic, TypeVar
@@ -643,9 +643,15 @@ class RemoteQueue:
 # --------------------------------------------------------------------------- async
 
 
+#: headers of one request from (broker URL, method, path, query parameters, body)
+Signer = Callable[[str, str, str, Mapping[str, Any], bytes | None], Mapping[str, str]]
+
+
 class AsyncClient:
     """An async connection pool to a broker (or to the brokers of a cluster, tried in turn);
-    an async context manager. ``headers``: sent with every request, besides the token."""
+    an async context manager. ``headers``: sent with every request, besides the token.
+    ``sign``: more headers for each request sent, made from it (brokers of a cluster sign the
+    calls they forward to each other with it)."""
 
     def __init__(
         self,
@@ -655,10 +661,12 @@ class AsyncClient:
         retries: int = RETRIES,
         *,
         headers: Mapping[str, str] | None = None,
+        sign: Signer | None = None,
     ) -> None:
         self._nodes = _Nodes(url)
         self.timeout, self.retries = timeout, retries
         self._headers = {**_headers(token), **(headers or {})}
+        self._sign = sign
         self._session: aiohttp.ClientSession | None = None  # made in the loop that uses it
 
     @property
@@ -688,12 +696,16 @@ class AsyncClient:
         )
         for attempt in range(self.retries + 1):
             node = self._nodes.url_for(call.queue)
+            signed = None
+            if self._sign is not None:
+                signed = self._sign(node, call.method, call.path, call.params, content)
             try:
                 async with session.request(
                     call.method,
                     node + call.path,
                     data=content,
                     params=call.params or None,
+                    headers=signed,
                     timeout=timeout,
                 ) as response:
                     status, body = response.status, await response.read()

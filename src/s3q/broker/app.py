@@ -7,7 +7,7 @@ import functools
 import hmac
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Annotated, Any, NamedTuple
 
 import msgspec
@@ -17,7 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import InvalidArgument, S3QError, WriterFenced
-from . import dashboard, guard, openapi, sqs
+from . import dashboard, guard, openapi, peerauth, sqs
 from .limits import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_IDLE_CLOSE,
@@ -44,6 +44,7 @@ def create_app(
     options: dict[str, Any] | None = None,
     sqs_keys: dict[str, str] | None = None,
     address: str | None = None,
+    peers: Iterable[str] | None = None,
     failover_timeout: float = 30.0,
     max_body: int = DEFAULT_MAX_BODY,
     max_batch: int = DEFAULT_MAX_BATCH,
@@ -57,6 +58,9 @@ def create_app(
     passed to ``s3q.open_async`` for every queue opened. ``address``: the URL other brokers of
     the cluster reach this one at; a queue another broker leads is served by forwarding to it,
     and taken over when that broker is gone (waiting up to ``failover_timeout`` seconds).
+    ``peers``: the URLs of the brokers calls may be forwarded to; none given: with tokens,
+    none, without, those on this machine (docs/broker.md, "A cluster's trust model"). A
+    forwarded call is signed with a token (``s3q.broker.peerauth``), which is never sent.
     ``sqs_keys``: access key id -> secret; when given, every request to the SQS endpoint
     (``POST /``) must be SigV4-signed with one of them (see docs/sqs.md). ``max_body``: the
     largest request body of the native API, in bytes (413 beyond it, read no further);
@@ -64,13 +68,14 @@ def create_app(
     ``body_timeout``: seconds a request body may take to arrive (408 beyond). ``idle_close``:
     seconds after which a queue no call used is closed (0: never); the next call reopens it.
     """
-    peer_token = min(t for t in tokens) if tokens else None
+    peer_token = min((t for t in tokens or () if t), default=None)
     metrics = BrokerMetrics()
     registry = QueueRegistry(
         store,
         options,
         address=address,
         token=peer_token,
+        peers=peers or None,
         failover_timeout=failover_timeout,
         on_commit=metrics.commit,
         idle_close=idle_close,
@@ -128,11 +133,25 @@ def _answer(request: Request, status: int, body: Any) -> Response:
     return Response(encode(body, as_json), status, media_type=JSON if as_json else MSGPACK)
 
 
-def _authorize(request: Request, secrets: list[bytes]) -> None:
+def _authorize(
+    request: Request, secrets: list[bytes], registry: QueueRegistry | None = None
+) -> None:
+    """Check the request's bearer token, or (``registry``: on the native API) the signature
+    of a call another broker of the cluster forwarded (its body is checked once read)."""
     if not secrets:
         return
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
+    if registry is not None and scheme.lower() == peerauth.AUTH_SCHEME.lower():
+        request.state.peer_digest = peerauth.verify(
+            secrets,
+            registry.address,
+            request.method,
+            request.scope["path"],
+            request.query_params.multi_items(),
+            token,
+        )
+        return
     if scheme.lower() != "bearer" or not token.strip():
         raise AuthError("missing bearer token (Authorization: Bearer <token>)", 401)
     given = token.strip().encode()
@@ -157,6 +176,9 @@ async def _body(request: Request, limits: Limits) -> _Body:
         else (limits.body, "s3q serve --max-body")
     )
     raw = await read_body(request, limit, setting, limits.body_timeout)
+    signed: str | None = getattr(request.state, "peer_digest", None)
+    if signed is not None:  # a call forwarded by another broker: its body is what it signed
+        peerauth.check_body(signed, raw)
     if not raw:
         return _Body(as_json, {})
     try:
@@ -261,7 +283,7 @@ def _endpoint(
         outcome = "ok"
         metrics.in_progress.inc()
         try:
-            _authorize(request, secrets)
+            _authorize(request, secrets, registry)
             call = Call(registry, request, name, await _arguments(endpoint, request, limits))
             try:
                 result = await endpoint.handler(call)

@@ -13,20 +13,36 @@ its lease: once that lapses, this broker takes the queue over and the call ends 
 Only calls that certainly did nothing are sent again: those that could not connect, and those
 the leader refused with ``Unavailable``. A call whose leader died after receiving it ends with
 a ``StoreError``, as with an embedded queue whose commit failed: its outcome is unknown.
+
+A lease is only as trustworthy as the store, so calls go only to the configured peers
+(:class:`Peers`), and carry a signature of themselves (:mod:`.peerauth`), never the token.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit
 
 from ..client import AsyncClient, AsyncRemoteQueue
 from ..collector import CompactionReport
 from ..config import Setting
-from ..errors import OutcomeUnknown, QueueClosed, QueueLocked, StoreError, Unavailable
+from ..errors import (
+    InvalidConfig,
+    OutcomeUnknown,
+    QueueClosed,
+    QueueLocked,
+    StoreError,
+    Unavailable,
+)
 from ..message import Message, MessageStatus, QueueStats
 from ..staging import StagedObject
+from . import peerauth
+from .server import is_loopback
 from .wire import BrokerUnreachable
 
 if TYPE_CHECKING:
@@ -39,21 +55,69 @@ Target = Message | str
 #: a header on calls one broker forwards to another: the receiver must lead the queue itself
 FORWARDED = "x-s3q-forwarded"
 RETRY_PAUSE = 0.2  # seconds between two attempts to reach a queue's leader
+WARN_EVERY = 60.0  # seconds between two warnings about one address that is not a peer
+
+log = logging.getLogger("s3q.broker")
 
 
 class Peers:
-    """One connection pool per other broker of the cluster, with this broker's token."""
+    """The other brokers of the cluster calls may be forwarded to, one connection pool each.
 
-    def __init__(self, token: str | None, timeout: float = 30.0) -> None:
+    ``allowed``: their URLs (``s3q serve --peer``; compared normalised, see
+    :func:`.peerauth.normalize`). None: without ``token``, the brokers on this machine
+    (loopback addresses: a broker without tokens listens on loopback only); with one, none.
+    An address a lease names that is not allowed is never sent anything. ``token``: the
+    cluster's token, which signs each forwarded call (:mod:`.peerauth`) and is never sent.
+    """
+
+    def __init__(
+        self, token: str | None, allowed: Iterable[str] | None = None, timeout: float = 30.0
+    ) -> None:
         self.token, self.timeout = token, timeout
+        self.allowed = None if allowed is None else frozenset(map(peerauth.normalize, allowed))
         self._clients: dict[str, AsyncClient] = {}
+        self._warned: dict[str, float] = {}  # address -> when it was last warned about
+
+    def allows(self, address: str) -> bool:
+        """Whether calls may be forwarded to the broker at ``address``."""
+        try:
+            url = peerauth.normalize(address)
+        except InvalidConfig:
+            return False
+        if self.allowed is not None:
+            return url in self.allowed
+        return self.token is None and is_loopback(urlsplit(url).hostname or "")
+
+    def refuse(self, name: str, address: str) -> Unavailable:
+        """The error of a call to queue ``name``, whose lease names ``address``, which is not
+        allowed; logged as a warning (once a minute for each address)."""
+        if self.allowed is not None:
+            why = "it forwards only to the brokers given with --peer"
+        elif self.token is None:
+            why = "without --peer it forwards only to brokers on this machine"
+        else:
+            why = "a broker with tokens forwards only to the brokers given with --peer"
+        message = (
+            f"queue {name} is led by {address!r}, which is not a configured peer of this "
+            f"broker ({why}): nothing was sent there"
+        )
+        now = time.monotonic()
+        if now - self._warned.get(address, -WARN_EVERY) >= WARN_EVERY:
+            if len(self._warned) >= 1000:  # addresses come from the store: keep a bound
+                self._warned.clear()
+            self._warned[address] = now
+            log.warning("%s; if it is a broker of this cluster, add it: s3q serve --peer", message)
+        return Unavailable(message)
 
     def queue(self, address: str, name: str) -> AsyncRemoteQueue:
+        if not self.allows(address):
+            raise self.refuse(name, address)
         client = self._clients.get(address)
         if client is None:
+            sign = None if self.token is None else functools.partial(peerauth.sign, self.token)
             # no retries of its own: a ForwardedQueue decides, knowing about leases
             client = AsyncClient(
-                address, self.token, self.timeout, retries=0, headers={FORWARDED: "1"}
+                address, None, self.timeout, retries=0, headers={FORWARDED: "1"}, sign=sign
             )
             self._clients[address] = client
         return client.queue(name)

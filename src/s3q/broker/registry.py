@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import lease
@@ -31,8 +31,9 @@ class QueueRegistry:
     A queue this broker leads is one :class:`~s3q.AsyncQueue`, opened with ``s3q.open_async`` in
     the server's event loop, so the operations of all clients of a queue share its group commits.
     A queue another broker of the cluster leads (its writer lease names that broker's
-    ``address``) is a :class:`~s3q.broker.forward.ForwardedQueue` to it. Must be used from the
-    server's one loop.
+    ``address``) is a :class:`~s3q.broker.forward.ForwardedQueue` to it, if that broker is
+    among ``peers`` (see :class:`~s3q.broker.forward.Peers` for the default); ``token`` signs
+    the calls forwarded. Must be used from the server's one loop.
     """
 
     def __init__(
@@ -42,6 +43,7 @@ class QueueRegistry:
         *,
         address: str | None = None,
         token: str | None = None,
+        peers: Iterable[str] | None = None,
         failover_timeout: float = 30.0,
         on_commit: Callable[[str, float, int], None] | None = None,
         idle_close: float = DEFAULT_IDLE_CLOSE,
@@ -54,7 +56,7 @@ class QueueRegistry:
         if address is not None:
             self.advertise(address)
         self.failover_timeout = failover_timeout
-        self.peers = Peers(token)
+        self.peers = Peers(token, peers)
         self._queues: dict[str, AsyncQueue] = {}
         self._forwarded: dict[str, ForwardedQueue] = {}
         self._down: dict[str, float] = {}  # broker address -> until when it counts as down
@@ -120,7 +122,8 @@ class QueueRegistry:
 
         A queue whose leader is down (or is this broker's previous life, whose lease has not
         lapsed) is waited for until ``deadline`` (loop time), then Unavailable. A queue held by
-        a writer that is not a broker raises QueueLocked.
+        a writer that is not a broker raises QueueLocked; one whose lease names a broker that
+        is not a peer, Unavailable at once.
         """
         loop = asyncio.get_running_loop()
         while True:
@@ -130,6 +133,8 @@ class QueueRegistry:
                 address = exc.address
                 if address is None:
                     raise
+                if address != self.address and not self.peers.allows(address):
+                    raise self.peers.refuse(name, address) from None
                 if address != self.address and self._down.get(address, 0.0) <= loop.time():
                     return address
                 if loop.time() >= deadline:

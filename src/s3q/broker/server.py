@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -113,6 +113,7 @@ def serve(
     sqs_credentials: str | os.PathLike[str] | None = None,
     options: dict[str, Any] | None = None,
     advertise: str | None = None,
+    peers: Iterable[str] | None = None,
     graceful_timeout: int = 10,
     log_level: str = "info",
     on_ready: Callable[[str], None] | None = None,
@@ -134,6 +135,9 @@ def serve(
 
     ``advertise``: the URL other brokers over the same store reach this one at (default: the
     address it listens on); they forward the requests of the queues this broker leads to it.
+    ``peers``: the URLs of the other brokers of the cluster, the only ones this broker forwards
+    to (default: none if it has tokens, else those on this machine; see docs/broker.md, "A
+    cluster's trust model"); it may list itself, so every broker can be given the same list.
     ``on_ready`` is called with the broker's URL (where its dashboard is) once it listens.
     ``max_body``: the largest native API request body, in bytes; ``max_batch``: the most
     entries of a list in one native call (see ``s3q.broker.limits``). ``max_connections``:
@@ -155,11 +159,16 @@ def serve(
     all_tokens = set(tokens or ()) | load_tokens(token_file)
     keys = {**load_sqs_keys(sqs_credentials), **(sqs_keys or {})}
     check_exposure(host, all_tokens)
+    if advertise is not None:
+        from .peerauth import normalize
+
+        normalize(advertise)  # InvalidConfig now, not refused forwarded calls later
     app = create_app(
         store,
         tokens=all_tokens,
         options=options,
         address=advertise,
+        peers=peers,
         sqs_keys=keys,
         max_body=max_body,
         max_batch=max_batch,
