@@ -34,11 +34,18 @@ class Broker:
         store: str,
         tokens: set[str] | None = None,
         sqs_keys: dict[str, str] | None = None,
+        advertise: bool = False,
         **options: Any,
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        app = create_app(store, tokens=tokens, options=options or None, sqs_keys=sqs_keys)
+        app = create_app(
+            store,
+            tokens=tokens,
+            options=options or None,
+            sqs_keys=sqs_keys,
+            address=self.url if advertise else None,
+        )
         config = uvicorn.Config(
             app, host="127.0.0.1", port=self.port, lifespan="on", log_level="warning"
         )

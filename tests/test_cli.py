@@ -66,6 +66,19 @@ def failed(done: Run, code: int, *words: str) -> str:
     return error
 
 
+def start_cli(store: str, *args: str) -> subprocess.Popen[str]:
+    """``python -m s3q.cli ARGS`` running on ``store``; a crash at exit says what crashed."""
+    env = {**child_env(), "S3Q_STORE": store, "PYTHONFAULTHANDLER": "1", "LIBC_FATAL_STDERR_": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "s3q.cli", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
 def counts(tmp_path: Path, name: str = "q") -> dict[str, Any]:
     return dict(data(cli(tmp_path, "stats", name, "--json")))
 
@@ -251,16 +264,7 @@ def test_stats_table_json_and_watch(tmp_path: Path) -> None:
     assert "pending" in table and "dead" in table
     failed(cli(tmp_path, "stats", "q", "--watch", "--json"), 2, "--watch")
 
-    env = child_env()
-    env["S3Q_STORE"] = str(tmp_path / "store")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "s3q.cli", "stats", "q", "--watch", "0.5"],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    proc = start_cli(str(tmp_path / "store"), "stats", "q", "--watch", "0.5")
     try:
         assert proc.stdout is not None
         seen = 0
@@ -382,6 +386,48 @@ def test_unreachable_store_is_a_one_line_store_error(tmp_path: Path) -> None:
         "s3://bucket/prefix/q",  # the queue name goes into the path, before the query
     )
     assert time.monotonic() - started < 60
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize(
+    "command",
+    [("stats", "q", "--watch", "0.5"), ("dequeue", "q", "--wait", "20", "--json")],
+    ids=["stats-watch", "dequeue-wait"],
+)
+def test_a_signal_stops_a_long_running_command_and_frees_its_queue(
+    tmp_path: Path, moto_server: Any, s3_bucket: str, sig: signal.Signals, command: tuple[str, ...]
+) -> None:
+    """On S3, where a lease not given back blocks the next writer for its ttl: Ctrl-C or SIGTERM
+    ends the command at once, without a traceback, and its queue opens at once afterwards."""
+    prefix = f"sig-{tmp_path.name}"
+    store = (
+        f"s3://{s3_bucket}/{prefix}?endpoint_url={moto_server.endpoint}&allow_http=true"
+        "&access_key_id=testing&secret_access_key=testing&region=us-east-1"
+    )
+    ok(cli(tmp_path, "enqueue", "--store", store, "q", "later", "--delay", "600"))
+    proc = start_cli(store, *command)
+    try:
+        # the command holds the queue: its lease object names its pid
+        s3, key = moto_server.client(), f"{prefix}/q/writer.lease"
+        deadline = time.monotonic() + 60
+        while (
+            f"pid {proc.pid} ".encode()
+            not in s3.get_object(Bucket=s3_bucket, Key=key)["Body"].read()
+        ):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)  # polling another process's store writes: no event to await
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "Traceback" not in err, err
+    assert proc.returncode in (0, 1), err  # the watch ends as asked; a dequeue is "Aborted!"
+    # the lease was given back: another writer opens the queue at once, and nothing was leased
+    ok(cli(tmp_path, "enqueue", "--store", store, "q", "next"))
+    figures = data(cli(tmp_path, "stats", "--store", store, "q", "--json"))
+    assert (figures["delayed"], figures["pending"], figures["processing"]) == (1, 1, 0)
 
 
 def test_help_and_demo_still_work(tmp_path: Path) -> None:

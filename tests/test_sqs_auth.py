@@ -85,14 +85,16 @@ def test_a_stale_signature_is_refused(broker: SqsBroker, monkeypatch: pytest.Mon
     assert depth(good, url) == 0
 
 
-def signed_request(body: bytes, url: str, secret: str = SECRET) -> AWSRequest:
+def signed_request(
+    body: bytes, url: str, secret: str = SECRET, action: str = "SendMessage"
+) -> AWSRequest:
     request = AWSRequest(
         method="POST",
         url=url,
         data=body,
         headers={
             "Content-Type": "application/x-amz-json-1.0",
-            "X-Amz-Target": "AmazonSQS.SendMessage",
+            "X-Amz-Target": f"AmazonSQS.{action}",
             "X-Custom": "spaced   value",
         },
     )

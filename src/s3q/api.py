@@ -246,6 +246,19 @@ def _settings(settings: dict[str, Any]) -> dict[str, Setting]:
     return settings
 
 
+#: Seconds an interrupted call is given to unwind (a dequeue to stop waiting, an open to give
+#: its lease back, a close to finish) before the caller's KeyboardInterrupt goes on; a second
+#: Ctrl-C cuts the wait short. And the seconds the loop is given to stop.
+UNWIND_SECONDS = 30.0
+
+
+async def _tracked(coro: Coroutine[Any, Any, T], finished: threading.Event) -> T:
+    try:
+        return await coro
+    finally:
+        finished.set()
+
+
 class _LoopThread:
     """An event loop on a thread of its own, to run a queue behind a blocking API."""
 
@@ -254,13 +267,28 @@ class _LoopThread:
         self._thread = threading.Thread(target=self.loop.run_forever, name="s3q-queue", daemon=True)
         self._thread.start()
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+    def run(self, coro: Coroutine[Any, Any, T], *, cancel: bool = True) -> T:
+        """``coro``'s result. Interrupted (Ctrl-C, or any exception raised in this thread while
+        it waits), the call is cancelled (``cancel``) or left to finish, and given time to
+        unwind, rather than left running unseen."""
+        finished = threading.Event()
+        future = asyncio.run_coroutine_threadsafe(_tracked(coro, finished), self.loop)
+        try:
+            return future.result()
+        except BaseException:
+            if not future.done():
+                if cancel:
+                    future.cancel()
+                finished.wait(UNWIND_SECONDS)
+            raise
 
     def stop(self) -> None:
+        """Stop the loop; a loop stuck in a call (it cannot be stopped) is left to its daemon
+        thread, so that a program can always exit."""
         self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join()
-        self.loop.close()
+        self._thread.join(UNWIND_SECONDS)
+        if not self._thread.is_alive():
+            self.loop.close()
 
 
 _open_queues: weakref.WeakSet[Queue] = weakref.WeakSet()
@@ -269,14 +297,25 @@ _open_queues: weakref.WeakSet[Queue] = weakref.WeakSet()
 def open(url: str, **options: Any) -> Queue:
     """Open the queue at ``url`` as its writer. See :func:`open_async` for the arguments."""
     runner = _LoopThread()
+    made: list[Queue] = []
+
+    async def open_queue() -> Queue:
+        # made on the loop's thread the moment it is open, so that a Ctrl-C landing just
+        # then, before this returns, still finds it to close
+        queue = Queue(await open_async(url, **options), runner)
+        made.append(queue)
+        _open_queues.add(queue)
+        return queue
+
     try:
-        aq = runner.run(open_async(url, **options))
+        return runner.run(open_queue())
     except BaseException:
-        runner.stop()
+        if made:
+            with contextlib.suppress(Exception):
+                made[0].close()
+        else:
+            runner.stop()
         raise
-    queue = Queue(aq, runner)
-    _open_queues.add(queue)
-    return queue
 
 
 class Queue:
@@ -410,7 +449,7 @@ class Queue:
         if runner is None:
             return
         try:
-            runner.run(self._aq.close())
+            runner.run(self._aq.close(), cancel=False)  # bounded by commit_timeout
         finally:
             runner.stop()
             _open_queues.discard(self)

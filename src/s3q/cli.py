@@ -11,7 +11,9 @@ import os
 import random
 import re
 import shlex
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -102,6 +104,20 @@ def main() -> None:
     Exit codes: 0 ok; 1 an error (store unreachable, queue locked, message not
     found, bad input file...); 2 a usage error.
     """
+    stop_on_sigterm(click.get_current_context())
+
+
+def stop_on_sigterm(ctx: click.Context) -> None:
+    """SIGTERM stops a command as Ctrl-C does: its call is cancelled and its queue closed, with
+    no traceback (``serve`` and ``worker`` put handlers of their own in place)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    ctx.call_on_close(lambda: signal.signal(signal.SIGTERM, previous))
 
 
 @main.command()

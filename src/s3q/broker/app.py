@@ -27,6 +27,7 @@ from .limits import (
 )
 from .metrics import CONTENT_TYPE as METRICS_TYPE
 from .metrics import BrokerMetrics
+from .redact import INTERNAL, Redactor
 from .registry import QueueRegistry
 from .routes import ENDPOINTS, Call, Endpoint, Param
 from .wire import API_PREFIX, JSON, MSGPACK, AuthError, encode, error_body, status_of
@@ -186,8 +187,8 @@ async def _body(request: Request, limits: Limits) -> _Body:
         fields = (msgspec.json if as_json else msgspec.msgpack).decode(raw, type=_FIELDS)
     except msgspec.ValidationError:
         raise InvalidArgument("the request body must be a map of argument names") from None
-    except msgspec.DecodeError as exc:
-        raise InvalidArgument(f"malformed {kind} body: {exc}") from None
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise InvalidArgument(f"malformed {kind} body: {str(exc)[:200]}") from None
     return _Body(as_json, fields)
 
 
@@ -277,6 +278,8 @@ def _endpoint(
     metrics: BrokerMetrics,
     limits: Limits,
 ) -> Callable[[Request], Awaitable[Response]]:
+    redactor = Redactor(registry.store)
+
     async def serve(request: Request) -> Response:
         name: str | None = request.path_params.get("name")
         started = time.perf_counter()
@@ -298,11 +301,11 @@ def _endpoint(
         except S3QError as exc:
             outcome = type(exc).__name__
             await registry.evict_stopped(name)
-            return _answer(request, status_of(exc), error_body(exc))
+            return _answer(request, status_of(exc), error_body(exc, redactor.message(exc, name)))
         except Exception as exc:
             outcome = "internal"
             log.exception("%s %s failed", request.method, request.url.path)
-            return _answer(request, 500, error_body(exc))
+            return _answer(request, 500, error_body(exc, INTERNAL))
         finally:
             metrics.in_progress.dec()
             metrics.observe(name, endpoint.operation, outcome, time.perf_counter() - started)

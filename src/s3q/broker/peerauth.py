@@ -121,5 +121,5 @@ def verify(
 
 def check_body(digest: str, body: bytes) -> None:
     """AuthError 403 unless ``body`` is what a verified credential's ``digest`` signed."""
-    if not hmac.compare_digest(hashlib.sha256(body).hexdigest(), digest):
+    if not hmac.compare_digest(hashlib.sha256(body).hexdigest().encode(), digest.encode("utf-8")):
         raise AuthError("the request body does not match its signed digest", 403)

@@ -152,11 +152,12 @@ def status_of(exc: BaseException) -> int:
     return 500
 
 
-def error_body(exc: BaseException) -> dict[str, Any]:
-    """``{"error": ClassName, "message": text}``, plus what QueueLocked carries."""
+def error_body(exc: BaseException, message: str | None = None) -> dict[str, Any]:
+    """``{"error": ClassName, "message": text}`` (``message``, if given, for ``exc``'s own
+    text), plus what QueueLocked carries."""
     # the nearest class a client knows (an internal subclass travels as its public parent)
     name = next((c.__name__ for c in type(exc).__mro__ if c.__name__ in ERRORS), "InternalError")
-    body: dict[str, Any] = {"error": name, "message": str(exc)}
+    body: dict[str, Any] = {"error": name, "message": str(exc) if message is None else message}
     if isinstance(exc, QueueLocked):
         body["holder"] = exc.holder
         body["expires_at"] = exc.expires_at

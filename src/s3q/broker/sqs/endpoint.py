@@ -32,6 +32,7 @@ from ...errors import (
 )
 from ..limits import SQS_MAX_BODY, read_body
 from ..metrics import BrokerMetrics
+from ..redact import INTERNAL, Redactor
 from ..registry import QueueRegistry
 from ..wire import BodyTooLarge, RequestTimeout
 from . import sigv4
@@ -42,23 +43,24 @@ from .protocol import TARGET_PREFIX, SqsError, decode, encode, error_response, r
 log = logging.getLogger("s3q.broker.sqs")
 
 
-def sqs_error(exc: S3QError) -> SqsError:
-    """The SQS error that stands for an s3q error."""
+def sqs_error(exc: S3QError, text: str | None = None) -> SqsError:
+    """The SQS error that stands for an s3q error (``text``, if given, for its own)."""
     if isinstance(exc, SqsError):
         return exc
+    text = str(exc) if text is None else text
     if isinstance(exc, BodyTooLarge):
-        return SqsError("RequestEntityTooLarge", str(exc), 413)
+        return SqsError("RequestEntityTooLarge", text, 413)
     if isinstance(exc, RequestTimeout):
-        return SqsError("RequestTimeout", str(exc), 408)
+        return SqsError("RequestTimeout", text, 408)
     if isinstance(exc, InvalidArgument):
-        return SqsError("InvalidParameterValue", str(exc))
+        return SqsError("InvalidParameterValue", text)
     if isinstance(exc, QueueFull):
-        return SqsError("OverLimit", str(exc), 403)
+        return SqsError("OverLimit", text, 403)
     if isinstance(exc, ReceiptExpired | MessageNotFound):
-        return SqsError("ReceiptHandleIsInvalid", str(exc))
+        return SqsError("ReceiptHandleIsInvalid", text)
     if isinstance(exc, StoreError | WriterFenced | QueueClosed | QueueLocked | Unavailable):
-        return SqsError("ServiceUnavailable", str(exc), 503)
-    return SqsError("InternalFailure", str(exc), 500)
+        return SqsError("ServiceUnavailable", text, 503)
+    return SqsError("InternalFailure", text, 500)
 
 
 def _answer(status: int, headers: dict[str, str], body: bytes) -> Response:
@@ -83,6 +85,7 @@ class Endpoint:
         self.keys = dict(keys or {})
         self.deny_unsigned = deny_unsigned and not self.keys
         self.metrics = metrics
+        self.redactor = Redactor(registry.store)
         store_options = {k: v for k, v in registry.options.items() if k in STORE_OPTIONS}
         self.service = Service(registry, Catalog(registry.store, store_options))
 
@@ -131,14 +134,14 @@ class Endpoint:
             shape, handler = ACTIONS[action]
             result: Any = await handler(self.service, call, decode(body, shape))
         except S3QError as exc:
-            error = sqs_error(exc)
+            error = sqs_error(exc, self.redactor.message(exc, call.queue))
             outcome = error.name
             await self.registry.evict_stopped(call.queue)
             return _error(error)
-        except Exception as exc:
+        except Exception:
             outcome = "internal"
             log.exception("SQS %s failed", action)
-            return _error(SqsError("InternalFailure", f"internal error: {exc!r}", 500))
+            return _error(SqsError("InternalFailure", INTERNAL, 500))
         finally:
             if self.metrics is not None:
                 label = action if action in ACTIONS else "invalid"

@@ -84,7 +84,7 @@ def decode(body: bytes, shape: type[T]) -> T:
             field = text.split("`")[1] if "`" in text else text
             raise missing(field) from None
         raise invalid(f"Invalid request: {text}") from None
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:  # RecursionError: nested too deep
         raise SqsError("SerializationException", f"Malformed JSON body: {exc}") from None
 
 

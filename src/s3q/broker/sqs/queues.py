@@ -12,6 +12,7 @@ from __future__ import annotations
 import msgspec
 
 from ...config import Setting
+from ..wire import QUEUE_NAME
 from .protocol import SqsError, invalid
 
 ACCOUNT = "000000000000"
@@ -64,8 +65,9 @@ def arn(name: str) -> str:
 
 
 def name_of_arn(value: str) -> str:
+    """The queue name an SQS queue ARN ends with; InvalidParameterValue unless it is one."""
     parts = value.split(":")
-    if len(parts) != 6 or parts[:3] != ["arn", "aws", "sqs"] or not parts[5]:
+    if len(parts) != 6 or parts[:3] != ["arn", "aws", "sqs"] or not QUEUE_NAME.fullmatch(parts[5]):
         raise invalid(f"Value {value} for parameter deadLetterTargetArn is invalid.")
     return parts[5]
 
@@ -87,7 +89,7 @@ def redrive_policy(value: str) -> tuple[str, int] | None:
     try:
         policy = msgspec.json.decode(value, type=RedrivePolicy)
         count = int(policy.maxReceiveCount)
-    except (msgspec.DecodeError, ValueError):
+    except (msgspec.DecodeError, ValueError, RecursionError):
         raise invalid(
             f"Value {value} for parameter RedrivePolicy is invalid. Reason: Redrive policy is "
             "not a valid JSON map of deadLetterTargetArn and maxReceiveCount."

@@ -97,6 +97,8 @@ def credential(
         raise _refuse(
             "MissingAuthenticationToken", "Request is missing Authentication Token (sign it)."
         )
+    if not authorization.isascii():
+        raise _refuse("IncompleteSignature", "The Authorization header must be ASCII.")
     fields = _fields(authorization)
     scope = fields["Credential"].split("/")
     if len(scope) != 5 or scope[4] != "aws4_request":
@@ -192,7 +194,8 @@ def verify_body(
     expected = hmac.new(
         signing_key(checked.secret, date, region, service), to_sign.encode("utf-8"), hashlib.sha256
     ).hexdigest()
-    if not hmac.compare_digest(expected, fields["Signature"]):
+    # as bytes: a header may carry any Latin-1 character, and compare_digest takes only ASCII str
+    if not hmac.compare_digest(expected.encode(), fields["Signature"].encode("utf-8")):
         raise _refuse(
             "SignatureDoesNotMatch",
             "The request signature we calculated does not match the signature you provided.",

@@ -1,0 +1,34 @@
+"""What an error answer may tell a caller: the queue by its name, never where or how it is stored.
+
+Below the broker, an error names its queue by the queue's store URL (``s3://bucket/prefix/q``,
+``file:///srv/queues/q``), and a store's failure carries the store's own text (endpoints, paths,
+object keys). An answer names the queue instead, and says of a failed store only that it failed;
+the broker's log keeps the full text. An error that is not one of s3q's own (a bug) is answered
+with nothing of it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ..errors import OutcomeUnknown, StoreError, UnsupportedFormat
+
+log = logging.getLogger("s3q.broker")
+
+INTERNAL = "internal error: the broker's log has the details"
+
+
+class Redactor:
+    """Error texts fit to answer, for the queues of the store at ``store_url``."""
+
+    def __init__(self, store_url: str) -> None:
+        self._base = store_url.rstrip("/") + "/"
+
+    def message(self, exc: BaseException, queue: str | None) -> str:
+        """The text of ``exc`` as a caller may see it (``queue``: the queue the call named)."""
+        if isinstance(exc, StoreError) and not isinstance(exc, OutcomeUnknown | UnsupportedFormat):
+            log.warning("store failure answered to a caller: %s", exc)
+            which = f" of queue {queue}" if queue else ""
+            return f"the store{which} failed; try again (the broker's log has the details)"
+        # "s3://bucket/prefix/q..." names queue q; the base alone, the store
+        return str(exc).replace(self._base, "").replace(self._base[:-1], "the store")
