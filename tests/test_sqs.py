@@ -200,8 +200,9 @@ def test_send_receive_delete_round_trips_typed_attributes(sqs: Any) -> None:
     )
     [bare] = sqs.receive_message(QueueUrl=url)["Messages"]
     assert "MessageAttributes" not in bare and "Attributes" not in bare
-    with pytest.raises(sqs.exceptions.ReceiptHandleIsInvalid):  # superseded by a later receive
-        sqs.delete_message(QueueUrl=url, ReceiptHandle=msg["ReceiptHandle"])
+    # the handle of an earlier receive: 200, as SQS, but the message is bare's holder's now
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=msg["ReceiptHandle"])
+    assert depth(sqs, url)["MessagesNotVisible"] == 1
     sqs.delete_message(QueueUrl=url, ReceiptHandle=bare["ReceiptHandle"])
     sqs.delete_message(QueueUrl=url, ReceiptHandle=bare["ReceiptHandle"])  # a retry: fine
     assert depth(sqs, url) == {"Messages": 0, "MessagesNotVisible": 0, "MessagesDelayed": 0}
@@ -383,10 +384,11 @@ def test_change_message_visibility(sqs: Any) -> None:
     )
     [again] = sqs.receive_message(QueueUrl=url, AttributeNames=["All"])["Messages"]
     assert again["Attributes"]["ApproximateReceiveCount"] == "2"
-    with pytest.raises(sqs.exceptions.MessageNotInflight):
-        sqs.change_message_visibility(
-            QueueUrl=url, ReceiptHandle=msg["ReceiptHandle"], VisibilityTimeout=10
-        )
+    # the handle of an earlier receive: 200, as SQS, leaving the current lease alone
+    sqs.change_message_visibility(
+        QueueUrl=url, ReceiptHandle=msg["ReceiptHandle"], VisibilityTimeout=0
+    )
+    assert depth(sqs, url)["MessagesNotVisible"] == 1
     with pytest.raises(ClientError) as exc:
         sqs.change_message_visibility(
             QueueUrl=url, ReceiptHandle=again["ReceiptHandle"], VisibilityTimeout=43201
@@ -395,16 +397,18 @@ def test_change_message_visibility(sqs: Any) -> None:
     result = sqs.change_message_visibility_batch(
         QueueUrl=url,
         Entries=[
-            {"Id": "ok", "ReceiptHandle": again["ReceiptHandle"], "VisibilityTimeout": 0},
             {"Id": "stale", "ReceiptHandle": msg["ReceiptHandle"], "VisibilityTimeout": 0},
             {"Id": "junk", "ReceiptHandle": "???", "VisibilityTimeout": 0},
         ],
     )
+    assert [e["Id"] for e in result["Successful"]] == ["stale"]  # and left the lease alone:
+    assert depth(sqs, url)["MessagesNotVisible"] == 1
+    assert {e["Id"]: e["Code"] for e in result["Failed"]} == {"junk": "ReceiptHandleIsInvalid"}
+    result = sqs.change_message_visibility_batch(
+        QueueUrl=url,
+        Entries=[{"Id": "ok", "ReceiptHandle": again["ReceiptHandle"], "VisibilityTimeout": 0}],
+    )
     assert [e["Id"] for e in result["Successful"]] == ["ok"]
-    assert {e["Id"]: e["Code"] for e in result["Failed"]} == {
-        "stale": "AWS.SimpleQueueService.MessageNotInflight",
-        "junk": "ReceiptHandleIsInvalid",
-    }
     assert depth(sqs, url)["Messages"] == 1  # visible again at once
 
 
@@ -532,7 +536,7 @@ def test_queue_attributes_counts_and_purge(sqs: Any) -> None:
     assert everything["QueueArn"] == "arn:aws:sqs:us-east-1:000000000000:q"
     assert abs(int(everything["CreatedTimestamp"]) - time.time()) < 60
     assert everything["VisibilityTimeout"] == "30"
-    assert everything["MaximumMessageSize"] == "262144"
+    assert everything["MaximumMessageSize"] == "1048576"
     assert "FifoQueue" not in everything
     with pytest.raises(sqs.exceptions.InvalidAttributeName):
         sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Nope"])
@@ -597,7 +601,7 @@ def test_sqs_settings_are_the_native_queue_settings(store: str) -> None:
         url = sqs.create_queue(QueueName="q", Attributes={"VisibilityTimeout": "77"})["QueueUrl"]
         settings = client.queue("q").configure()
         assert settings["visibility_timeout"] == 77.0
-        assert settings["max_message_size"] == 262144
+        assert settings["max_message_size"] == 1048576
         client.queue("q").enqueue(b"native", attributes={"origin": "native"})
         [msg] = sqs.receive_message(QueueUrl=url, MessageAttributeNames=["All"])["Messages"]
         assert msg["Body"] == "native"
@@ -644,3 +648,77 @@ def test_metrics_count_sqs_requests(sqs: Any, broker: SqsBroker) -> None:
     text = httpx.get(broker.url + "/metrics").text
     assert 'operation="sqs.SendMessage",outcome="ok",queue="q"' in text
     assert 'operation="sqs.GetQueueUrl",outcome="QueueDoesNotExist"' in text
+
+
+# --------------------------------------------------------------------------- as AWS answers
+# Behaviours recorded against real SQS (LocalStack's AWS-validated snapshots).
+
+
+def test_an_earlier_handle_deletes_as_sqs_does_on_each_queue_type(sqs: Any) -> None:
+    """Standard: a delete after the visibility timeout deletes (nobody received it again).
+    FIFO: the same delete is refused, the handle has expired."""
+    plain = sqs.create_queue(QueueName="plain")["QueueUrl"]
+    fifo = sqs.create_queue(
+        QueueName="ordered.fifo",
+        Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"},
+    )["QueueUrl"]
+    sqs.send_message(QueueUrl=plain, MessageBody="p")
+    sqs.send_message(QueueUrl=fifo, MessageBody="f", MessageGroupId="g")
+    [p] = sqs.receive_message(QueueUrl=plain, VisibilityTimeout=1)["Messages"]
+    [f] = sqs.receive_message(QueueUrl=fifo, VisibilityTimeout=1)["Messages"]
+    time.sleep(1.2)  # the visibility timeout under test runs out
+    sqs.delete_message(QueueUrl=plain, ReceiptHandle=p["ReceiptHandle"])
+    assert depth(sqs, plain) == {"Messages": 0, "MessagesNotVisible": 0, "MessagesDelayed": 0}
+    with pytest.raises(ClientError) as refused:
+        sqs.delete_message(QueueUrl=fifo, ReceiptHandle=f["ReceiptHandle"])
+    assert error_code(refused) == "InvalidParameterValue"
+    assert "The receipt handle has expired." in refused.value.response["Error"]["Message"]
+    batch = sqs.delete_message_batch(
+        QueueUrl=fifo, Entries=[{"Id": "late", "ReceiptHandle": f["ReceiptHandle"]}]
+    )
+    assert [e["Code"] for e in batch["Failed"]] == ["InvalidParameterValue"]
+    [again] = sqs.receive_message(QueueUrl=fifo)["Messages"]
+    assert again["Body"] == "f"
+    sqs.delete_message(QueueUrl=fifo, ReceiptHandle=again["ReceiptHandle"])
+    sqs.delete_message(QueueUrl=fifo, ReceiptHandle=again["ReceiptHandle"])  # a retry: fine
+    assert depth(sqs, fifo)["Messages"] == 0
+
+
+def test_fifo_sends_as_sqs_does(sqs: Any) -> None:
+    url = sqs.create_queue(
+        QueueName="sends.fifo", Attributes={"FifoQueue": "true", "DelaySeconds": "0"}
+    )["QueueUrl"]
+    # DelaySeconds=0 is valid on a FIFO queue (only a per-message delay is not)
+    sqs.send_message(
+        QueueUrl=url,
+        MessageBody="zero",
+        MessageGroupId="g",
+        MessageDeduplicationId="d0",
+        DelaySeconds=0,
+    )
+    with pytest.raises(ClientError) as delayed:
+        sqs.send_message(
+            QueueUrl=url,
+            MessageBody="x",
+            MessageGroupId="g",
+            MessageDeduplicationId="d1",
+            DelaySeconds=2,
+        )
+    assert error_code(delayed) == "InvalidParameterValue"
+    # a batch entry without its group or its dedup id fails the whole request: nothing is sent
+    good = {"Id": "a", "MessageBody": "a", "MessageGroupId": "g", "MessageDeduplicationId": "a"}
+    for bad, text in (
+        ({"Id": "b", "MessageBody": "b", "MessageDeduplicationId": "b"}, "MessageGroupId"),
+        ({"Id": "b", "MessageBody": "b", "MessageGroupId": "g"}, "ContentBasedDeduplication"),
+    ):
+        with pytest.raises(ClientError) as refused:
+            sqs.send_message_batch(QueueUrl=url, Entries=[good, bad])
+        assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+        assert error_code(refused) == "InvalidParameterValue"
+        assert text in refused.value.response["Error"]["Message"]
+    with pytest.raises(ClientError) as single:  # a single send names the missing parameter
+        sqs.send_message(QueueUrl=url, MessageBody="b", MessageDeduplicationId="b")
+    assert error_code(single) == "MissingParameter"
+    assert [
+        m["Body"] for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    ] == ["zero"]

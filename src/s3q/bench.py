@@ -261,6 +261,7 @@ async def run(
 async def _phases(
     config: BenchConfig, target: _Embedded, progress: Callable[[str, int, int], None]
 ) -> tuple[list[PhaseResult], Storage | None]:
+    await target.queue.configure()  # a broker makes the queue (a purge alone would be a 404)
     await target.queue.purge()
     payload = b"x" * config.size
     n = config.messages

@@ -107,9 +107,15 @@ def main() -> None:
     stop_on_sigterm(click.get_current_context())
 
 
+#: Commands that shut down on SIGTERM in their own way (draining, finishing jobs).
+OWN_SHUTDOWN = frozenset({"serve", "worker"})
+
+
 def stop_on_sigterm(ctx: click.Context) -> None:
     """SIGTERM stops a command as Ctrl-C does: its call is cancelled and its queue closed, with
-    no traceback (``serve`` and ``worker`` put handlers of their own in place)."""
+    no traceback (``serve`` and ``worker`` keep their own handling)."""
+    if ctx.invoked_subcommand in OWN_SHUTDOWN:
+        return
     if threading.current_thread() is not threading.main_thread():
         return
 

@@ -287,12 +287,12 @@ class Service:
                     f"Value {delay} for parameter DelaySeconds is invalid. Reason: must be >= 0 "
                     "and <= 900."
                 )
-            if fifo:
+            if fifo and delay:  # 0 is valid: the queue's own delay applies
                 raise invalid(
                     f"Value {delay} for parameter DelaySeconds is invalid. Reason: The request "
                     "include parameter that is not valid for this queue type."
                 )
-        else:
+        if delay is None or fifo:
             delay = int(values.get("DelaySeconds", "0"))
         group = dedup = None
         extra: dict[str, str] = {}
@@ -309,9 +309,11 @@ class Service:
             elif values.get("ContentBasedDeduplication") == "true":
                 dedup = hashlib.sha256(body.encode("utf-8")).hexdigest()
             else:
-                raise invalid(
+                raise SqsError(
+                    "InvalidParameterValue",
                     "The queue should either have ContentBasedDeduplication enabled or "
-                    "MessageDeduplicationId provided explicitly"
+                    "MessageDeduplicationId provided explicitly",
+                    whole_request=True,
                 )
         else:
             if fields.MessageDeduplicationId is not None:
@@ -361,6 +363,9 @@ class Service:
             try:
                 item, answer = self._item(name, settings, entry)
             except SqsError as exc:
+                if exc.name == "MissingParameter" or exc.whole_request:
+                    # as SQS: a FIFO entry without its group or dedup id fails the request
+                    raise SqsError("InvalidParameterValue", str(exc)) from None
                 failed.append(_failure(entry.Id, exc))
             else:
                 ready.append((entry.Id, item, answer))
@@ -442,57 +447,71 @@ class Service:
 
     async def delete_message(self, call: Call, req: shapes.DeleteMessage) -> Any:
         name, queue = await self._by_url(call, req.QueueUrl)
-        await self._delete(queue, *handles.decode(name, req.ReceiptHandle))
+        mid, receipt = handles.decode(name, req.ReceiptHandle)
+        await self._delete(queue, queues.is_fifo(name), req.ReceiptHandle, mid, receipt)
         return {}
 
-    async def _delete(self, queue: AnyQueue, mid: str, receipt: str) -> None:
+    async def _delete(
+        self, queue: AnyQueue, fifo: bool, handle: str, mid: str, receipt: str
+    ) -> None:
+        """Delete as SQS does. A standard queue takes the handle of an earlier receive and
+        answers as if it deleted (the message, received again since, is another consumer's:
+        it is left alone, as Amazon documents that such a delete may not delete). A FIFO queue
+        refuses a handle whose visibility timeout has run out."""
+        if fifo:
+            status = await _status(queue, mid)
+            if status is MessageStatus.COMPLETED:
+                return  # deleted already: a retry
+            if status is not MessageStatus.PROCESSING:
+                raise _expired(handle)
         try:
             await queue.complete(receipt)
         except ReceiptExpired:
-            try:
-                status = await queue.status(mid)
-            except MessageNotFound:
-                status = None
-            if status is not MessageStatus.COMPLETED:  # already deleted: fine, as in SQS
-                raise SqsError(
-                    "ReceiptHandleIsInvalid",
-                    "The receipt handle has expired: the message was received again since, "
-                    "moved to the dead-letter queue, or purged.",
-                ) from None
+            if fifo and await _status(queue, mid) is not MessageStatus.COMPLETED:
+                raise _expired(handle) from None
 
     async def delete_message_batch(self, call: Call, req: shapes.DeleteMessageBatch) -> Any:
         name, queue = await self._by_url(call, req.QueueUrl)
         _check_batch(req.Entries)
+        fifo = queues.is_fifo(name)
         failed: list[dict[str, Any]] = []
-        ready: list[tuple[str, str, str]] = []
+        ready: list[tuple[str, str, str, str]] = []
         for entry in req.Entries:
             try:
-                ready.append((entry.Id, *handles.decode(name, entry.ReceiptHandle)))
+                ready.append(
+                    (entry.Id, entry.ReceiptHandle, *handles.decode(name, entry.ReceiptHandle))
+                )
             except SqsError as exc:
                 failed.append(_failure(entry.Id, exc))
-        try:  # one commit for the whole batch, the usual case
-            await queue.complete_batch([receipt for _, _, receipt in ready])
-        except ReceiptExpired:  # some are stale: each on its own (still riding shared commits)
-            results = await asyncio.gather(
-                *(self._delete(queue, mid, receipt) for _, mid, receipt in ready),
-                return_exceptions=True,
-            )
-            done = []
-            for (eid, _, _), result in zip(ready, results, strict=True):
-                if isinstance(result, SqsError):
-                    failed.append(_failure(eid, result))
-                elif isinstance(result, BaseException):
-                    raise result from None
-                else:
-                    done.append(eid)
-            return {"Successful": [{"Id": eid} for eid in done], "Failed": failed}
-        return {"Successful": [{"Id": eid} for eid, _, _ in ready], "Failed": failed}
+        if not fifo:
+            try:  # one commit for the whole batch, the usual case
+                await queue.complete_batch([receipt for *_, receipt in ready])
+                return {"Successful": [{"Id": eid} for eid, *_ in ready], "Failed": failed}
+            except ReceiptExpired:  # some are stale: each on its own (riding shared commits)
+                pass
+        results = await asyncio.gather(
+            *(self._delete(queue, fifo, handle, mid, receipt) for _, handle, mid, receipt in ready),
+            return_exceptions=True,
+        )
+        done = []
+        for (eid, *_), result in zip(ready, results, strict=True):
+            if isinstance(result, SqsError):
+                failed.append(_failure(eid, result))
+            elif isinstance(result, BaseException):
+                raise result from None
+            else:
+                done.append(eid)
+        return {"Successful": [{"Id": eid} for eid in done], "Failed": failed}
 
-    async def _change(self, queue: AnyQueue, handle: str, receipt: str, seconds: int) -> None:
+    async def _change(
+        self, queue: AnyQueue, fifo: bool, handle: str, mid: str, receipt: str, seconds: int
+    ) -> None:
         _within("VisibilityTimeout", seconds, 0, 43200, 0)
         try:
             await queue.extend(receipt, float(seconds))
         except ReceiptExpired:
+            if not fifo and await _status(queue, mid) is MessageStatus.PROCESSING:
+                return  # received again since: another consumer's lease, left alone (as SQS)
             raise SqsError(
                 "MessageNotInflight",
                 f"Value {handle} for parameter ReceiptHandle is invalid. Reason: Message does not "
@@ -501,8 +520,9 @@ class Service:
 
     async def change_message_visibility(self, call: Call, req: shapes.ChangeVisibility) -> Any:
         name, queue = await self._by_url(call, req.QueueUrl)
-        _, receipt = handles.decode(name, req.ReceiptHandle)
-        await self._change(queue, req.ReceiptHandle, receipt, req.VisibilityTimeout)
+        mid, receipt = handles.decode(name, req.ReceiptHandle)
+        fifo = queues.is_fifo(name)
+        await self._change(queue, fifo, req.ReceiptHandle, mid, receipt, req.VisibilityTimeout)
         return {}
 
     async def change_message_visibility_batch(
@@ -511,9 +531,12 @@ class Service:
         name, queue = await self._by_url(call, req.QueueUrl)
         _check_batch(req.Entries)
 
+        fifo = queues.is_fifo(name)
+
         async def change(entry: shapes.ChangeEntry) -> None:
-            _, receipt = handles.decode(name, entry.ReceiptHandle)
-            await self._change(queue, entry.ReceiptHandle, receipt, entry.VisibilityTimeout)
+            mid, receipt = handles.decode(name, entry.ReceiptHandle)
+            handle, seconds = entry.ReceiptHandle, entry.VisibilityTimeout
+            await self._change(queue, fifo, handle, mid, receipt, seconds)
 
         results = await asyncio.gather(*(change(e) for e in req.Entries), return_exceptions=True)
         successful, failed = [], []
@@ -614,6 +637,20 @@ def _check_batch(
             )
     if len(set(ids)) != len(ids):
         raise SqsError("BatchEntryIdsNotDistinct", "Two or more batch entries have the same Id.")
+
+
+async def _status(queue: AnyQueue, mid: str) -> MessageStatus | None:
+    try:
+        return await queue.status(mid)
+    except MessageNotFound:
+        return None
+
+
+def _expired(handle: str) -> SqsError:
+    return invalid(
+        f"Value {handle} for parameter ReceiptHandle is invalid. Reason: The receipt handle has "
+        "expired."
+    )
 
 
 def _failure(eid: str, error: SqsError) -> dict[str, Any]:

@@ -39,10 +39,13 @@ T = TypeVar("T")
 class SqsError(S3QError):
     """An SQS error answer: the error's shape name, its HTTP status and a message."""
 
-    def __init__(self, name: str, message: str, status: int = 400) -> None:
+    def __init__(
+        self, name: str, message: str, status: int = 400, *, whole_request: bool = False
+    ) -> None:
         super().__init__(message)
         self.name = name
         self.status = status
+        self.whole_request = whole_request  # in a batch, fails the request, not the entry
 
     @property
     def code(self) -> str:

@@ -32,7 +32,7 @@ RANGES = {
 }
 DEFAULTS = {
     "DelaySeconds": "0",
-    "MaximumMessageSize": "262144",
+    "MaximumMessageSize": "1048576",  # SQS's default since 2025
     "MessageRetentionPeriod": "345600",
     "ReceiveMessageWaitTimeSeconds": "0",
     "VisibilityTimeout": "30",
