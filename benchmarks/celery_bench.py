@@ -48,32 +48,26 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
+def service(command: list[str], port: int) -> Iterator[None]:
+    """``command`` running until the block ends, once it listens on ``port``."""
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, proc)
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+@contextmanager
 def s3q_broker(workdir: Path) -> Iterator[str]:
     port = free_port()
     keys = workdir / "sqs-keys"
     keys.write_text(f"{KEY}:{SECRET}\n")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "s3q.cli",
-            "serve",
-            "--port",
-            str(port),
-            "--store",
-            f"file://{workdir}/store",
-            "--sqs-credentials",
-            str(keys),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for_port(port, proc)
+    store = f"file://{workdir}/store"
+    serve = [sys.executable, "-m", "s3q.cli", "serve", "--port", str(port), "--store", store]
+    with service([*serve, "--sqs-credentials", str(keys)], port):
         yield f"sqs://{KEY}:{SECRET}@127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 @contextmanager
@@ -82,17 +76,10 @@ def redis_broker(workdir: Path, fsync: bool) -> Iterator[str]:
     assert server, "redis-server is needed: apt-get install redis-server"
     port = free_port()
     durable = ["--appendonly", "yes", "--appendfsync", "always"] if fsync else ["--save", ""]
-    proc = subprocess.Popen(
-        [server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir), *durable],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for_port(port, proc)
+    with service(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir), *durable], port
+    ):
         yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 def produce(env: dict[str, str], first: int, count: int) -> float:

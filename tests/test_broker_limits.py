@@ -43,21 +43,24 @@ class ChildBroker:
         return sqs_client(self.url, KEY_ID, SECRET)
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChildBroker]:
-    root: Path = tmp_path_factory.mktemp("limits")
-    proc, url = spawn(
-        f"file://{root}/store",
-        tokens={TOKEN},
-        max_body=MAX_BODY,
-        max_batch=MAX_BATCH,
-        sqs_keys={KEY_ID: SECRET},
-    )
+def child_broker(root: Path, **settings: Any) -> Iterator[ChildBroker]:
+    """A broker in a child process on a store under ``root``, with the bearer token."""
+    proc, url = spawn(f"file://{root}/store", tokens={TOKEN}, **settings)
     try:
         yield ChildBroker(proc, url)
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChildBroker]:
+    yield from child_broker(
+        tmp_path_factory.mktemp("limits"),
+        max_body=MAX_BODY,
+        max_batch=MAX_BATCH,
+        sqs_keys={KEY_ID: SECRET},
+    )
 
 
 def send(port: int, head: str, chunks: Iterator[bytes] | None = None) -> bytes:
@@ -214,19 +217,9 @@ def test_a_call_with_more_entries_than_the_limit_is_refused_whole(broker: ChildB
 @pytest.fixture(scope="module")
 def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChildBroker]:
     """A broker with short timeouts for heads and bodies, and room for four connections."""
-    root: Path = tmp_path_factory.mktemp("strict")
-    proc, url = spawn(
-        f"file://{root}/store",
-        tokens={TOKEN},
-        head_timeout=1.0,
-        body_timeout=1.0,
-        max_connections=4,
+    yield from child_broker(
+        tmp_path_factory.mktemp("strict"), head_timeout=1.0, body_timeout=1.0, max_connections=4
     )
-    try:
-        yield ChildBroker(proc, url)
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 def closed_after(sock: socket.socket, trickle: bytes = b"") -> float:

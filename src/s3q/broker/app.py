@@ -17,7 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import InvalidArgument, S3QError, WriterFenced
-from . import dashboard, guard, openapi, peerauth, sqs
+from . import dashboard, guard, openapi, peerauth, redact, sqs
 from .limits import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_IDLE_CLOSE,
@@ -27,7 +27,6 @@ from .limits import (
 )
 from .metrics import CONTENT_TYPE as METRICS_TYPE
 from .metrics import BrokerMetrics
-from .redact import INTERNAL, Redactor
 from .registry import QueueRegistry
 from .routes import ENDPOINTS, Call, Endpoint, Param
 from .wire import API_PREFIX, JSON, MSGPACK, AuthError, encode, error_body, status_of
@@ -278,8 +277,6 @@ def _endpoint(
     metrics: BrokerMetrics,
     limits: Limits,
 ) -> Callable[[Request], Awaitable[Response]]:
-    redactor = Redactor(registry.store)
-
     async def serve(request: Request) -> Response:
         name: str | None = request.path_params.get("name")
         started = time.perf_counter()
@@ -301,11 +298,12 @@ def _endpoint(
         except S3QError as exc:
             outcome = type(exc).__name__
             await registry.evict_stopped(name)
-            return _answer(request, status_of(exc), error_body(exc, redactor.message(exc, name)))
+            text = redact.message(exc, name, registry.store)
+            return _answer(request, status_of(exc), error_body(exc, text))
         except Exception as exc:
             outcome = "internal"
             log.exception("%s %s failed", request.method, request.url.path)
-            return _answer(request, 500, error_body(exc, INTERNAL))
+            return _answer(request, 500, error_body(exc, redact.INTERNAL))
         finally:
             metrics.in_progress.dec()
             metrics.observe(name, endpoint.operation, outcome, time.perf_counter() - started)

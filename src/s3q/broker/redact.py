@@ -18,17 +18,13 @@ log = logging.getLogger("s3q.broker")
 INTERNAL = "internal error: the broker's log has the details"
 
 
-class Redactor:
-    """Error texts fit to answer, for the queues of the store at ``store_url``."""
-
-    def __init__(self, store_url: str) -> None:
-        self._base = store_url.rstrip("/") + "/"
-
-    def message(self, exc: BaseException, queue: str | None) -> str:
-        """The text of ``exc`` as a caller may see it (``queue``: the queue the call named)."""
-        if isinstance(exc, StoreError) and not isinstance(exc, OutcomeUnknown | UnsupportedFormat):
-            log.warning("store failure answered to a caller: %s", exc)
-            which = f" of queue {queue}" if queue else ""
-            return f"the store{which} failed; try again (the broker's log has the details)"
-        # "s3://bucket/prefix/q..." names queue q; the base alone, the store
-        return str(exc).replace(self._base, "").replace(self._base[:-1], "the store")
+def message(exc: BaseException, queue: str | None, store_url: str) -> str:
+    """The text of ``exc`` as a caller may see it (``queue``: the queue the call named;
+    ``store_url``: where the broker's queues live)."""
+    if isinstance(exc, StoreError) and not isinstance(exc, OutcomeUnknown | UnsupportedFormat):
+        log.warning("store failure answered to a caller: %s", exc)
+        which = f" of queue {queue}" if queue else ""
+        return f"the store{which} failed; try again (the broker's log has the details)"
+    # "s3://bucket/prefix/q..." names queue q; the base alone, the store
+    base = store_url.rstrip("/")
+    return str(exc).replace(base + "/", "").replace(base, "the store")

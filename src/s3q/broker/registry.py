@@ -11,7 +11,7 @@ from typing import Any
 
 from .. import lease
 from ..api import AsyncQueue, open_async
-from ..config import QueueConfig, split_options
+from ..config import STORE_OPTIONS, QueueConfig
 from ..errors import QueueLocked, Unavailable
 from ..store import open_store, queue_url
 from .forward import RETRY_PAUSE, ForwardedQueue, Peers
@@ -53,6 +53,7 @@ class QueueRegistry:
         self.on_commit = on_commit  # (queue, seconds, operations) after each commit here
         self.address: str | None = None
         self.options = dict(options or {})
+        self.store_options = {k: v for k, v in self.options.items() if k in STORE_OPTIONS}
         if address is not None:
             self.advertise(address)
         self.failover_timeout = failover_timeout
@@ -147,8 +148,7 @@ class QueueRegistry:
     async def exists(self, name: str) -> bool:
         """Whether the store holds queue ``name``: it was opened once (its writer lease is
         there). One GET; nothing is written."""
-        _, store_options, _ = split_options(self.options)
-        store = open_store(queue_url(self.store, name), store_options)
+        store = open_store(queue_url(self.store, name), self.store_options)
         try:
             return await store.get_versioned(lease.KEY) is not None
         finally:

@@ -17,7 +17,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ...config import STORE_OPTIONS
 from ...errors import (
     InvalidArgument,
     MessageNotFound,
@@ -30,9 +29,9 @@ from ...errors import (
     Unavailable,
     WriterFenced,
 )
+from .. import redact
 from ..limits import SQS_MAX_BODY, read_body
 from ..metrics import BrokerMetrics
-from ..redact import INTERNAL, Redactor
 from ..registry import QueueRegistry
 from ..wire import BodyTooLarge, RequestTimeout
 from . import sigv4
@@ -85,9 +84,7 @@ class Endpoint:
         self.keys = dict(keys or {})
         self.deny_unsigned = deny_unsigned and not self.keys
         self.metrics = metrics
-        self.redactor = Redactor(registry.store)
-        store_options = {k: v for k, v in registry.options.items() if k in STORE_OPTIONS}
-        self.service = Service(registry, Catalog(registry.store, store_options))
+        self.service = Service(registry, Catalog(registry.store, registry.store_options))
 
     async def authenticated_body(self, request: Request) -> bytes:
         """The request's body, read only once the caller is known: with access keys, the
@@ -134,14 +131,14 @@ class Endpoint:
             shape, handler = ACTIONS[action]
             result: Any = await handler(self.service, call, decode(body, shape))
         except S3QError as exc:
-            error = sqs_error(exc, self.redactor.message(exc, call.queue))
+            error = sqs_error(exc, redact.message(exc, call.queue, self.registry.store))
             outcome = error.name
             await self.registry.evict_stopped(call.queue)
             return _error(error)
         except Exception:
             outcome = "internal"
             log.exception("SQS %s failed", action)
-            return _error(SqsError("InternalFailure", INTERNAL, 500))
+            return _error(SqsError("InternalFailure", redact.INTERNAL, 500))
         finally:
             if self.metrics is not None:
                 label = action if action in ACTIONS else "invalid"
