@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -614,3 +615,29 @@ def test_available_now_reads_what_was_there_and_stops(
         with q:
             after = q.stats()
             assert (after.pending, after.processing, after.completed) == (0, 0, 2500)
+
+
+def test_the_data_source_under_spark_connect(tmp_path: Path) -> None:
+    """Under Spark Connect (a remote session, as on Databricks serverless), a DataFrame write
+    enqueues, a read sees the messages, and an availableNow stream over more messages than a
+    batch holds drains each exactly once and stops on its own."""
+    url = (tmp_path / "store").as_uri() + "/jobs"
+    rows, batch = 1200, 500
+    done = subprocess.run(
+        [sys.executable, str(TESTS_DIR / "child_spark_connect.py"), url, str(rows), str(batch)],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    expected = sorted(f"m{i}" for i in range(rows))
+    assert seen["connect"], "the session was not a Spark Connect session"
+    assert seen["snapshot"] == expected and seen["snapshot_status"] == ["pending"]
+    assert seen["stopped"] and seen["failure"] is None
+    assert sorted(seen["drained"]) == expected
+    assert max(seen["batches"]) <= batch and len([b for b in seen["batches"] if b]) >= 3
+    with s3q.open(url) as q:
+        after = q.stats()
+        assert (after.pending, after.processing, after.completed) == (0, 0, rows)
