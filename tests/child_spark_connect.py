@@ -52,7 +52,8 @@ def main() -> None:
     )
     stopped = query.awaitTermination(240)
     failure = query.exception()
-    drained = [bytes(r.payload).decode() for r in spark.sql("SELECT payload FROM drained").collect()]
+    sink = spark.sql("SELECT payload FROM drained").collect()
+    drained = [bytes(r.payload).decode() for r in sink]
     batches = [p.numInputRows for p in query.recentProgress]
     print(
         json.dumps(
