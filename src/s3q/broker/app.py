@@ -115,7 +115,7 @@ def create_app(
     routes += dashboard.routes(
         registry, metrics, lambda request: _authorize(request, secrets), auth=bool(secrets)
     )
-    routes.append(sqs.route(registry, sqs_keys, deny_unsigned=bool(secrets), metrics=metrics))
+    routes += sqs.routes(registry, sqs_keys, deny_unsigned=bool(secrets), metrics=metrics)
     app = Starlette(
         routes=routes, lifespan=lifespan, middleware=guard.middleware(tokens=bool(secrets))
     )

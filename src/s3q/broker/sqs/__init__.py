@@ -1,7 +1,9 @@
-"""The SQS-compatible endpoint of the broker: the AWS JSON 1.0 protocol of SQS on ``POST /``,
-so boto3, the AWS CLI and other SQS clients work unmodified (see docs/sqs.md).
+"""The SQS-compatible endpoint of the broker: the AWS JSON 1.0 and the AWS query protocols of
+SQS on ``POST /``, so boto3, the AWS CLI and other SQS clients, old and new, work unmodified
+(see docs/sqs.md).
 
-Modules: :mod:`.protocol` (requests, answers, errors), :mod:`.shapes` (request shapes),
+Modules: :mod:`.protocol` (JSON requests, answers, errors), :mod:`.query` (the same in the query
+protocol's forms and XML), :mod:`.shapes` (request shapes),
 :mod:`.sigv4` (signatures), :mod:`.digest` (MD5 digests), :mod:`.messages` (SQS messages in
 s3q messages), :mod:`.handles` (receipt handles), :mod:`.queues` (queue attributes),
 :mod:`.catalog` (which queues exist), :mod:`.actions` (the actions), :mod:`.endpoint` (the
@@ -10,6 +12,6 @@ route: auth, dispatch, errors).
 
 from __future__ import annotations
 
-from .endpoint import route
+from .endpoint import routes
 
-__all__ = ["route"]
+__all__ = ["routes"]

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 from starlette.requests import Request
@@ -34,10 +35,18 @@ from ..limits import SQS_MAX_BODY, read_body
 from ..metrics import BrokerMetrics
 from ..registry import QueueRegistry
 from ..wire import BodyTooLarge, RequestTimeout
-from . import sigv4
+from . import query, sigv4
 from .actions import ACTIONS, UNSUPPORTED, Call, Service
 from .catalog import Catalog
-from .protocol import TARGET_PREFIX, SqsError, decode, encode, error_response, response_headers
+from .protocol import (
+    SqsError,
+    decode,
+    encode,
+    error_response,
+    json_action,
+    response_headers,
+)
+from .shapes import Shape
 
 log = logging.getLogger("s3q.broker.sqs")
 
@@ -64,10 +73,6 @@ def sqs_error(exc: S3QError, text: str | None = None) -> SqsError:
 
 def _answer(status: int, headers: dict[str, str], body: bytes) -> Response:
     return Response(body, status, headers=headers)
-
-
-def _error(error: SqsError) -> Response:
-    return _answer(*error_response(error))
 
 
 class Endpoint:
@@ -114,46 +119,59 @@ class Endpoint:
         call = Call(request)
         action = "unknown"
         outcome = "ok"
+        target = request.headers.get("x-amz-target")
+        as_query = query.is_query(request.headers.get("content-type"), target)
         try:
             body = await self.authenticated_body(request)
-            target = request.headers.get("x-amz-target", "")
-            if not target.startswith(TARGET_PREFIX):
-                raise SqsError(
-                    "InvalidAction",
-                    "Only the AWS JSON 1.0 protocol of SQS is served here "
-                    f"(X-Amz-Target: {TARGET_PREFIX}<Action>).",
-                )
-            action = target[len(TARGET_PREFIX) :]
+            arguments: Callable[[type[Shape]], Shape]
+            if as_query:
+                parsed = query.QueryRequest(body, _queue_url(request))
+                action, arguments = str(parsed.action), parsed.arguments
+            else:
+                action, arguments = json_action(target), partial(decode, body)
             if action in UNSUPPORTED:
                 raise SqsError("UnsupportedOperation", f"{action} is not supported by s3q.")
             if action not in ACTIONS:
                 raise SqsError("InvalidAction", f"The action {action} is not valid.")
             shape, handler = ACTIONS[action]
-            result: Any = await handler(self.service, call, decode(body, shape))
+            result: Any = await handler(self.service, call, arguments(shape))
         except S3QError as exc:
             error = sqs_error(exc, redact.message(exc, call.queue, self.registry.store))
             outcome = error.name
             await self.registry.evict_stopped(call.queue)
-            return _error(error)
+            return _answer(*(query.error_response if as_query else error_response)(error))
         except Exception:
             outcome = "internal"
             log.exception("SQS %s failed", action)
-            return _error(SqsError("InternalFailure", redact.INTERNAL, 500))
+            error = SqsError("InternalFailure", redact.INTERNAL, 500)
+            return _answer(*(query.error_response if as_query else error_response)(error))
         finally:
             if self.metrics is not None:
                 label = action if action in ACTIONS else "invalid"
                 self.metrics.observe(
                     call.queue, f"sqs.{label}", outcome, time.perf_counter() - started
                 )
+        if as_query:
+            return _answer(*query.answer(action, result))
         return _answer(200, response_headers(), encode(result))
 
 
-def route(
+def _queue_url(request: Request) -> str | None:
+    """The queue a request posted to a queue's URL names (the query protocol allows it)."""
+    if request.url.path.rstrip("/") in ("", "/"):
+        return None
+    return str(request.url.replace(query="", fragment=""))
+
+
+def routes(
     registry: QueueRegistry,
     keys: Mapping[str, str] | None = None,
     deny_unsigned: bool = False,
     metrics: BrokerMetrics | None = None,
-) -> Route:
-    """The SQS endpoint as a Starlette route (``POST /``)."""
+) -> list[Route]:
+    """The SQS endpoint's Starlette routes: ``POST /``, and ``POST`` to a queue's URL."""
     endpoint = Endpoint(registry, keys, deny_unsigned, metrics)
-    return Route("/", endpoint.handle, methods=["POST"])
+    return [
+        Route("/", endpoint.handle, methods=["POST"]),
+        Route("/{account:int}/{queue}", endpoint.handle, methods=["POST"]),
+    ]

@@ -65,6 +65,17 @@ def missing(parameter: str) -> SqsError:
     return SqsError("MissingParameter", f"The request must contain the parameter {parameter}.")
 
 
+def json_action(target: str | None) -> str:
+    """The action an ``X-Amz-Target`` header names."""
+    if not target or not target.startswith(TARGET_PREFIX):
+        raise SqsError(
+            "InvalidAction",
+            f"Give the action as X-Amz-Target: {TARGET_PREFIX}<Action> (the AWS JSON 1.0 "
+            "protocol) or as the Action parameter of a form (the AWS query protocol).",
+        )
+    return target[len(TARGET_PREFIX) :]
+
+
 def error_response(error: SqsError) -> tuple[int, dict[str, str], bytes]:
     """Status, headers and body of an error answer."""
     body = {"__type": f"com.amazonaws.sqs#{error.name}", "message": str(error)}
@@ -82,13 +93,17 @@ def decode(body: bytes, shape: type[T]) -> T:
     try:
         return msgspec.json.decode(body or b"{}", type=shape)
     except msgspec.ValidationError as exc:
-        text = str(exc)
-        if text.startswith("Object missing required field"):
-            field = text.split("`")[1] if "`" in text else text
-            raise missing(field) from None
-        raise invalid(f"Invalid request: {text}") from None
+        raise decode_error(exc) from None
     except (msgspec.DecodeError, RecursionError) as exc:  # RecursionError: nested too deep
         raise SqsError("SerializationException", f"Malformed JSON body: {exc}") from None
+
+
+def decode_error(exc: msgspec.ValidationError) -> SqsError:
+    """The SQS error for a request that does not fit its action's shape."""
+    text = str(exc)
+    if text.startswith("Object missing required field"):
+        return missing(text.split("`")[1] if "`" in text else text)
+    return invalid(f"Invalid request: {text}")
 
 
 def encode(result: Any) -> bytes:
