@@ -281,6 +281,52 @@ def test_extend_zero_makes_visible_at_once(make_queue) -> None:
     assert m2.id == mid and m2.attempts == 2
 
 
+def test_extend_revives_a_lapsed_lease_nobody_took_since(make_queue, clock: FakeClock) -> None:
+    q = make_queue()
+    mid = q.enqueue(b"x")
+    [m] = q.dequeue(visibility_timeout=5)
+    clock.advance(6)
+    with pytest.raises(s3q.ReceiptExpired):
+        q.extend(m, 30)  # a lapsed lease is not extended unless asked to revive it
+    assert q.status(mid) is S.PENDING
+    q.extend(m, 30, revive=True)
+    assert q.status(mid) is S.PROCESSING
+    assert q.dequeue() == []
+    q.complete(m)  # the same receipt still holds the message
+    assert q.status(mid) is S.COMPLETED
+
+    other = q.enqueue(b"y")
+    [first] = q.dequeue(visibility_timeout=5)
+    clock.advance(6)
+    [second] = q.dequeue(visibility_timeout=5)  # delivered again: the first lease is gone
+    with pytest.raises(s3q.ReceiptExpired):
+        q.extend(first, 30, revive=True)
+    q.complete(second)
+    assert q.status(other) is S.COMPLETED
+    with pytest.raises(s3q.InvalidArgument):
+        q.extend(second, 30, revive="yes")
+
+
+def test_first_delivered_at_is_the_first_counted_delivery(make_queue, clock: FakeClock) -> None:
+    """Set by the first dequeue, kept by later ones, unset by a release that uncounts the
+    only delivery; from the log, so a reopened queue says the same."""
+    q = make_queue()
+    mid, other = q.enqueue_batch([b"x", b"y"])
+    assert [m.first_delivered_at for m in q.peek()] == [None, None]
+    start = clock()
+    [m, n] = q.dequeue(2, visibility_timeout=5)
+    assert m.first_delivered_at == n.first_delivered_at == start
+    q.release(n)
+    clock.advance(6)
+    [again, n2] = q.dequeue(2)
+    assert again.id == mid and again.attempts == 2 and again.first_delivered_at == start
+    assert n2.id == other and n2.attempts == 1 and n2.first_delivered_at == start + 6
+    q.close()
+    q = make_queue()
+    clock.advance(3600)  # the leases lapse: peek shows the messages again
+    assert {m.id: m.first_delivered_at for m in q.peek()} == {mid: start, other: start + 6}
+
+
 def test_concurrent_consumers_never_share_a_lease(make_queue) -> None:
     q = make_queue()
     ids = q.enqueue_batch([str(i).encode() for i in range(300)])

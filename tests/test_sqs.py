@@ -412,6 +412,85 @@ def test_change_message_visibility(sqs: Any) -> None:
     assert depth(sqs, url)["Messages"] == 1  # visible again at once
 
 
+def wait_visible(sqs: Any, url: str, count: int) -> None:
+    """Until ``count`` messages are visible (a lease under test ran out)."""
+    deadline = time.monotonic() + 30
+    while depth(sqs, url)["Messages"] < count:
+        assert time.monotonic() < deadline, "the lease never ran out"
+        time.sleep(0.05)  # the broker's clock must pass the lease: no event to await
+
+
+def test_a_lapsed_lease_changes_as_sqs_does_on_each_queue_type(sqs: Any) -> None:
+    """Standard: ChangeMessageVisibility after the timeout ran out, nobody having received the
+    message since, hides it again. FIFO: MessageNotInflight."""
+    plain = sqs.create_queue(QueueName="plain")["QueueUrl"]
+    fifo = sqs.create_queue(
+        QueueName="ordered.fifo",
+        Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"},
+    )["QueueUrl"]
+    sqs.send_message(QueueUrl=plain, MessageBody="p")
+    sqs.send_message(QueueUrl=fifo, MessageBody="f", MessageGroupId="g")
+    [p] = sqs.receive_message(QueueUrl=plain, VisibilityTimeout=1)["Messages"]
+    [f] = sqs.receive_message(QueueUrl=fifo, VisibilityTimeout=1)["Messages"]
+    wait_visible(sqs, plain, 1)
+    wait_visible(sqs, fifo, 1)
+    sqs.change_message_visibility(
+        QueueUrl=plain, ReceiptHandle=p["ReceiptHandle"], VisibilityTimeout=60
+    )
+    assert depth(sqs, plain) == {"Messages": 0, "MessagesNotVisible": 1, "MessagesDelayed": 0}
+    assert "Messages" not in sqs.receive_message(QueueUrl=plain)
+    sqs.delete_message(QueueUrl=plain, ReceiptHandle=p["ReceiptHandle"])  # still this lease's
+    assert depth(sqs, plain)["MessagesNotVisible"] == 0
+    with pytest.raises(ClientError) as refused:
+        sqs.change_message_visibility(
+            QueueUrl=fifo, ReceiptHandle=f["ReceiptHandle"], VisibilityTimeout=60
+        )
+    assert error_code(refused) == "AWS.SimpleQueueService.MessageNotInflight"
+    assert depth(sqs, fifo)["Messages"] == 1
+
+
+def test_a_lease_reaches_at_most_12_hours_past_its_receive(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="m")
+    [msg] = sqs.receive_message(QueueUrl=url, VisibilityTimeout=30)["Messages"]
+    handle = msg["ReceiptHandle"]
+    with pytest.raises(ClientError) as refused:  # 43200 s from now is past 12 h from receive
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=43200)
+    assert error_code(refused) == "InvalidParameterValue"
+    assert "beyond the limit [43200 seconds]" in refused.value.response["Error"]["Message"]
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=43000)
+    batch = sqs.change_message_visibility_batch(
+        QueueUrl=url,
+        Entries=[
+            {"Id": "far", "ReceiptHandle": handle, "VisibilityTimeout": 43200},
+            {"Id": "near", "ReceiptHandle": handle, "VisibilityTimeout": 0},
+        ],
+    )
+    assert [e["Id"] for e in batch["Failed"]] == ["far"]
+    assert [e["Id"] for e in batch["Successful"]] == ["near"]
+    assert depth(sqs, url)["Messages"] == 1
+
+
+def test_approximate_first_receive_timestamp(sqs: Any) -> None:
+    """Asked for alone, it is there; a later receive keeps the first one's time."""
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="m")
+    before = time.time()
+    [first] = sqs.receive_message(
+        QueueUrl=url, VisibilityTimeout=0, AttributeNames=["ApproximateFirstReceiveTimestamp"]
+    )["Messages"]
+    stamp = int(first["Attributes"]["ApproximateFirstReceiveTimestamp"])
+    assert before * 1000 - 5 <= stamp <= time.time() * 1000 + 5
+    [second] = sqs.receive_message(
+        QueueUrl=url,
+        MessageSystemAttributeNames=["ApproximateFirstReceiveTimestamp", "ApproximateReceiveCount"],
+    )["Messages"]
+    assert second["Attributes"] == {
+        "ApproximateFirstReceiveTimestamp": str(stamp),
+        "ApproximateReceiveCount": "2",
+    }
+
+
 def test_receipt_handles_belong_to_their_queue(sqs: Any) -> None:
     a = sqs.create_queue(QueueName="a")["QueueUrl"]
     b = sqs.create_queue(QueueName="b")["QueueUrl"]

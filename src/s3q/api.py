@@ -153,10 +153,13 @@ class AsyncQueue:
         if receipts:
             await self._engine.release(receipts)
 
-    async def extend(self, target: Target, seconds: float) -> None:
-        """Make a lease end ``seconds`` from now (0: the message is visible again at once)."""
+    async def extend(self, target: Target, seconds: float, *, revive: bool = False) -> None:
+        """Make a lease end ``seconds`` from now (0: the message is visible again at once).
+        ``revive``: also a lease that has run out, if nobody was delivered the message since
+        (as SQS's ChangeMessageVisibility); otherwise that is ReceiptExpired."""
         receipt = validate.receipt_of(target)
-        await self._engine.extend(receipt, validate.seconds("seconds", seconds, MAX_VISIBILITY))
+        limit = validate.seconds("seconds", seconds, MAX_VISIBILITY)
+        await self._engine.extend(receipt, limit, validate.flag("revive", revive))
 
     def stop_waiting(self) -> None:
         """End every long poll of ``dequeue`` now with what is there, and make later ones
@@ -397,9 +400,11 @@ class Queue:
         (for a consumer shutting down with messages it never started)."""
         self._run(self._aq.release(targets))
 
-    def extend(self, target: Target, seconds: float) -> None:
-        """Make a lease end ``seconds`` from now (0: the message is visible again at once)."""
-        self._run(self._aq.extend(target, seconds))
+    def extend(self, target: Target, seconds: float, *, revive: bool = False) -> None:
+        """Make a lease end ``seconds`` from now (0: the message is visible again at once).
+        ``revive``: also a lease that has run out, if nobody was delivered the message since
+        (as SQS's ChangeMessageVisibility); otherwise that is ReceiptExpired."""
+        self._run(self._aq.extend(target, seconds, revive=revive))
 
     def status(self, id: str) -> MessageStatus:
         """Where message ``id`` stands; MessageNotFound if unknown or past retention."""

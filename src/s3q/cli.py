@@ -277,6 +277,7 @@ def message_json(msg: s3q.Message) -> dict[str, Any]:
         "dedup_id": msg.dedup_id,
         "attributes": msg.attributes,
         "last_error": msg.last_error,
+        "first_delivered_at": msg.first_delivered_at,
     }
 
 

@@ -363,8 +363,10 @@ class _Protocol:
         body = {"receipts": [validate.receipt_of(t) for t in items]}
         return _Call("POST", f"{self.base}/release", _Empty, lambda a: None, body)
 
-    def extend(self, target: Target, seconds: float) -> _Call[None]:
-        body = {"receipt": validate.receipt_of(target), "seconds": seconds}
+    def extend(self, target: Target, seconds: float, revive: bool) -> _Call[None]:
+        body: dict[str, Any] = {"receipt": validate.receipt_of(target), "seconds": seconds}
+        if validate.flag("revive", revive):
+            body["revive"] = True  # only when asked: a broker before it refuses no request
         return _Call("POST", f"{self.base}/extend", _Empty, lambda a: None, body)
 
     def status(self, id: str) -> _Call[MessageStatus]:
@@ -576,9 +578,11 @@ class RemoteQueue:
         if call.body and call.body["receipts"]:
             self._run(call)
 
-    def extend(self, target: Target, seconds: float) -> None:
-        """Make a lease end ``seconds`` from now (0: the message is visible again at once)."""
-        self._run(self._p.extend(target, seconds))
+    def extend(self, target: Target, seconds: float, *, revive: bool = False) -> None:
+        """Make a lease end ``seconds`` from now (0: the message is visible again at once).
+        ``revive``: also a lease that has run out, if nobody was delivered the message since
+        (as SQS's ChangeMessageVisibility); otherwise that is ReceiptExpired."""
+        self._run(self._p.extend(target, seconds, revive))
 
     def status(self, id: str) -> MessageStatus:
         """Where message ``id`` stands; MessageNotFound if unknown or past retention."""
@@ -817,9 +821,11 @@ class AsyncRemoteQueue:
         if call.body and call.body["receipts"]:
             await self._run(call)
 
-    async def extend(self, target: Target, seconds: float) -> None:
-        """Make a lease end ``seconds`` from now (0: the message is visible again at once)."""
-        await self._run(self._p.extend(target, seconds))
+    async def extend(self, target: Target, seconds: float, *, revive: bool = False) -> None:
+        """Make a lease end ``seconds`` from now (0: the message is visible again at once).
+        ``revive``: also a lease that has run out, if nobody was delivered the message since
+        (as SQS's ChangeMessageVisibility); otherwise that is ReceiptExpired."""
+        await self._run(self._p.extend(target, seconds, revive))
 
     async def status(self, id: str) -> MessageStatus:
         """Where message ``id`` stands; MessageNotFound if unknown or past retention."""

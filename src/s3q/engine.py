@@ -616,7 +616,7 @@ class Engine:
             return []
         leases = self._leases(chosen, now + timeout)
         where = [snapshot.location(rec) for rec in chosen]  # durable once the lease is
-        await self.commit.durable_after(self.commit.add(Lease(leases)))
+        await self.commit.durable_after(self.commit.add(Lease(leases, now)))
         return [
             Located(self._message(rec, b""), place)
             for rec, place, (_, receipt, _) in zip(chosen, where, leases, strict=True)
@@ -648,7 +648,7 @@ class Engine:
             now = self.clock()
             if chosen:
                 leases = self._leases(chosen, now + timeout)
-                batch = self.commit.add(Lease(leases))
+                batch = self.commit.add(Lease(leases, now))
                 payloads, _ = await asyncio.gather(
                     self._payloads(chosen), self.commit.durable_after(batch)
                 )
@@ -746,11 +746,11 @@ class Engine:
         self._notify()
         await self.commit.durable_after(batch)
 
-    async def extend(self, receipt: str, seconds: float) -> None:
+    async def extend(self, receipt: str, seconds: float, revive: bool = False) -> None:
         self._check()
         (rec,) = self._holders([receipt])
         now = self.clock()
-        if rec.lease_until <= now:
+        if rec.lease_until <= now and not revive:
             raise ReceiptExpired(f"the lease of message {rec.id} has already expired")
         batch = self.commit.add(Extend(rec.id, now + seconds))
         if seconds == 0:
@@ -943,6 +943,7 @@ class Engine:
             dedup_id=rec.dedup_id,
             attributes=dict(rec.attributes or {}),
             last_error=rec.last_error,
+            first_delivered_at=rec.first_leased_at or None,
         )
 
 

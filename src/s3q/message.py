@@ -32,6 +32,9 @@ class Message(msgspec.Struct, frozen=True):
     dedup_id: str | None = None
     attributes: dict[str, str] = msgspec.field(default_factory=dict)
     last_error: str | None = None
+    #: when the message was first delivered (a dequeue that counted an attempt); None if never,
+    #: or if that delivery was made by a build that did not record it
+    first_delivered_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

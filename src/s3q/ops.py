@@ -91,9 +91,11 @@ class CommitToken(Op, tag="t", frozen=True):
 
 
 class Lease(Op, tag="l", frozen=True):
-    """Messages handed to a consumer: ``(id, receipt, lease_until)`` each; counts an attempt."""
+    """Messages handed to a consumer at ``at``: ``(id, receipt, lease_until)`` each; counts an
+    attempt. (``at`` is 0 in logs of builds before it was recorded: older builds ignore it.)"""
 
     leases: list[tuple[str, str, float]]
+    at: float = 0.0
 
 
 class Extend(Op, tag="x", frozen=True):

@@ -78,6 +78,7 @@ class Rec(msgspec.Struct, array_like=True, gc=False):
     version: int = 0  # bumped on every change: heap entries of older versions are stale
     backoff: bool = False  # visible_at was set by a failure, not by a delay
     stage: str | None = None  # the payload lies in this staged object, not in log object seg
+    first_leased_at: float = 0.0  # when its first counted delivery was made (0: none, or unknown)
 
 
 class Table:
@@ -412,6 +413,8 @@ class QueueState:
             for mid, receipt, until in op.leases:
                 rec = self._record(mid)
                 rec.state, rec.receipt, rec.lease_until = LEASED, receipt, until
+                if rec.attempts == 0:
+                    rec.first_leased_at = op.at
                 rec.attempts += 1
                 self._schedule(rec)
         elif isinstance(op, Complete):
@@ -420,6 +423,8 @@ class QueueState:
             for mid in op.ids:
                 rec = self.messages[mid]
                 rec.state, rec.receipt, rec.attempts = QUEUED, None, rec.attempts - 1
+                if rec.attempts == 0:
+                    rec.first_leased_at = 0.0
                 self._schedule(rec)  # visible_at is in the past: deliverable at once
         elif isinstance(op, Extend):
             rec = self.messages[op.id]

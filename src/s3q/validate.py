@@ -115,6 +115,12 @@ def plain_payloads(entries: list[Any], max_size: int) -> bool:
     )
 
 
+def flag(what: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"{what} must be true or false, got {value!r}")
+    return value
+
+
 def seconds(what: str, value: object, high: float = MAX_SECONDS) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise InvalidArgument(f"{what} must be a finite number of seconds, got {value!r}")

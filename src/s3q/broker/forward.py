@@ -247,8 +247,8 @@ class ForwardedQueue:
         listed = [targets] if isinstance(targets, Message | str) else list(targets)
         await self._call(lambda q: q.release(listed))
 
-    async def extend(self, target: Target, seconds: float) -> None:
-        await self._call(lambda q: q.extend(target, seconds))
+    async def extend(self, target: Target, seconds: float, *, revive: bool = False) -> None:
+        await self._call(lambda q: q.extend(target, seconds, revive=revive))
 
     async def status(self, id: str) -> MessageStatus:
         return await self._call(lambda q: q.status(id))

@@ -155,7 +155,10 @@ async def fail(call: Call) -> Any:
 
 
 async def extend(call: Call) -> Any:
-    await (await call.queue()).extend(call.args["receipt"], call.args["seconds"])
+    queue = await call.queue()
+    await queue.extend(
+        call.args["receipt"], call.args["seconds"], revive=call.args.get("revive", False)
+    )
     return {}
 
 
@@ -301,7 +304,16 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "extend",
         "Make a lease end `seconds` from now",
         extend,
-        (NAME, body("receipt", STR, True), body("seconds", NUM, True)),
+        (
+            NAME,
+            body("receipt", STR, True),
+            body("seconds", NUM, True),
+            body(
+                "revive",
+                {"type": "boolean"},
+                doc="also a lease that has run out, if nobody was delivered the message since",
+            ),
+        ),
         EMPTY,
     ),
     Endpoint(

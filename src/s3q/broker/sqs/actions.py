@@ -41,6 +41,10 @@ MAX_BATCH = 10
 MAX_BATCH_BYTES = 1024 * 1024
 MAX_LIST = 1000
 MAX_MOVE = 1000  # dead letters moved to a dead-letter queue at a time
+MAX_VISIBILITY = 43200  # seconds: a visibility timeout, and a lease from its receive
+#: a receive with visibility timeout 0 leases for this long, and ends the lease once durable
+#: (a lease shorter than its commit would lapse before the answer, and the message be left out)
+ZERO_VISIBILITY_HOLD = 60.0
 BATCH_ID = re.compile(r"[A-Za-z0-9_-]{1,80}")
 TAG = "sqstag."  # queue tags, in the queue's saved attributes
 
@@ -392,10 +396,19 @@ class Service:
         )
         visibility: float | None = None
         if req.VisibilityTimeout is not None:
-            seconds = _within("VisibilityTimeout", req.VisibilityTimeout, 0, 43200, 0)
+            seconds = _within("VisibilityTimeout", req.VisibilityTimeout, 0, MAX_VISIBILITY, 0)
             visibility = float(seconds) or queues.MIN_VISIBILITY
         await self._redrive(name, settings)
-        found = await queue.dequeue(count, visibility, float(wait))
+        default = settings["visibility_timeout"]
+        effective = (
+            visibility if visibility is not None or not isinstance(default, float) else default
+        )
+        if effective is not None and effective <= queues.MIN_VISIBILITY:
+            # VisibilityTimeout 0: lease long enough to be durable, then show the messages again
+            found = await queue.dequeue(count, ZERO_VISIBILITY_HOLD, float(wait))
+            await asyncio.gather(*(queue.extend(m, 0.0) for m in found))
+        else:
+            found = await queue.dequeue(count, visibility, float(wait))
         target = queues.dead_letter_target(name, settings)
         if target is not None:  # this receive may have made messages dead: move them now
             await self._move(name, target)
@@ -403,16 +416,23 @@ class Service:
             await queue.release(found)  # a long poll whose client left: give the leases back
             return {}
         system = set(req.AttributeNames) | set(req.MessageSystemAttributeNames)
-        received = [self._received(name, m, system, req.MessageAttributeNames) for m in found]
+        now = time.time()
+        received = [self._received(name, m, now, system, req.MessageAttributeNames) for m in found]
         return {"Messages": received} if received else {}
 
     def _received(
-        self, name: str, message: Message, system: set[str], attribute_names: list[str]
+        self,
+        name: str,
+        message: Message,
+        now: float,
+        system: set[str],
+        attribute_names: list[str],
     ) -> dict[str, Any]:
         body = message.payload.decode("utf-8", errors="replace")
+        first = message.first_delivered_at
         answer: dict[str, Any] = {
             "MessageId": message.id,
-            "ReceiptHandle": handles.encode(name, message),
+            "ReceiptHandle": handles.encode(name, message, now),
             "MD5OfBody": md5_of_body(body),
             "Body": body,
         }
@@ -421,6 +441,7 @@ class Service:
             "SenderId": queues.ACCOUNT,
             "SentTimestamp": str(int(message.enqueued_at * 1000)),
             "ApproximateReceiveCount": str(message.attempts),
+            "ApproximateFirstReceiveTimestamp": None if first is None else str(int(first * 1000)),
             "AWSTraceHeader": messages.system_attribute(message, "AWSTraceHeader"),
             "DeadLetterQueueSourceArn": messages.system_attribute(
                 message, "DeadLetterQueueSourceArn"
@@ -447,7 +468,7 @@ class Service:
 
     async def delete_message(self, call: Call, req: shapes.DeleteMessage) -> Any:
         name, queue = await self._by_url(call, req.QueueUrl)
-        mid, receipt = handles.decode(name, req.ReceiptHandle)
+        mid, receipt, _ = handles.decode(name, req.ReceiptHandle)
         await self._delete(queue, queues.is_fifo(name), req.ReceiptHandle, mid, receipt)
         return {}
 
@@ -478,9 +499,8 @@ class Service:
         ready: list[tuple[str, str, str, str]] = []
         for entry in req.Entries:
             try:
-                ready.append(
-                    (entry.Id, entry.ReceiptHandle, *handles.decode(name, entry.ReceiptHandle))
-                )
+                mid, receipt, _ = handles.decode(name, entry.ReceiptHandle)
+                ready.append((entry.Id, entry.ReceiptHandle, mid, receipt))
             except SqsError as exc:
                 failed.append(_failure(entry.Id, exc))
         if not fifo:
@@ -503,12 +523,22 @@ class Service:
                 done.append(eid)
         return {"Successful": [{"Id": eid} for eid in done], "Failed": failed}
 
-    async def _change(
-        self, queue: AnyQueue, fifo: bool, handle: str, mid: str, receipt: str, seconds: int
-    ) -> None:
-        _within("VisibilityTimeout", seconds, 0, 43200, 0)
+    async def _change(self, name: str, queue: AnyQueue, handle: str, seconds: int) -> None:
+        """Change a message's visibility as SQS does. On a standard queue, a lease that ran
+        out takes effect again if nobody received the message since, and the handle of an
+        earlier receive of a message received again answers 200 and changes nothing (the lease
+        is another consumer's). A lease may not reach past 12 hours from its receive."""
+        _within("VisibilityTimeout", seconds, 0, MAX_VISIBILITY, 0)
+        mid, receipt, received_at = handles.decode(name, handle)
+        fifo = queues.is_fifo(name)
+        if received_at is not None and time.time() + seconds > received_at + MAX_VISIBILITY:
+            raise invalid(
+                f"Value {seconds} for parameter VisibilityTimeout is invalid. Reason: Total "
+                f"VisibilityTimeout for the message is beyond the limit [{MAX_VISIBILITY} "
+                "seconds]."
+            )
         try:
-            await queue.extend(receipt, float(seconds))
+            await queue.extend(receipt, float(seconds), revive=not fifo)
         except ReceiptExpired:
             if not fifo and await _status(queue, mid) is MessageStatus.PROCESSING:
                 return  # received again since: another consumer's lease, left alone (as SQS)
@@ -520,9 +550,7 @@ class Service:
 
     async def change_message_visibility(self, call: Call, req: shapes.ChangeVisibility) -> Any:
         name, queue = await self._by_url(call, req.QueueUrl)
-        mid, receipt = handles.decode(name, req.ReceiptHandle)
-        fifo = queues.is_fifo(name)
-        await self._change(queue, fifo, req.ReceiptHandle, mid, receipt, req.VisibilityTimeout)
+        await self._change(name, queue, req.ReceiptHandle, req.VisibilityTimeout)
         return {}
 
     async def change_message_visibility_batch(
@@ -531,12 +559,8 @@ class Service:
         name, queue = await self._by_url(call, req.QueueUrl)
         _check_batch(req.Entries)
 
-        fifo = queues.is_fifo(name)
-
         async def change(entry: shapes.ChangeEntry) -> None:
-            mid, receipt = handles.decode(name, entry.ReceiptHandle)
-            handle, seconds = entry.ReceiptHandle, entry.VisibilityTimeout
-            await self._change(queue, fifo, handle, mid, receipt, seconds)
+            await self._change(name, queue, entry.ReceiptHandle, entry.VisibilityTimeout)
 
         results = await asyncio.gather(*(change(e) for e in req.Entries), return_exceptions=True)
         successful, failed = [], []
