@@ -12,11 +12,15 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
 
 import s3q
 from s3q import ids
+from s3q.ops import Lease
+from s3q.state import Rec
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -153,3 +157,34 @@ def test_an_object_in_a_newer_format_is_refused_and_nothing_changes(
     newest.write_bytes(data)  # and the queue opens again: the failed open kept no lock
     with s3q.open(url) as q:
         assert q.stats().pending == 1
+
+
+def without_last_field(shape: type[msgspec.Struct], **config: Any) -> type[msgspec.Struct]:
+    """``shape`` as builds before its last (trailing, defaulted) field defined it."""
+    fields: list[Any] = []
+    for f in msgspec.structs.fields(shape)[:-1]:
+        if f.required:
+            fields.append((f.name, f.type))
+        elif f.default is msgspec.NODEFAULT:
+            fields.append((f.name, f.type, msgspec.field(default_factory=f.default_factory)))
+        else:
+            fields.append((f.name, f.type, f.default))
+    return msgspec.defstruct(shape.__name__, fields, array_like=True, **config)
+
+
+def test_the_time_of_a_lease_is_a_field_earlier_builds_of_format_3_skip() -> None:
+    """Lease.at and Rec.first_leased_at came within format 3 as trailing fields: objects this
+    build writes decode with the shapes of the builds before them, and theirs with this one's."""
+    old_lease = without_last_field(Lease, tag="l", frozen=True)
+    new = Lease([("m1", "m1~r", 130.0)], 100.0)
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(new), type=old_lease) == old_lease(
+        [("m1", "m1~r", 130.0)]
+    )
+    older = msgspec.msgpack.encode(old_lease([("m1", "m1~r", 130.0)]))
+    assert msgspec.msgpack.decode(older, type=Lease) == Lease([("m1", "m1~r", 130.0)], 0.0)
+
+    old_rec = without_last_field(Rec, gc=False)
+    rec = Rec("m1", 1, 0, 1.0, 1.0, 3, 0, 10, attempts=2, first_leased_at=100.0)
+    back = msgspec.msgpack.decode(msgspec.msgpack.encode(rec), type=old_rec)
+    assert (back.id, back.attempts, back.seg) == ("m1", 2, 3)  # type: ignore[attr-defined]
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(back), type=Rec).first_leased_at == 0.0
