@@ -604,6 +604,117 @@ def test_redrive_to_dead_letter_queue(sqs: Any) -> None:
     assert depth(sqs, src)["Messages"] == 1
 
 
+def dead_letters(sqs: Any, src: str, dlq: str, bodies: list[str]) -> None:
+    """Send ``bodies`` to ``src`` (maxReceiveCount 1) and receive each once: dead letters in
+    ``dlq``."""
+    for start in range(0, len(bodies), 10):
+        entries = [{"Id": f"e{i}", "MessageBody": b} for i, b in enumerate(bodies[start:][:10])]
+        sqs.send_message_batch(QueueUrl=src, Entries=entries)
+    received = 0
+    while received < len(bodies):
+        got = sqs.receive_message(QueueUrl=src, MaxNumberOfMessages=10, VisibilityTimeout=0)
+        received += len(got.get("Messages", []))
+    assert "Messages" not in sqs.receive_message(QueueUrl=src)  # out of receives: moved
+    assert depth(sqs, dlq)["Messages"] == len(bodies)
+
+
+def move_task(sqs: Any, arn: str) -> dict[str, Any]:
+    """The newest message-move task of the queue ``arn``, once it is no longer running."""
+    deadline = time.monotonic() + 60
+    while True:
+        [task] = sqs.list_message_move_tasks(SourceArn=arn)["Results"]
+        if task["Status"] not in ("RUNNING", "CANCELLING"):
+            return dict(task)
+        assert time.monotonic() < deadline, task
+        time.sleep(0.05)  # the task runs in the broker: nothing to await from here
+
+
+def test_message_move_tasks_redrive_dead_letters(sqs: Any) -> None:
+    arn = "arn:aws:sqs:us-east-1:000000000000:"
+    dlq = sqs.create_queue(QueueName="dlq")["QueueUrl"]
+    policy = f'{{"deadLetterTargetArn": "{arn}dlq", "maxReceiveCount": "1"}}'
+    src = sqs.create_queue(QueueName="src", Attributes={"RedrivePolicy": policy})["QueueUrl"]
+    other = sqs.create_queue(QueueName="other")["QueueUrl"]
+    bodies = [f"m{i}" for i in range(12)]
+    dead_letters(sqs, src, dlq, bodies)
+
+    # back to the queues they died in, all of them, each once
+    handle = sqs.start_message_move_task(SourceArn=arn + "dlq")["TaskHandle"]
+    task = move_task(sqs, arn + "dlq")
+    assert task["Status"] == "COMPLETED" and "TaskHandle" not in task
+    assert task["ApproximateNumberOfMessagesMoved"] == task["ApproximateNumberOfMessagesToMove"]
+    assert task["ApproximateNumberOfMessagesMoved"] == 12 and task["SourceArn"] == arn + "dlq"
+    assert depth(sqs, dlq)["Messages"] == 0
+    back = []
+    while len(back) < 12:
+        got = sqs.receive_message(QueueUrl=src, MaxNumberOfMessages=10, AttributeNames=["All"])
+        back += got["Messages"]
+    assert sorted(m["Body"] for m in back) == sorted(bodies)
+    assert not any("DeadLetterQueueSourceArn" in m["Attributes"] for m in back)
+    with pytest.raises(ClientError) as exc:  # finished: no longer cancellable
+        sqs.cancel_message_move_task(TaskHandle=handle)
+    assert error_code(exc) == "InvalidParameterValue"
+
+    # to a queue named, paced, and cancelled on the way
+    for m in back:
+        sqs.change_message_visibility(
+            QueueUrl=src, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0
+        )
+    assert "Messages" not in sqs.receive_message(QueueUrl=src)
+    assert depth(sqs, dlq)["Messages"] == 12
+    handle = sqs.start_message_move_task(
+        SourceArn=arn + "dlq", DestinationArn=arn + "other", MaxNumberOfMessagesPerSecond=1
+    )["TaskHandle"]
+    [running] = sqs.list_message_move_tasks(SourceArn=arn + "dlq", MaxResults=1)["Results"]
+    assert running["TaskHandle"] == handle and running["MaxNumberOfMessagesPerSecond"] == 1
+    assert running["DestinationArn"] == arn + "other"
+    with pytest.raises(ClientError) as exc:
+        sqs.start_message_move_task(SourceArn=arn + "dlq")
+    assert "already a task running" in exc.value.response["Error"]["Message"]
+    moved = sqs.cancel_message_move_task(TaskHandle=handle)["ApproximateNumberOfMessagesMoved"]
+    task = move_task(sqs, arn + "dlq")
+    assert task["Status"] == "CANCELLED" and task["ApproximateNumberOfMessagesMoved"] == moved
+    assert moved < 12
+    assert depth(sqs, other)["Messages"] == moved
+    assert depth(sqs, dlq)["Messages"] == 12 - moved
+    listed = sqs.list_message_move_tasks(SourceArn=arn + "dlq", MaxResults=10)["Results"]
+    assert [t["Status"] for t in listed] == ["CANCELLED", "COMPLETED"]
+
+
+def test_message_move_task_errors(sqs: Any) -> None:
+    arn = "arn:aws:sqs:us-east-1:000000000000:"
+    sqs.create_queue(QueueName="plain")
+    dlq = sqs.create_queue(QueueName="dlq")["QueueUrl"]
+    policy = f'{{"deadLetterTargetArn": "{arn}dlq", "maxReceiveCount": "1"}}'
+    sqs.create_queue(QueueName="src", Attributes={"RedrivePolicy": policy})
+    cases = [
+        (dict(SourceArn=arn + "plain"), "InvalidParameterValue", "configured as a Dead Letter"),
+        (dict(SourceArn=arn + "missing"), "ResourceNotFoundException", "SourceArn parameter"),
+        (
+            dict(SourceArn=arn + "dlq", DestinationArn=arn + "missing"),
+            "ResourceNotFoundException",
+            "DestinationArn parameter",
+        ),
+        (
+            dict(SourceArn=arn + "dlq", MaxNumberOfMessagesPerSecond=501),
+            "InvalidParameterValue",
+            "MaxNumberOfMessagesPerSecond",
+        ),
+    ]
+    for arguments, code, text in cases:
+        with pytest.raises(ClientError) as exc:
+            sqs.start_message_move_task(**arguments)
+        assert error_code(exc) == code and text in exc.value.response["Error"]["Message"]
+    with pytest.raises(ClientError) as exc:
+        sqs.cancel_message_move_task(TaskHandle="foobared")
+    assert error_code(exc) == "InvalidParameterValue"
+    with pytest.raises(ClientError) as exc:
+        sqs.list_message_move_tasks(SourceArn=arn + "missing")
+    assert exc.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
+    assert sqs.list_message_move_tasks(SourceArn=arn + "dlq")["Results"] == []
+    assert depth(sqs, dlq)["Messages"] == 0
+
+
 def test_queue_attributes_counts_and_purge(sqs: Any) -> None:
     url = sqs.create_queue(QueueName="q")["QueueUrl"]
     sqs.send_message(QueueUrl=url, MessageBody="now-1")

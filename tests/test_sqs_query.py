@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -134,6 +135,15 @@ def test_queues_attributes_and_tags(sqs: Any, broker: SqsBroker) -> None:
         QueueUrl=url, Attributes={"RedrivePolicy": policy + '"maxReceiveCount": "3"}'}
     )
     assert sqs.list_dead_letter_source_queues(QueueUrl=dead)["queueUrls"] == [url]
+    dead_arn = "arn:aws:sqs:us-east-1:000000000000:jobs-dead"
+    assert sqs.start_message_move_task(SourceArn=dead_arn)["TaskHandle"]
+    deadline = time.monotonic() + 30
+    while (task := sqs.list_message_move_tasks(SourceArn=dead_arn)["Results"][0])[
+        "Status"
+    ] == "RUNNING":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)  # the task runs in the broker: nothing to await from here
+    assert task["Status"] == "COMPLETED" and task["ApproximateNumberOfMessagesMoved"] == 0
 
     sqs.delete_queue(QueueUrl=f"{broker.url}/000000000000/other")
     with pytest.raises(sqs.exceptions.QueueDoesNotExist):

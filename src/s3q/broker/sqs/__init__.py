@@ -6,7 +6,8 @@ Modules: :mod:`.protocol` (JSON requests, answers, errors), :mod:`.query` (the s
 protocol's forms and XML), :mod:`.shapes` (request shapes),
 :mod:`.sigv4` (signatures), :mod:`.digest` (MD5 digests), :mod:`.messages` (SQS messages in
 s3q messages), :mod:`.handles` (receipt handles), :mod:`.queues` (queue attributes),
-:mod:`.catalog` (which queues exist), :mod:`.actions` (the actions), :mod:`.endpoint` (the
+:mod:`.catalog` (which queues exist), :mod:`.moves` (message-move tasks), :mod:`.actions` (the
+actions), :mod:`.endpoint` (the
 route: auth, dispatch, errors).
 """
 

@@ -31,6 +31,7 @@ from ..wire import check_name
 from . import handles, messages, queues, shapes
 from .catalog import Catalog, Entry
 from .digest import md5_of_attributes, md5_of_body
+from .moves import MoveTasks
 from .protocol import SqsError, invalid
 
 log = logging.getLogger("s3q.broker.sqs")
@@ -68,6 +69,17 @@ class Service:
     registry: QueueRegistry
     catalog: Catalog
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    moves: MoveTasks = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.moves = MoveTasks(self.registry.get, self._exists, self._is_dead_letter_queue)
+
+    async def _exists(self, name: str) -> bool:
+        return await self.catalog.get(name) is not None
+
+    async def _is_dead_letter_queue(self, name: str) -> bool:
+        await self.catalog.entries(refresh=True)
+        return bool(self.catalog.sources(name))
 
     def _lock(self, key: str) -> asyncio.Lock:
         return self._locks.setdefault(key, asyncio.Lock())
@@ -573,6 +585,20 @@ class Service:
                 successful.append({"Id": entry.Id})
         return {"Successful": successful, "Failed": failed}
 
+    # -- message-move tasks ----------------------------------------------------------------------
+
+    async def start_message_move_task(self, call: Call, req: shapes.StartMove) -> Any:
+        handle = await self.moves.start(
+            req.SourceArn, req.DestinationArn, req.MaxNumberOfMessagesPerSecond
+        )
+        return {"TaskHandle": handle}
+
+    async def cancel_message_move_task(self, call: Call, req: shapes.CancelMove) -> Any:
+        return {"ApproximateNumberOfMessagesMoved": await self.moves.cancel(req.TaskHandle)}
+
+    async def list_message_move_tasks(self, call: Call, req: shapes.ListMoves) -> Any:
+        return {"Results": await self.moves.listed(req.SourceArn, req.MaxResults)}
+
     # -- dead-letter queues ----------------------------------------------------------------------
 
     async def _redrive(self, name: str, settings: dict[str, Setting]) -> None:
@@ -728,6 +754,9 @@ ACTIONS: dict[str, tuple[type[shapes.Shape], Handler]] = {
         shapes.ChangeVisibilityBatch,
         Service.change_message_visibility_batch,
     ),
+    "StartMessageMoveTask": (shapes.StartMove, Service.start_message_move_task),
+    "CancelMessageMoveTask": (shapes.CancelMove, Service.cancel_message_move_task),
+    "ListMessageMoveTasks": (shapes.ListMoves, Service.list_message_move_tasks),
 }
 
 #: SQS actions this endpoint does not offer (UnsupportedOperation).
@@ -735,8 +764,5 @@ UNSUPPORTED = frozenset(
     {
         "AddPermission",
         "RemovePermission",
-        "StartMessageMoveTask",
-        "CancelMessageMoveTask",
-        "ListMessageMoveTasks",
     }
 )

@@ -49,6 +49,7 @@ ANSWER_LISTS = {
     "queueUrls": "QueueUrl",  # ListDeadLetterSourceQueues's
     "Messages": "Message",
     "Failed": "BatchResultErrorEntry",
+    "Results": "ListMessageMoveTasksResultEntry",
 }
 
 #: A flattened map's member (JSON name) -> the name of each entry, its key and its value.

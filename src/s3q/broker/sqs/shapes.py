@@ -122,3 +122,18 @@ class TagQueue(ByUrl):
 
 class UntagQueue(ByUrl):
     TagKeys: list[str]
+
+
+class StartMove(Shape):
+    SourceArn: str
+    DestinationArn: str | None = None
+    MaxNumberOfMessagesPerSecond: int | None = None
+
+
+class CancelMove(Shape):
+    TaskHandle: str
+
+
+class ListMoves(Shape):
+    SourceArn: str
+    MaxResults: int | None = None

@@ -1,0 +1,244 @@
+"""Message-move tasks: dead letters moved out of a dead-letter queue, as SQS's
+StartMessageMoveTask, CancelMessageMoveTask and ListMessageMoveTasks do.
+
+A task runs in the broker that started it, one per source queue at a time: it takes up to ten
+messages at a time from the dead-letter queue (a lease, so a broker that dies mid-move leaves
+them to come back), enqueues each into its destination (the queue named, or the queue it died
+in, from its ``DeadLetterQueueSourceArn``) and completes it. The enqueue carries a dedup id
+derived from the message's id, so a batch moved again after a crash is not enqueued twice
+(within the destination's dedup window). It stops once it moved as many messages as the queue
+held when it started, or when the queue has none left. Tasks are remembered by the broker
+that ran them (the ten newest per source queue), not in the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from ...api import AsyncQueue
+from ...errors import S3QError
+from ...message import Message
+from ..forward import ForwardedQueue
+from . import messages, queues
+from .protocol import SqsError, invalid
+
+log = logging.getLogger("s3q.broker.sqs")
+
+AnyQueue = AsyncQueue | ForwardedQueue
+BATCH = 10
+HOLD = 60.0  # seconds a message being moved stays leased in the source
+KEPT = 10  # tasks listed per source queue
+MAX_RATE = 500  # MaxNumberOfMessagesPerSecond, as SQS
+SOURCE_ATTRIBUTE = messages.SYSTEM + "DeadLetterQueueSourceArn"
+
+
+class Failed(Exception):
+    """A task cannot go on: its ``FailureReason``."""
+
+
+@dataclass
+class MoveTask:
+    """One message-move task and its progress."""
+
+    source: str
+    destination: str | None
+    rate: int | None
+    to_move: int
+    task_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    status: str = "RUNNING"
+    moved: int = 0
+    failure: str | None = None
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    runner: asyncio.Task[None] | None = None
+
+    @property
+    def handle(self) -> str:
+        text = msgspec.json.encode({"taskId": self.task_id, "sourceArn": queues.arn(self.source)})
+        return base64.b64encode(text).decode()
+
+    def listed(self) -> dict[str, Any]:
+        """The task as ListMessageMoveTasks shows it."""
+        entry: dict[str, Any] = {
+            "SourceArn": queues.arn(self.source),
+            "Status": self.status,
+            "StartedTimestamp": self.started_ms,
+            "ApproximateNumberOfMessagesMoved": self.moved,
+            "ApproximateNumberOfMessagesToMove": self.to_move,
+        }
+        if self.status == "RUNNING":
+            entry["TaskHandle"] = self.handle
+        if self.destination is not None:
+            entry["DestinationArn"] = queues.arn(self.destination)
+        if self.rate is not None:
+            entry["MaxNumberOfMessagesPerSecond"] = self.rate
+        if self.failure is not None:
+            entry["FailureReason"] = self.failure
+        return entry
+
+
+def not_found(parameter: str) -> SqsError:
+    return SqsError(
+        "ResourceNotFoundException",
+        f"The resource that you specified for the {parameter} parameter doesn't exist.",
+        404,
+    )
+
+
+@dataclass
+class MoveTasks:
+    """The message-move tasks of one broker."""
+
+    queue: Callable[[str], Awaitable[AnyQueue]]  # a queue by name
+    exists: Callable[[str], Awaitable[bool]]
+    is_dead_letter_queue: Callable[[str], Awaitable[bool]]
+    _tasks: dict[str, list[MoveTask]] = field(default_factory=dict)  # by source, newest first
+
+    async def start(self, source_arn: str, destination_arn: str | None, rate: int | None) -> str:
+        source = _queue_of(source_arn, "SourceArn")
+        if not await self.exists(source):
+            raise not_found("SourceArn")
+        if not await self.is_dead_letter_queue(source):
+            raise invalid("Source queue must be configured as a Dead Letter Queue.")
+        destination = None
+        if destination_arn is not None:
+            destination = _queue_of(destination_arn, "DestinationArn")
+            if not await self.exists(destination):
+                raise not_found("DestinationArn")
+        if rate is not None and (isinstance(rate, bool) or not 1 <= rate <= MAX_RATE):
+            raise invalid(
+                f"Value {rate} for parameter MaxNumberOfMessagesPerSecond is invalid. Reason: "
+                f"Must be between 1 and {MAX_RATE}."
+            )
+        listed = self._tasks.setdefault(source, [])
+        if any(t.status in ("RUNNING", "CANCELLING") for t in listed):
+            raise invalid(
+                "There is already a task running. Only one active task is allowed for a source "
+                "queue arn at a given time."
+            )
+        stats = await (await self.queue(source)).stats()
+        task = MoveTask(source, destination, rate, stats.pending + stats.retry)
+        listed.insert(0, task)
+        del listed[KEPT:]
+        task.runner = asyncio.create_task(self._run(task), name=f"s3q-move-{source}")
+        return task.handle
+
+    async def cancel(self, handle: str) -> int:
+        task = self._named(handle)
+        if task.status != "RUNNING":
+            raise invalid("Only active tasks can be cancelled.")
+        task.status = "CANCELLING"
+        task.cancelled.set()
+        if task.runner is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(task.runner)
+        return task.moved
+
+    async def listed(self, source_arn: str, limit: int | None) -> list[dict[str, Any]]:
+        source = _queue_of(source_arn, "SourceArn")
+        if not await self.exists(source):
+            raise not_found("SourceArn")
+        if limit is not None and (isinstance(limit, bool) or not 1 <= limit <= KEPT):
+            raise invalid(
+                f"Value {limit} for parameter MaxResults is invalid. Reason: Must be between 1 "
+                f"and {KEPT}."
+            )
+        return [t.listed() for t in self._tasks.get(source, [])[: limit or 1]]
+
+    def _named(self, handle: str) -> MoveTask:
+        try:
+            text = base64.b64decode(handle, validate=True)
+            named = msgspec.json.decode(text, type=dict[str, str])
+            task_id, source_arn = named["taskId"], named["sourceArn"]
+        except (binascii.Error, ValueError, KeyError, msgspec.DecodeError):
+            raise invalid("Value for parameter TaskHandle is invalid.") from None
+        try:
+            source = queues.name_of_arn(source_arn)
+        except SqsError:
+            raise not_found("SourceArn") from None
+        for task in self._tasks.get(source, []):
+            if task.task_id == task_id:
+                return task
+        if source not in self._tasks:
+            raise not_found("SourceArn")
+        raise SqsError("ResourceNotFoundException", "Task does not exist.", 404)
+
+    # -- running -----------------------------------------------------------------------------
+
+    async def _run(self, task: MoveTask) -> None:
+        started = time.monotonic()
+        try:
+            source = await self.queue(task.source)
+            while task.moved < task.to_move and not task.cancelled.is_set():
+                count = min(BATCH, task.to_move - task.moved, task.rate or BATCH)
+                batch = await source.dequeue(count, HOLD, 0.0)
+                if not batch:
+                    break
+                try:
+                    await self._move(task, batch)
+                except BaseException:
+                    with contextlib.suppress(S3QError):
+                        await source.release(batch)
+                    raise
+                await source.complete_batch(batch)
+                task.moved += len(batch)
+                if task.rate is not None:  # pace: rate messages a second, at most
+                    due = started + task.moved / task.rate - time.monotonic()
+                    if due > 0:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(task.cancelled.wait(), due)
+            task.status = "CANCELLED" if task.cancelled.is_set() else "COMPLETED"
+        except Failed as exc:
+            task.status, task.failure = "FAILED", str(exc)
+        except S3QError as exc:
+            log.warning("message-move task from %s failed: %s", task.source, exc)
+            task.status, task.failure = "FAILED", "AWS.SimpleQueueService.InternalError"
+        log.info("message-move task from %s: %s, %d moved", task.source, task.status, task.moved)
+
+    async def _move(self, task: MoveTask, batch: list[Message]) -> None:
+        by_target: dict[str, list[dict[str, Any]]] = {}
+        for m in batch:
+            target = task.destination or _origin(m)
+            attributes = {k: v for k, v in m.attributes.items() if k != SOURCE_ATTRIBUTE}
+            by_target.setdefault(target, []).append(
+                {
+                    "payload": m.payload,
+                    "priority": m.priority,
+                    "group": m.group,
+                    "dedup_id": f"move:{task.source}:{m.id}",  # moved again: enqueued once
+                    "attributes": attributes,
+                }
+            )
+        for target, items in by_target.items():
+            if not await self.exists(target):
+                raise Failed("AWS.SimpleQueueService.NonExistentQueue")
+            await (await self.queue(target)).enqueue_batch(items)
+
+
+def _queue_of(arn: str, parameter: str) -> str:
+    try:
+        return queues.name_of_arn(arn)
+    except SqsError:
+        raise invalid(f"Value {arn} for parameter {parameter} is invalid.") from None
+
+
+def _origin(message: Message) -> str:
+    """The queue a dead letter died in (its DeadLetterQueueSourceArn)."""
+    arn = messages.system_attribute(message, "DeadLetterQueueSourceArn")
+    if arn is None:
+        raise Failed("The message has no DeadLetterQueueSourceArn: give a DestinationArn.")
+    try:
+        return queues.name_of_arn(arn)
+    except SqsError:
+        raise Failed(f"The message's DeadLetterQueueSourceArn {arn} names no queue.") from None
