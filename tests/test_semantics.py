@@ -545,6 +545,38 @@ def test_group_delivers_one_at_a_time_in_order(make_queue) -> None:
     assert m.id == g[2]
 
 
+def test_per_group_delivers_a_groups_messages_together_in_order(
+    make_queue, clock: FakeClock
+) -> None:
+    q = make_queue()
+    a = [q.enqueue(f"a{i}".encode(), group="A") for i in range(4)]
+    b = q.enqueue(b"b0", group="B")
+    plain = q.enqueue(b"plain")
+    first = q.dequeue(10, visibility_timeout=30, per_group=3)
+    assert [m.id for m in first] == [*a[:3], b, plain]
+    assert q.dequeue(10, per_group=3) == []  # A's fourth waits while the three are leased
+    q.complete(first[0])
+    assert q.dequeue(10, per_group=3) == []  # ... and while any of them is
+    q.complete_batch(first[1:3])
+    [last] = q.dequeue(10, per_group=3)
+    assert last.id == a[3]
+    q.complete_batch([last, first[3], first[4]])
+
+    c = [q.enqueue(f"c{i}".encode(), group="C") for i in range(2)]
+    held = q.dequeue(10, visibility_timeout=30, per_group=10)
+    assert [m.id for m in held] == c
+    q.extend(held[1], 100)  # the second stays leased after the first's lease runs out
+    clock.advance(31)
+    assert q.status(c[0]) is S.PENDING
+    assert q.dequeue(10, per_group=10) == [], "the head waits for the message after it"
+    clock.advance(70)
+    again = q.dequeue(10, per_group=10)
+    assert [(m.id, m.attempts) for m in again] == [(c[0], 2), (c[1], 2)]
+    for bad in (0, 11, 2.5):
+        with pytest.raises(s3q.InvalidArgument):
+            q.dequeue(1, per_group=bad)
+
+
 def test_group_order_beats_priority(make_queue) -> None:
     q = make_queue()
     low = q.enqueue(b"low-first", group="G", priority=0)

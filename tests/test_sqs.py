@@ -519,19 +519,11 @@ def test_fifo_groups_and_deduplication(sqs: Any) -> None:
         QueueUrl=url, MessageBody="a again", MessageGroupId="g1", MessageDeduplicationId="a"
     )
     first = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"])
-    heads = {m["Attributes"]["MessageGroupId"]: m for m in first["Messages"]}
-    assert {g: m["Body"] for g, m in heads.items()} == {"g1": "a", "g2": "x"}
-    assert heads["g1"]["MessageId"] == dup["MessageId"]  # the duplicate was not enqueued
-    assert heads["g1"]["Attributes"]["MessageDeduplicationId"] == "a"
-    order = []
-    for _ in range(3):
-        sqs.delete_message(QueueUrl=url, ReceiptHandle=heads["g1"]["ReceiptHandle"])
-        order.append(heads["g1"]["Body"])
-        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"])
-        heads = {m["Attributes"]["MessageGroupId"]: m for m in got.get("Messages", [])}
-        if "g1" not in heads:
-            break
-    assert order == ["a", "b", "c"]
+    got = [(m["Attributes"]["MessageGroupId"], m["Body"]) for m in first["Messages"]]
+    assert got == [("g1", "a"), ("g1", "b"), ("g1", "c"), ("g2", "x")]  # each group in order
+    head = first["Messages"][0]
+    assert head["MessageId"] == dup["MessageId"]  # the duplicate was not enqueued
+    assert head["Attributes"]["MessageDeduplicationId"] == "a"
 
     with pytest.raises(ClientError) as exc:
         sqs.send_message(QueueUrl=url, MessageBody="no group", MessageDeduplicationId="z")
@@ -872,6 +864,26 @@ def test_an_earlier_handle_deletes_as_sqs_does_on_each_queue_type(sqs: Any) -> N
     sqs.delete_message(QueueUrl=fifo, ReceiptHandle=again["ReceiptHandle"])
     sqs.delete_message(QueueUrl=fifo, ReceiptHandle=again["ReceiptHandle"])  # a retry: fine
     assert depth(sqs, fifo)["Messages"] == 0
+
+
+def test_a_fifo_receive_returns_several_messages_of_a_group_in_order(sqs: Any) -> None:
+    url = sqs.create_queue(
+        QueueName="orders.fifo",
+        Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"},
+    )["QueueUrl"]
+    for i in range(6):
+        sqs.send_message(QueueUrl=url, MessageBody=f"g{i}", MessageGroupId="g")
+    sqs.send_message(QueueUrl=url, MessageBody="h0", MessageGroupId="h")
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=4)["Messages"]
+    assert [m["Body"] for m in got] == ["g0", "g1", "g2", "g3"]
+    rest = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert [m["Body"] for m in rest] == ["h0"], "group g waits while four of it are in flight"
+    sqs.delete_message_batch(
+        QueueUrl=url,
+        Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)],
+    )
+    tail = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert [m["Body"] for m in tail] == ["g4", "g5"]
 
 
 def test_fifo_sends_as_sqs_does(sqs: Any) -> None:

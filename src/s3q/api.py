@@ -19,6 +19,7 @@ from .errors import InvalidArgument, InvalidConfig, S3QError
 from .message import Message, MessageStatus, QueueStats
 from .snapshot import Located
 from .staging import StagedObject
+from .state import MAX_PER_GROUP
 from .store import open_store
 
 T = TypeVar("T")
@@ -122,13 +123,22 @@ class AsyncQueue:
         return await self._engine.locate(list(ids))
 
     async def dequeue(
-        self, max_messages: int = 1, visibility_timeout: float | None = None, wait: float = 0.0
+        self,
+        max_messages: int = 1,
+        visibility_timeout: float | None = None,
+        wait: float = 0.0,
+        *,
+        per_group: int = 1,
     ) -> list[Message]:
-        """Lease up to ``max_messages``, waiting up to ``wait`` seconds for the first."""
+        """Lease up to ``max_messages``, waiting up to ``wait`` seconds for the first.
+        ``per_group``: a group's messages delivered together, in order (1 to 10; 1: one at a
+        time); while any of them is leased, the group's later messages wait."""
         validate.count("max_messages", max_messages, 1, MAX_DEQUEUE)
+        validate.count("per_group", per_group, 1, MAX_PER_GROUP)
         if visibility_timeout is not None:
             visibility_timeout = validate.visibility("visibility_timeout", visibility_timeout)
-        return await self._engine.dequeue(max_messages, visibility_timeout, validate.wait(wait))
+        wait = validate.wait(wait)
+        return await self._engine.dequeue(max_messages, visibility_timeout, wait, per_group)
 
     async def complete(self, target: Target) -> None:
         """Acknowledge a delivered message: it is done."""
@@ -377,10 +387,19 @@ class Queue:
         return self._run(self._aq.locate(ids))
 
     def dequeue(
-        self, max_messages: int = 1, visibility_timeout: float | None = None, wait: float = 0.0
+        self,
+        max_messages: int = 1,
+        visibility_timeout: float | None = None,
+        wait: float = 0.0,
+        *,
+        per_group: int = 1,
     ) -> list[Message]:
-        """Lease up to ``max_messages``, waiting up to ``wait`` seconds for the first."""
-        return self._run(self._aq.dequeue(max_messages, visibility_timeout, wait))
+        """Lease up to ``max_messages``, waiting up to ``wait`` seconds for the first.
+        ``per_group``: a group's messages delivered together, in order (1 to 10; 1: one at a
+        time); while any of them is leased, the group's later messages wait."""
+        return self._run(
+            self._aq.dequeue(max_messages, visibility_timeout, wait, per_group=per_group)
+        )
 
     def complete(self, target: Target) -> None:
         """Acknowledge a delivered message: it is done."""

@@ -333,11 +333,13 @@ class _Protocol:
         return _Call("POST", f"{self.base}/enqueue-staged", _MaybeIds, lambda a: a.ids, body)
 
     def dequeue(
-        self, max_messages: int, visibility_timeout: float | None, wait: float
+        self, max_messages: int, visibility_timeout: float | None, wait: float, per_group: int
     ) -> _Call[list[Message]]:
         body: dict[str, Any] = {"max_messages": max_messages, "wait": wait}
         if visibility_timeout is not None:
             body["visibility_timeout"] = visibility_timeout
+        if per_group != 1:  # only when asked: a broker before it refuses no request
+            body["per_group"] = per_group
         extra = wait + WAIT_MARGIN if isinstance(wait, int | float) else 0.0
         return _Call(
             "POST",
@@ -552,10 +554,17 @@ class RemoteQueue:
         return self._run(self._p.enqueue_staged(objects, token))
 
     def dequeue(
-        self, max_messages: int = 1, visibility_timeout: float | None = None, wait: float = 0.0
+        self,
+        max_messages: int = 1,
+        visibility_timeout: float | None = None,
+        wait: float = 0.0,
+        *,
+        per_group: int = 1,
     ) -> list[Message]:
-        """Lease up to ``max_messages``; the broker waits up to ``wait`` seconds for the first."""
-        return self._run(self._p.dequeue(max_messages, visibility_timeout, wait))
+        """Lease up to ``max_messages``; the broker waits up to ``wait`` seconds for the first.
+        ``per_group``: a group's messages delivered together, in order (1 to 10; 1: one at a
+        time); while any of them is leased, the group's later messages wait."""
+        return self._run(self._p.dequeue(max_messages, visibility_timeout, wait, per_group))
 
     def complete(self, target: Target) -> None:
         """Acknowledge a delivered message: it is done."""
@@ -795,10 +804,18 @@ class AsyncRemoteQueue:
         return await self._run(self._p.enqueue_staged(objects, token))
 
     async def dequeue(
-        self, max_messages: int = 1, visibility_timeout: float | None = None, wait: float = 0.0
+        self,
+        max_messages: int = 1,
+        visibility_timeout: float | None = None,
+        wait: float = 0.0,
+        *,
+        per_group: int = 1,
     ) -> list[Message]:
-        """Lease up to ``max_messages``; the broker waits up to ``wait`` seconds for the first."""
-        return await self._run(self._p.dequeue(max_messages, visibility_timeout, wait))
+        """Lease up to ``max_messages``; the broker waits up to ``wait`` seconds for the first.
+        ``per_group``: a group's messages delivered together, in order (1 to 10; 1: one at a
+        time); while any of them is leased, the group's later messages wait."""
+        call = self._p.dequeue(max_messages, visibility_timeout, wait, per_group)
+        return await self._run(call)
 
     async def complete(self, target: Target) -> None:
         """Acknowledge a delivered message: it is done."""

@@ -635,7 +635,7 @@ class Engine:
         return found
 
     async def dequeue(
-        self, max_messages: int, visibility_timeout: float | None, wait: float
+        self, max_messages: int, visibility_timeout: float | None, wait: float, per_group: int = 1
     ) -> list[Message]:
         self._check()
         timeout = (
@@ -644,7 +644,7 @@ class Engine:
         deadline = time.monotonic() + wait
         while True:
             self._check()
-            chosen, buried = await self._select(max_messages)
+            chosen, buried = await self._select(max_messages, per_group)
             now = self.clock()
             if chosen:
                 leases = self._leases(chosen, now + timeout)
@@ -680,7 +680,7 @@ class Engine:
         """
         return rec.receipt == receipt and rec.lease_until > self.clock()
 
-    async def _select(self, limit: int) -> tuple[list[Rec], Batch | None]:
+    async def _select(self, limit: int, per_group: int = 1) -> tuple[list[Rec], Batch | None]:
         """Up to ``limit`` deliverable messages, after burying those whose last lease ran out
         of attempts; the tables of the runs they come from read back first."""
         batch = None
@@ -692,7 +692,7 @@ class Engine:
             while bury:  # before choosing: a buried head of a group frees the next one
                 batch = self._bury(bury, now)
                 bury = self.state.expire(now, attempts)
-            chosen, bury = self.state.select(now, limit, attempts)
+            chosen, bury = self.state.select(now, limit, attempts, per_group)
             if bury:  # (none: all expired above, at the same ``now``)
                 batch = self._bury(bury, now)
             # Other callers may have taken the members read back for while they were read:

@@ -55,6 +55,10 @@ def blob_key(mid: str) -> str:
     return f"blob/{mid}"
 
 
+#: the most messages of one group a dequeue delivers together
+MAX_PER_GROUP = 10
+
+
 class Rec(msgspec.Struct, array_like=True, gc=False):
     """One message in the index (not tracked by the cyclic GC: it holds no cycles)."""
 
@@ -993,9 +997,12 @@ class QueueState:
                 heapq.heappush(ready, (-rec.priority, n, version, mid))
         return bury
 
-    def select(self, now: float, limit: int, max_attempts: int) -> tuple[list[Rec], list[Rec]]:
+    def select(
+        self, now: float, limit: int, max_attempts: int, per_group: int = 1
+    ) -> tuple[list[Rec], list[Rec]]:
         """Up to ``limit`` deliverable messages, best first, and expired ones to bury (as
-        ``expire``: none when it was called at ``now`` and its Bury applied).
+        ``expire``: none when it was called at ``now`` and its Bury applied). A group's head
+        comes with up to ``per_group - 1`` of the messages after it, in order.
 
         The caller must apply a Lease for the first list and a Bury for the second at once:
         both have left the ready structures.
@@ -1027,8 +1034,47 @@ class QueueState:
                     self._fresh[fresh.priority].popleft()
                     chosen.append(fresh)
             else:
-                chosen.append(messages[heapq.heappop(ready)[3]])
+                rec = messages[heapq.heappop(ready)[3]]
+                if rec.group is not None and (until := self._held_behind(rec, now)) is not None:
+                    # messages after it are still leased: it waits for them to be done or back
+                    heapq.heappush(self._timers, (until, rec.n, rec.version, rec.id))
+                    continue
+                chosen.append(rec)
+            head = chosen[-1] if chosen else None
+            if (
+                per_group > 1
+                and head is not None
+                and head.group is not None
+                and len(chosen) < limit
+            ):
+                room = min(per_group - 1, limit - len(chosen))
+                chosen.extend(self._followers(head, now, room, max_attempts))
         return chosen, bury
+
+    def _followers(self, head: Rec, now: float, count: int, max_attempts: int) -> list[Rec]:
+        """Up to ``count`` messages after ``head`` in its group, deliverable now, in order."""
+        assert head.group is not None
+        found = []
+        for mid in itertools.islice(self._groups[head.group], 1, 1 + count):
+            rec = self.messages[mid]
+            if not (
+                (rec.state == QUEUED and rec.visible_at <= now)
+                or (rec.state == LEASED and rec.lease_until <= now and rec.attempts < max_attempts)
+            ):
+                break
+            found.append(rec)
+        return found
+
+    def _held_behind(self, head: Rec, now: float) -> float | None:
+        """When the latest lease on a message after ``head`` in its group ends, if one runs
+        (messages delivered together with their head: at most MAX_PER_GROUP after it)."""
+        assert head.group is not None
+        ends = [
+            rec.lease_until
+            for mid in itertools.islice(self._groups[head.group], 1, MAX_PER_GROUP)
+            if (rec := self.messages[mid]).state == LEASED and rec.lease_until > now
+        ]
+        return max(ends, default=None)
 
     def _best_fresh(self) -> Rec | Run | None:
         """The first fresh record or run of the highest priority, dropping stale entries

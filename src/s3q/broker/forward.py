@@ -229,9 +229,16 @@ class ForwardedQueue:
         return await self._call(lambda q: q.enqueue_staged(listed, token))
 
     async def dequeue(
-        self, max_messages: int = 1, visibility_timeout: float | None = None, wait: float = 0.0
+        self,
+        max_messages: int = 1,
+        visibility_timeout: float | None = None,
+        wait: float = 0.0,
+        *,
+        per_group: int = 1,
     ) -> list[Message]:
-        return await self._call(lambda q: q.dequeue(max_messages, visibility_timeout, wait))
+        return await self._call(
+            lambda q: q.dequeue(max_messages, visibility_timeout, wait, per_group=per_group)
+        )
 
     async def complete(self, target: Target) -> None:
         await self._call(lambda q: q.complete(target))

@@ -272,6 +272,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
             body("max_messages", INT),
             body("visibility_timeout", {"type": ["number", "null"]}),
             body("wait", NUM, doc="seconds to wait for the first message"),
+            body("per_group", INT, doc="a group's messages delivered together, in order (1-10)"),
         ),
         MESSAGES,
     ),

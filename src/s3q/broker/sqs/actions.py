@@ -411,16 +411,19 @@ class Service:
             seconds = _within("VisibilityTimeout", req.VisibilityTimeout, 0, MAX_VISIBILITY, 0)
             visibility = float(seconds) or queues.MIN_VISIBILITY
         await self._redrive(name, settings)
+        together = count if queues.is_fifo(name) else 1  # a FIFO group's messages, in order
         default = settings["visibility_timeout"]
         effective = (
             visibility if visibility is not None or not isinstance(default, float) else default
         )
         if effective is not None and effective <= queues.MIN_VISIBILITY:
             # VisibilityTimeout 0: lease long enough to be durable, then show the messages again
-            found = await queue.dequeue(count, ZERO_VISIBILITY_HOLD, float(wait))
+            found = await queue.dequeue(
+                count, ZERO_VISIBILITY_HOLD, float(wait), per_group=together
+            )
             await asyncio.gather(*(queue.extend(m, 0.0) for m in found))
         else:
-            found = await queue.dequeue(count, visibility, float(wait))
+            found = await queue.dequeue(count, visibility, float(wait), per_group=together)
         target = queues.dead_letter_target(name, settings)
         if target is not None:  # this receive may have made messages dead: move them now
             await self._move(name, target)
