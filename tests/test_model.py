@@ -16,6 +16,7 @@ a boundary is inclusive.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import tempfile
@@ -196,27 +197,32 @@ class QueueMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ model queries
 
-    def deliverable(self) -> list[MMsg]:
+    def deliverable(self, per_group: int = 1) -> list[MMsg]:
+        """What a dequeue delivers, in order: a group's head followed by up to ``per_group - 1``
+        of the messages after it that are deliverable too."""
         now = self.now
-        out = []
+
+        def due(mm: MMsg) -> bool:
+            return mm.state == "ready" and mm.visible_at <= now
+
+        units: list[list[MMsg]] = []
         groups: dict[str, list[MMsg]] = {}
         for mm in self.m.msgs.values():
             if mm.group is None:
-                if mm.state == "ready" and mm.visible_at <= now:
-                    out.append(mm)
+                if due(mm):
+                    units.append([mm])
             else:
                 groups.setdefault(mm.group, []).append(mm)
         for members in groups.values():
             if any(mm.state == "leased" for mm in members):
                 continue
-            live = [mm for mm in members if mm.state in LIVE]
-            if not live:
+            live = sorted((mm for mm in members if mm.state in LIVE), key=lambda mm: mm.seq)
+            if not live or not due(live[0]):
                 continue
-            head = min(live, key=lambda mm: mm.seq)
-            if head.state == "ready" and head.visible_at <= now:
-                out.append(head)
-        out.sort(key=lambda mm: (-mm.priority, mm.seq))
-        return out
+            unit = list(itertools.takewhile(due, live[:per_group]))
+            units.append(unit)
+        units.sort(key=lambda unit: (-unit[0].priority, unit[0].seq))
+        return [mm for unit in units for mm in unit]
 
     def allowed_status(self, mm: MMsg) -> set[object]:
         if mm.state == "ready":
@@ -323,9 +329,13 @@ class QueueMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ rules: consume
 
-    @rule(k=st.sampled_from([1, 1, 2, 5, 50]), vt=st.sampled_from([None, 5.5, 45.5]))
-    def dequeue(self, k: int, vt: float | None) -> None:
-        self._dequeue(k, vt)
+    @rule(
+        k=st.sampled_from([1, 1, 2, 5, 50]),
+        vt=st.sampled_from([None, 5.5, 45.5]),
+        per_group=st.sampled_from([1, 1, 3]),
+    )
+    def dequeue(self, k: int, vt: float | None, per_group: int) -> None:
+        self._dequeue(k, vt, per_group)
 
     @rule(error=st.sampled_from(["boom", "timeout"]))
     def dequeue_then_fail(self, error: str) -> None:
@@ -334,10 +344,10 @@ class QueueMachine(RuleBasedStateMachine):
             self.q.fail(mm.message, error)
             self._failed(mm, error)
 
-    def _dequeue(self, k: int, vt: float | None) -> list[MMsg]:
+    def _dequeue(self, k: int, vt: float | None, per_group: int = 1) -> list[MMsg]:
         self.resolve_retries()
-        expected = self.deliverable()[:k]
-        got = self.q.dequeue(max_messages=k, visibility_timeout=vt)
+        expected = self.deliverable(per_group)[:k]
+        got = self.q.dequeue(max_messages=k, visibility_timeout=vt, per_group=per_group)
         event(f"dequeue delivered {min(len(got), 2)}+")
         assert [m.id for m in got] == [mm.id for mm in expected], (
             f"delivered {[m.payload[:20] for m in got]}, model expected "

@@ -757,8 +757,8 @@ class QueueState:
     def _schedule(self, rec: Rec) -> None:
         """Index ``rec`` anew after a change: a timer for when it next becomes deliverable."""
         rec.version += 1
-        if rec.group is not None and self._groups[rec.group][0] != rec.id:
-            return
+        if rec.state != LEASED and self._follows(rec):
+            return  # scheduled when it heads its group (a leased one: to die when it runs out)
         when = rec.lease_until if rec.state == LEASED else rec.visible_at
         heapq.heappush(self._timers, (when, rec.n, rec.version, rec.id))
 
@@ -801,6 +801,10 @@ class QueueState:
         self.dead[rec.id] = None
         if rec.group is not None:
             self._leave_group(rec)
+
+    def _follows(self, rec: Rec) -> bool:
+        """Whether ``rec`` waits behind an earlier message of its group."""
+        return rec.group is not None and self._groups[rec.group][0] != rec.id
 
     def _leave_group(self, rec: Rec) -> None:
         assert rec.group is not None
@@ -897,9 +901,7 @@ class QueueState:
         state._finished = deque(finished)
         fresh: list[Rec | Run] = []
         for rec in records:
-            if rec.state in (QUEUED, LEASED) and (
-                rec.group is None or state._groups[rec.group][0] == rec.id
-            ):
+            if rec.state == LEASED or (rec.state == QUEUED and not state._follows(rec)):
                 if rec.state == QUEUED and not rec.backoff and rec.visible_at <= rec.enqueued_at:
                     fresh.append(rec)
                 else:
@@ -993,7 +995,7 @@ class QueueState:
                 continue
             if rec.state == LEASED and rec.attempts >= max_attempts:
                 bury.append(rec)
-            else:
+            elif not self._follows(rec):  # a group's later message waits to head it
                 heapq.heappush(ready, (-rec.priority, n, version, mid))
         return bury
 
