@@ -1,13 +1,20 @@
 """Shared fixtures for the s3q test suite.
 
-Everything here talks to real parts: a real directory, the in-process memory store, and a
-real moto S3 server over HTTP on 127.0.0.1 (started once per session).
+Everything here talks to real parts: a real directory, the in-process memory store, a real
+moto S3 server over HTTP on 127.0.0.1 (started once per session), and, for the tests that ask
+for it, Azurite (Microsoft's Azure Blob Storage emulator, from npm) on 127.0.0.1.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import email.utils
+import hashlib
+import hmac
+import json
 import os
+import queue
 import shutil
 import socket
 import subprocess
@@ -174,6 +181,164 @@ def moto_server() -> Iterator[MotoServer]:
 def s3_bucket(moto_server: MotoServer) -> str:
     name = "s3q-tests-" + uuid.uuid4().hex[:8]
     moto_server.client().create_bucket(Bucket=name)
+    return name
+
+
+# --------------------------------------------------------------------------- node, npm
+
+
+JS_DIR = TESTS_DIR / "js"
+
+
+@pytest.fixture(scope="session")
+def node() -> str:
+    """Node, with tests/js's packages (the AWS SDK for JavaScript v3, Azurite) installed from
+    tests/js/package-lock.json by ``npm ci`` once, when one of them is missing."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    assert node and npm, "Node.js and npm are needed (.ci/run installs them)"
+    wanted = json.loads((JS_DIR / "package.json").read_text())["dependencies"]
+    if not all((JS_DIR / "node_modules" / name / "package.json").is_file() for name in wanted):
+        run = subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund"], cwd=JS_DIR, capture_output=True, text=True
+        )
+        assert run.returncode == 0, f"npm ci failed in {JS_DIR}:\n{run.stderr[-4000:]}"
+    return node
+
+
+# --------------------------------------------------------------------------- azurite
+
+#: Azurite's one account and its key: public, documented, the same in every Azurite.
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+
+
+class AzuriteServer:
+    """An Azurite Blob service (``azurite-blob``) on a loopback port."""
+
+    def __init__(self, proc: subprocess.Popen[str], port: int, output: list[str]) -> None:
+        self.proc = proc
+        self.port = port
+        self.output = output  # what it printed, for error messages
+        #: the account's URL: Azurite names the account in the path, not in the host
+        self.endpoint = f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+
+    def store_options(self) -> dict[str, Any]:
+        """What ``s3q.open`` needs for an ``az://`` URL here; the account name and key come
+        from the environment (``azurite`` sets them), as they do for Azure itself."""
+        return {"endpoint_url": self.endpoint, "allow_http": True}
+
+    def obstore(self, container: str) -> Any:
+        """obstore's client of ``container``, configured here rather than from s3q."""
+        from obstore.store import AzureStore
+
+        return AzureStore(
+            container,
+            endpoint=self.endpoint,
+            account_name=AZURITE_ACCOUNT,
+            account_key=AZURITE_KEY,
+            client_options={"allow_http": True},
+        )
+
+    def create_container(self, name: str) -> None:
+        """Create Blob Storage Container ``name``, signed with the account's Shared Key
+        (obstore has no call for it)."""
+        headers = {"x-ms-date": email.utils.formatdate(usegmt=True), "x-ms-version": "2021-08-06"}
+        signed = "\n".join(
+            [
+                "PUT",
+                *[""] * 11,  # Content-Encoding ... Range: none of them sent
+                *(f"{k}:{v}" for k, v in sorted(headers.items())),
+                f"/{AZURITE_ACCOUNT}/{AZURITE_ACCOUNT}/{name}\nrestype:container",
+            ]
+        )
+        key = base64.b64decode(AZURITE_KEY)
+        mac = hmac.new(key, signed.encode(), hashlib.sha256).digest()
+        headers["Authorization"] = f"SharedKey {AZURITE_ACCOUNT}:{base64.b64encode(mac).decode()}"
+        headers["Content-Length"] = "0"  # signed as empty; urllib would add a Content-Type
+        request = urllib.request.Request(
+            f"{self.endpoint}/{name}?restype=container", method="PUT", headers=headers
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.status == 201, response.status
+
+
+def start_azurite(node: str, location: Path) -> AzuriteServer:
+    """Azurite's Blob service on a free loopback port, keeping its data in ``location``; ready
+    once it says it listens and the port takes a connection. ``server.stop()`` ends it."""
+    for _attempt in range(3):  # another process may take the free port before Azurite does
+        port = free_port()
+        proc = subprocess.Popen(
+            [
+                node,
+                str(JS_DIR / "node_modules" / ".bin" / "azurite-blob"),
+                *("--blobHost", "127.0.0.1", "--blobPort", str(port)),
+                *("--location", str(location), "--silent", "--skipApiVersionCheck"),
+                "--disableTelemetry",  # it would otherwise report to Application Insights
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        output: list[str] = []
+        lines: queue.Queue[str | None] = queue.Queue()
+
+        def pump(
+            proc: subprocess.Popen[str] = proc,
+            lines: queue.Queue[str | None] = lines,
+            output: list[str] = output,
+        ) -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:  # read to the end, so that Azurite never blocks on a pipe
+                output.append(line.rstrip("\n"))
+                lines.put(output[-1])
+            lines.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                proc.kill()
+                proc.wait(timeout=30)
+                raise RuntimeError(
+                    "Azurite did not listen within 60 s:\n" + "\n".join(output)
+                ) from None
+            if line is None:
+                break  # it exited: most likely the port was taken
+            if f"listens on http://127.0.0.1:{port}" in line:
+                with socket.create_connection(("127.0.0.1", port), timeout=10):
+                    pass
+                return AzuriteServer(proc, port, output)
+        proc.wait(timeout=30)
+    raise RuntimeError(f"Azurite exited with {proc.returncode}:\n" + "\n".join(output))
+
+
+@pytest.fixture(scope="session")
+def azurite(node: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteServer]:
+    """Azurite for the session, and its account's name and key in the environment of this
+    process and of the child processes it starts, where obstore looks for Azure credentials."""
+    server = start_azurite(node, tmp_path_factory.mktemp("azurite"))
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("AZURE_STORAGE_ACCOUNT_NAME", AZURITE_ACCOUNT)
+        env.setenv("AZURE_STORAGE_ACCOUNT_KEY", AZURITE_KEY)
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def azure_container(azurite: AzuriteServer) -> str:
+    name = "s3q-tests-" + uuid.uuid4().hex[:8]
+    azurite.create_container(name)
     return name
 
 
@@ -356,6 +521,53 @@ class S3Env(StoreEnv):
         return S3Env(self.server, self.bucket)
 
 
+class AzureEnv(StoreEnv):
+    kind = "azure"
+
+    def __init__(self, server: AzuriteServer, container: str) -> None:
+        super().__init__()
+        self.server = server
+        self.container = container
+        self.prefix = "q-" + uuid.uuid4().hex[:12]
+        self.url = f"az://{container}/{self.prefix}"
+        self.options = server.store_options()
+        self._store: Any = None
+
+    @property
+    def store(self) -> Any:
+        if self._store is None:
+            self._store = self.server.obstore(self.container)
+        return self._store
+
+    @property
+    def raw(self) -> bool:
+        return True
+
+    def keys(self) -> list[str]:
+        import obstore
+
+        paths = obstore.list(self.store, prefix=self.prefix + "/").collect()
+        return sorted(meta["path"][len(self.prefix) + 1 :] for meta in paths)
+
+    def read(self, key: str) -> bytes:
+        import obstore
+
+        return bytes(obstore.get(self.store, f"{self.prefix}/{key}").bytes())
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        import obstore
+        from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+        try:
+            obstore.put(self.store, f"{self.prefix}/{key}", data, mode="create")
+        except (AlreadyExistsError, PreconditionError):
+            return False
+        return True
+
+    def sibling(self) -> StoreEnv:
+        return AzureEnv(self.server, self.container)
+
+
 def make_env(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> StoreEnv:
     if kind == "memory":
         return MemoryEnv()
@@ -365,6 +577,10 @@ def make_env(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Store
         server = request.getfixturevalue("moto_server")
         bucket = request.getfixturevalue("s3_bucket")
         return S3Env(server, bucket)
+    if kind == "azure":
+        return AzureEnv(
+            request.getfixturevalue("azurite"), request.getfixturevalue("azure_container")
+        )
     raise AssertionError(kind)
 
 

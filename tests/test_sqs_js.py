@@ -5,7 +5,6 @@ AWS (the MD5 digests of bodies and attributes, error shapes), and boto3 checks w
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,18 +14,6 @@ import pytest
 from sqs_broker import KEY_ID, SECRET, SqsBroker
 
 JS = Path(__file__).parent / "js"
-
-
-@pytest.fixture(scope="module")
-def node() -> str:
-    """Node, with the SDK installed from tests/js/package-lock.json (npm ci, once)."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    assert node and npm, "Node.js and npm are needed (.ci/run installs them)"
-    if not (JS / "node_modules" / "@aws-sdk" / "client-sqs").is_dir():
-        subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund"], cwd=JS, check=True, capture_output=True
-        )
-    return node
 
 
 @pytest.fixture

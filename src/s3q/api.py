@@ -31,9 +31,11 @@ async def open_async(url: str, **options: Any) -> AsyncQueue:
 
     ``url``: ``memory://NAME``, ``file:///path`` or a path, ``s3://bucket/prefix``, ``gs://…``,
     ``az://…``. ``options``: the fields of :class:`~s3q.config.QueueConfig` and the store options
-    ``endpoint_url``, ``region``, ``access_key_id``, ``secret_access_key``, ``session_token``,
-    ``allow_http``. Queue settings given here (``max_attempts``, ``visibility_timeout``, …) are
-    saved with the queue and stay in force for later opens that do not give them.
+    (S3: ``endpoint_url``, ``region``, ``access_key_id``, ``secret_access_key``,
+    ``session_token``, ``allow_http``; Azure: ``endpoint_url``, ``allow_http``; GCS:
+    ``allow_http``; credentials otherwise from the environment). Queue settings given here
+    (``max_attempts``, ``visibility_timeout``, …) are saved with the queue and stay in force for
+    later opens that do not give them.
     """
     config, store_options, settings = split_options(options)
     store = open_store(url, store_options)

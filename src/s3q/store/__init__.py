@@ -3,7 +3,9 @@
 ``memory://NAME``  ephemeral, shared by name within the process
 ``file:///path``   a local directory (also a plain path): the embedded default
 ``s3://bucket/prefix``  S3 or any S3-compatible store; ``gs://`` and ``az://`` likewise.
-    Store options may also ride in the query: ``s3://b/q?endpoint_url=http://h:9000&allow_http=true``
+    Store options may also ride in the query: ``s3://b/q?endpoint_url=http://h:9000&allow_http=true``.
+    ``gs://`` and ``az://`` take their credentials from the environment; of the store options,
+    ``allow_http``, ``store_timeout`` and, on Azure, ``endpoint_url`` (Azurite, for one).
 
 Object stores come wrapped in :class:`RetryingStore`: a request that hangs past
 ``store_timeout`` seconds (default 5) or meets a transient fault is sent again.
@@ -76,7 +78,7 @@ def open_store(url: str, options: dict[str, Any] | None = None) -> Store:
         with _memory_lock:
             inner = _memory.setdefault(name, MemoryStore()) if name else MemoryStore()
         return _retrying(ObjectStore(inner, f"memory://{name}"), timeout)
-    if scheme in ("s3", "s3a"):
+    if scheme in ("s3", "s3a", *_FROM_URL):
         for name, value in parse_qsl(parts.query, keep_blank_values=True):
             if name not in STORE_OPTIONS:
                 raise InvalidConfig(f"unknown store option {name!r} in {url!r}")
@@ -84,21 +86,11 @@ def open_store(url: str, options: dict[str, Any] | None = None) -> Store:
                 timeout = _timeout(value)
                 continue
             options.setdefault(name, _flag(value) if name == "allow_http" else value)
+    if scheme in ("s3", "s3a"):
         return _retrying(_s3(parts.netloc, parts.path.strip("/"), options, timeout), timeout)
-    if scheme in ("gs", "az", "abfs", "abfss", "azure"):
-        client = client_options(timeout)
-        if "allow_http" in options:
-            client["allow_http"] = bool(options.pop("allow_http"))
-        if options:
-            raise InvalidConfig(
-                f"{scheme}:// takes its credentials from the environment; "
-                f"unsupported option(s): {', '.join(sorted(options))}"
-            )
-        try:
-            inner = from_url(url, client_options=client, retry_config=RETRY)  # type: ignore[call-overload]
-        except Exception as exc:
-            raise InvalidConfig(f"cannot use {url!r}: {exc}") from exc
-        return _retrying(ObjectStore(inner, url), timeout)
+    if scheme in _FROM_URL:
+        bare = urlunsplit(parts._replace(scheme=scheme, query="", fragment=""))
+        return _retrying(_from_url(bare, options, timeout), timeout)
     raise InvalidConfig(
         f"unsupported store URL {url!r}: use memory://NAME, file:///path, a path, "
         "s3://bucket/prefix, gs://bucket/prefix or az://container/prefix"
@@ -158,6 +150,38 @@ def _s3(bucket: str, prefix: str, options: dict[str, Any], timeout: float) -> Ob
     except Exception as exc:
         raise InvalidConfig(f"cannot configure s3://{bucket}/{prefix}: {exc}") from exc
     return ObjectStore(inner, f"s3://{bucket}/{prefix}".rstrip("/"))
+
+
+#: Schemes obstore opens from the URL, with credentials from the environment.
+_FROM_URL = ("gs", "az", "abfs", "abfss", "azure")
+
+
+def _from_url(url: str, options: dict[str, Any], timeout: float) -> ObjectStore:
+    """GCS or Azure. Of the store options they take ``allow_http``, and Azure ``endpoint_url``
+    too: the account's URL, which for Azurite is ``http://127.0.0.1:10000/devstoreaccount1``."""
+    scheme = url.partition("://")[0]
+    client = client_options(timeout)
+    config: dict[str, Any] = {}
+    if scheme != "gs" and "endpoint_url" in options:
+        endpoint = options.pop("endpoint_url")
+        if not isinstance(endpoint, str) or not endpoint:
+            raise InvalidConfig(f"endpoint_url must be a non-empty string, got {endpoint!r}")
+        config["endpoint"] = endpoint
+    allow_http = options.pop("allow_http", None)
+    if allow_http is not None:
+        if not isinstance(allow_http, bool):
+            raise InvalidConfig(f"allow_http must be True or False, got {allow_http!r}")
+        client["allow_http"] = allow_http
+    if options:
+        raise InvalidConfig(
+            f"{scheme}:// takes its credentials from the environment; "
+            f"unsupported option(s): {', '.join(sorted(options))}"
+        )
+    try:
+        inner = from_url(url, config=config, client_options=client, retry_config=RETRY)  # type: ignore[call-overload]
+    except Exception as exc:
+        raise InvalidConfig(f"cannot use {url!r}: {exc}") from exc
+    return ObjectStore(inner, url)
 
 
 def _flag(text: str) -> bool | str:

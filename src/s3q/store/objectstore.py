@@ -7,7 +7,7 @@ import contextlib
 import re
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import obstore
 from obstore.exceptions import (
@@ -20,9 +20,13 @@ from obstore.exceptions import (
     UnauthenticatedError,
     UnknownConfigurationKeyError,
 )
+from obstore.store import AzureStore
 
 from ..errors import StoreError
 from .base import AlreadyExists, Conflict, NotFound, Store, TransientError
+
+if TYPE_CHECKING:
+    from obstore import OffsetRange, SuffixRange
 
 #: obstore sends each request once: :mod:`s3q.store.retry` tries again, the same way on
 #: every store, recognising a write whose first attempt applied.
@@ -87,7 +91,15 @@ class ObjectStore(Store):
     async def get_tail(self, key: str, size: int) -> bytes:
         self.counts.gets += 1
         async with self._errors(key):
-            result = await obstore.get_async(self.inner, key, options={"range": {"suffix": size}})
+            if isinstance(self.inner, AzureStore):  # Azure serves no suffix ranges (bytes=-N)
+                self.counts.gets += 1
+                whole = (await obstore.head_async(self.inner, key))["size"]
+                if not whole:
+                    return b""
+                tail: OffsetRange | SuffixRange = {"offset": max(0, whole - size)}
+            else:
+                tail = {"suffix": size}
+            result = await obstore.get_async(self.inner, key, options={"range": tail})
             data = bytes(await result.bytes_async())
             whole = result.meta["size"]
         if len(data) < min(size, whole):  # a body cut short
