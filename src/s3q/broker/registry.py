@@ -62,6 +62,7 @@ class QueueRegistry:
         self._forwarded: dict[str, ForwardedQueue] = {}
         self._down: dict[str, float] = {}  # broker address -> until when it counts as down
         self._opening: dict[str, asyncio.Lock] = {}
+        self._closing_idle: set[str] = set()  # idle queues being closed
         self._used: dict[str, float] = {}  # queue -> loop time of its latest call
         self._sweeper: asyncio.Task[None] | None = None
         self._draining = asyncio.Event()
@@ -75,8 +76,9 @@ class QueueRegistry:
         self.options["writer_address"] = address
 
     def names(self) -> list[str]:
-        """The names of the queues this broker leads now, sorted."""
-        return sorted(self._queues)
+        """The names of the queues this broker leads now (idle ones being closed included:
+        they hold their lease until closed), sorted."""
+        return sorted(self._queues.keys() | self._closing_idle)
 
     def serves(self, name: str) -> bool:
         """Whether queue ``name`` is open here or forwarded to its leader."""
@@ -181,13 +183,21 @@ class QueueRegistry:
                 return
             idle_since = loop.time() - self.idle_close
             for name in [n for n in self._queues if self._used.get(n, 0.0) < idle_since]:
-                queue = self._queues.pop(name)
-                self._used.pop(name, None)
-                log.info("closing idle queue %s", queue.url)
-                try:
-                    await queue.close()
-                except Exception as exc:  # the queue is gone either way; the next call reopens
-                    log.warning("closing idle queue %s failed: %s", queue.url, exc)
+                # under its opening lock: a call meanwhile reopens it once it is closed
+                async with self._opening.setdefault(name, asyncio.Lock()):
+                    queue = self._queues.get(name)
+                    if queue is None or self._used.get(name, 0.0) >= idle_since:
+                        continue  # closed, or used again while this sweep went on
+                    del self._queues[name]
+                    self._used.pop(name, None)
+                    self._closing_idle.add(name)  # still led here until its lease is given up
+                    log.info("closing idle queue %s", queue.url)
+                    try:
+                        await queue.close()
+                    except Exception as exc:  # gone either way; the next call reopens it
+                        log.warning("closing idle queue %s failed: %s", queue.url, exc)
+                    finally:
+                        self._closing_idle.discard(name)
             for name in [n for n in self._forwarded if self._used.get(n, 0.0) < idle_since]:
                 del self._forwarded[name]
                 self._used.pop(name, None)
