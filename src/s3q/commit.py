@@ -5,6 +5,14 @@ filled. One batch at a time is written as the next log object with create-if-abs
 are answered when the object holding their operation is durable. Operations that arrive while
 a write is in flight ride the next one: under load, one PUT carries thousands of operations.
 
+A batch is sealed no sooner than ``window`` seconds after its first operation arrived, gathering
+what comes meanwhile into the same PUT (Kafka's ``linger.ms``): a PUT per window at most, for at
+most that much more latency. A batch whose window passed while the previous one was being written
+(a busy queue, a slow store) is sealed the moment that write is durable, so the window costs it
+nothing; a full batch is sealed at once. And the window is adaptive: a writer whose waits gather
+nothing (one caller making one call at a time cannot gain from them) stops waiting, trying again
+on one batch in ``PROBE_EVERY`` in case company has come.
+
 A writer that finds its next sequence number already taken has been fenced by a newer writer:
 it fails that batch and every later call with :class:`WriterFenced`. Its index is then ahead of
 the log, which is why it never writes again; reopening rebuilds the truth from the log.
@@ -40,14 +48,39 @@ logger = logging.getLogger("s3q")
 #: resumes within a second of the store's return.
 COMMIT_BACKOFF = Backoff(first=0.02, cap=0.5)
 
+#: A batch this large is sealed at once, window or not (callers' operations, payload bytes).
+FULL_WEIGHT = 10_000
+FULL_BYTES = 8 * 1024 * 1024
+#: The window is used while waits gather at least this many operations on average (a moving
+#: average over the last few waits), and on one idle batch in PROBE_EVERY otherwise.
+WORTH_WAITING = 0.5
+PROBE_EVERY = 8
+
+
+def _full(batch: Batch) -> bool:
+    """Whether ``batch`` is worth a PUT whatever the window."""
+    return batch.weight >= FULL_WEIGHT or batch.size >= FULL_BYTES
+
 
 class Batch:
     """Operations bound for one log object, and the payloads it carries."""
 
-    __slots__ = ("data", "done", "enqueued", "held", "ops", "payloads", "seq", "size", "weight")
+    __slots__ = (
+        "data",
+        "done",
+        "enqueued",
+        "held",
+        "opened",
+        "ops",
+        "payloads",
+        "seq",
+        "size",
+        "weight",
+    )
 
     def __init__(self, seq: int) -> None:
         self.seq = seq
+        self.opened = 0.0  # when its first operation arrived (time.monotonic)
         self.enqueued = 0  # messages enqueued by this log object so far: the next one's place
         self.ops: list[AnyOp] = []
         self.weight = 0  # the callers' operations it carries (``Op.weight``)
@@ -99,12 +132,18 @@ class GroupCommit:
         apply: Callable[[AnyOp, int], None],
         commit_timeout: float,
         *,
+        window: float = 0.0,
         on_seal: OnSeal,
         on_durable: OnDurable,
         on_stop: Callable[[], None],
     ) -> None:
         self.store, self.lease, self.token, self.clock = store, lease, token, clock
         self.commit_timeout = commit_timeout
+        self.window = window
+        self._gain = 2 * WORTH_WAITING  # operations a wait gathers, on average (hopeful at first)
+        self._chances = 0  # batches that could have waited
+        self._hurry: asyncio.Event | None = None  # set to end a wait early
+        self.waits = 0  # batches that waited for company
         self._apply, self._on_seal, self._on_durable = apply, on_seal, on_durable
         self._on_stop = on_stop
         self.durable = 0  # sequence number of the last durable log object
@@ -129,10 +168,14 @@ class GroupCommit:
         """Fold ``op`` into the index and the batch being filled; the batch it rides."""
         batch = self.filling
         self._apply(op, batch.seq)
+        if not batch.ops:
+            batch.opened = time.monotonic()
         batch.ops.append(op)
         batch.weight += op.weight
         if self.task is None:
             self.task = asyncio.create_task(self._loop())
+        elif self._hurry is not None and _full(batch):
+            self._hurry.set()
         return batch
 
     def add_payloads(self, op: AnyOp, ids: list[str], payloads: list[bytes], size: int) -> Batch:
@@ -142,7 +185,15 @@ class GroupCommit:
         batch.payloads.extend(payloads)
         batch.held.update(zip(ids, payloads, strict=True))
         batch.size += size
+        if self._hurry is not None and _full(batch):
+            self._hurry.set()
         return batch
+
+    def flush(self) -> None:
+        """Seal the batch being filled without waiting out the window (closing, say)."""
+        self.window = 0.0
+        if self._hurry is not None:
+            self._hurry.set()
 
     def latest(self) -> Batch | None:
         """The last batch with operations in it, if any is not durable yet."""
@@ -176,6 +227,8 @@ class GroupCommit:
     async def _loop(self) -> None:
         try:
             while self.filling.ops and self.failure is None:
+                if self.window > 0:
+                    await self._gather(self.filling)
                 batch = self.filling
                 sealed = self._on_seal(batch)
                 self.unflushed[batch.seq] = batch
@@ -201,6 +254,25 @@ class GroupCommit:
                     self._on_durable(batch, sealed)
         finally:
             self.task = None
+
+    async def _gather(self, batch: Batch) -> None:
+        """Wait for company until ``batch``'s window has passed, if waiting has been gathering
+        any (or to find out again whether it does)."""
+        left = batch.opened + self.window - time.monotonic()
+        if left <= 0 or _full(batch):
+            return
+        self._chances += 1
+        if self._gain < WORTH_WAITING and self._chances % PROBE_EVERY:
+            return
+        before = batch.weight
+        self._hurry = asyncio.Event()
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._hurry.wait(), left)
+        finally:
+            self._hurry = None
+        self.waits += 1
+        self._gain = 0.75 * self._gain + 0.25 * (batch.weight - before)
 
     def _tell_listeners(self, seconds: float, ops: int) -> None:
         for listener in self.listeners:

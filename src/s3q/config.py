@@ -26,6 +26,9 @@ MAX_ATTEMPTS = 2**31 - 1  # max_attempts (the SQS endpoint: 2**31 - 1 when no re
 MAX_DEPTH = 2**48  # max_queue_depth
 MAX_SECONDS = 100 * 365 * DAY  # every other duration ("never" is 1e9)
 MAX_BYTES = 2**48  # other sizes (caches, thresholds)
+MAX_WINDOW = 10.0  # commit_window: a call waits at most this for company
+#: the commit window of object stores when none is given: a PUT's worth of latency, about
+OBJECT_WINDOW = 0.02
 
 STORE_OPTIONS = frozenset(
     {
@@ -57,6 +60,10 @@ class QueueConfig:
     lease_ttl: float = 10.0
     #: seconds a call waits for the store to confirm its write before OutcomeUnknown
     commit_timeout: float = 20.0
+    #: seconds an idle writer may wait after an operation, gathering more into its PUT (Kafka's
+    #: linger.ms): fewer requests for some latency. None: the store's default (OBJECT_WINDOW on
+    #: object stores, 0 on local directories and in memory). Adaptive: see s3q.commit
+    commit_window: float | None = None
     payload_cache_bytes: int = 64 * MiB
     large_payload: int = 256 * 1024
     checkpoint_ops: int = 100_000
@@ -90,6 +97,8 @@ class QueueConfig:
         )
         for name in ("lease_ttl", "checkpoint_interval", "commit_timeout"):
             _seconds(name, getattr(self, name), allow_zero=False)
+        if self.commit_window is not None:
+            _seconds("commit_window", self.commit_window, allow_zero=True, high=MAX_WINDOW)
         if not callable(self.clock):
             raise InvalidConfig("clock must be a callable returning unix seconds")
         _attributes(self.attributes)

@@ -23,6 +23,7 @@ from .cache import ObjectCache
 from .checkpointer import Checkpointer
 from .commit import Batch, GroupCommit
 from .config import (
+    OBJECT_WINDOW,
     PERSISTED,
     QueueConfig,
     Setting,
@@ -62,7 +63,7 @@ from .ops import (
 from .snapshot import Located
 from .staging import StagedObject
 from .state import DONE, QueueState, Rec, blob_key
-from .store import AlreadyExists, NotFound, Store
+from .store import AlreadyExists, LocalStore, NotFound, Store
 
 logger = logging.getLogger("s3q")
 
@@ -93,6 +94,7 @@ class Engine:
             self.clock,
             lambda op, seq: self.state.apply(op, seq),
             config.commit_timeout,
+            window=commit_window(store, config.commit_window),
             on_seal=self._sealing,
             on_durable=self._sealed_durable,
             on_stop=self._notify,
@@ -165,6 +167,7 @@ class Engine:
         if self._closed:
             return
         self._closed = True
+        self.commit.flush()  # what waits for company is written now
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.commit_timeout
 
@@ -811,6 +814,7 @@ class Engine:
             store_errors=store.errors,
             store_retries=store.retries,
             log_seq=self.commit.durable,
+            commit_waits=self.commit.waits,
         )
 
     async def peek(self, limit: int) -> list[Message]:
@@ -945,6 +949,17 @@ class Engine:
             last_error=rec.last_error,
             first_delivered_at=rec.first_leased_at or None,
         )
+
+
+def commit_window(store: Store, given: float | None) -> float:
+    """The commit window of a writer of ``store``: the one given, else OBJECT_WINDOW on an
+    object store (a PUT costs money and tens of ms) and none on a local directory or in
+    memory (a write costs neither)."""
+    if given is not None:
+        return given
+    if isinstance(store.base, LocalStore) or store.url.startswith("memory://"):
+        return 0.0
+    return OBJECT_WINDOW
 
 
 T = TypeVar("T")

@@ -59,3 +59,5 @@ class QueueStats:
     #: the newest durable log object: a message enqueued later has an id naming a later one
     #: (``s3q.ids.enqueued_by``), so a reader can tell what was there when it looked
     log_seq: int = 0
+    #: commits that waited for company before their PUT (``commit_window``)
+    commit_waits: int = 0
