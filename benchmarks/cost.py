@@ -5,8 +5,10 @@
 
 For each rate and window: one producer makes single ``enqueue`` calls at the rate (open loop:
 it does not wait for an answer before the next call, like a web app enqueueing per request)
-while one consumer makes single ``dequeue`` (long poll) + ``complete`` calls, all on one
-embedded queue over a moto S3 server on 127.0.0.1. The store's own counters give the PUTs and
+while one consumer makes single ``dequeue`` (long poll) + ``complete`` calls with as many
+handlers at once as the rate needs (as ``s3q worker --concurrency``: a handler waits for two
+durable commits per message, so one alone could not keep up), all on one embedded queue over a
+moto S3 server on 127.0.0.1. The store's own counters give the PUTs and
 GETs per message, lease renewals included; dollars per million messages are S3's list prices
 ($0.005 per 1,000 PUTs, $0.0004 per 1,000 GETs). Latency is an enqueue call's, send to answer,
 and a message's, enqueue to delivery. Then two rows for the high end: 100 producers at the
@@ -102,7 +104,7 @@ async def run(
         async def consume() -> None:
             nonlocal received
             while received < total:
-                got = await q.dequeue(batch, visibility_timeout=60, wait=1.0)
+                got = await q.dequeue(batch, visibility_timeout=60, wait=0.2)
                 now = time.perf_counter()
                 for m in got:
                     dwell_ms.append((now - sent_at.get(m.id, now)) * 1000)
@@ -114,10 +116,12 @@ async def run(
                 received += len(got)
             done.set()
 
-        consumer = asyncio.ensure_future(consume())
+        # enough handlers that each, waiting two commits per message, keeps up with the rate
+        handlers = min(200, max(1, round(rate / batch * 2 * (window + 0.05) * 2)))
+        consumers = [asyncio.ensure_future(consume()) for _ in range(handlers)]
         await asyncio.gather(*(produce(total // producers) for _ in range(producers)))
         await asyncio.wait_for(done.wait(), 120)
-        await consumer
+        await asyncio.gather(*consumers)
         end = await q.stats()
     finally:
         await q.close()
