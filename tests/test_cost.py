@@ -1,7 +1,8 @@
-"""The commit window: an idle writer gathers what arrives within it into one PUT.
+"""What calls cost in store requests: the commit window gathers calls into one PUT, and a
+consumer waiting on an empty queue costs nothing.
 
-The store's own request counters (``stats().store_puts``) tell how many log objects the calls
-cost; the window's waits are counted in ``stats().commit_waits``.
+The store's own request counters (``stats().store_puts`` and the rest) tell what the calls cost;
+the window's waits are counted in ``stats().commit_waits``.
 """
 
 from __future__ import annotations
@@ -105,3 +106,21 @@ def test_the_default_window_is_the_stores() -> None:
         s3q.open("memory://w", commit_window=-1)
     with pytest.raises(s3q.InvalidConfig):
         s3q.open("memory://w", commit_window=11)
+
+
+def test_long_polls_on_an_empty_queue_make_no_store_requests(durable_env: StoreEnv) -> None:
+    """A consumer waiting costs nothing: its long polls are answered from the writer's index.
+    (A lease long enough that no renewal falls within the test.)"""
+
+    async def main() -> None:
+        q = await s3q.open_async(durable_env.url, **durable_env.options, lease_ttl=300.0)
+        try:
+            before = await q.stats()
+            polls = await asyncio.gather(*(q.dequeue(10, wait=1.0) for _ in range(5)))
+            assert polls == [[]] * 5
+            after = await q.stats()
+            assert after.store_requests == before.store_requests, (before, after)
+        finally:
+            await q.close()
+
+    asyncio.run(main())
