@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from conftest import child_env
 
 PHASES = ("enqueue", "dequeue+complete", "mixed")
@@ -19,6 +20,7 @@ FIGURES = (
     "mib_per_s",
     "puts_per_msg",
     "gets_per_msg",
+    "dollars_per_million",
     "bytes_written_per_msg",
     "commits",
     "peak_rss_mib",
@@ -50,6 +52,9 @@ def test_bench_json_reports_every_phase_and_figure(tmp_path: object) -> None:
         assert 0 < phase["latency_ms"]["p50"] <= phase["latency_ms"]["max"]
     enqueue = report["phases"][0]
     assert enqueue["puts_per_msg"] <= 0.02, "batches of 100 must not cost a PUT per message"
+    for phase in report["phases"]:  # S3's list prices, from the counted requests
+        expected = (phase["puts_per_msg"] * 0.005 + phase["gets_per_msg"] * 0.0004) * 1000
+        assert phase["dollars_per_million"] == pytest.approx(expected, abs=0.001)
     assert enqueue["bytes_written_per_msg"] >= 200
     storage = report["storage"]
     assert storage["reopen_seconds"] > 0
@@ -68,6 +73,7 @@ def test_bench_table_names_every_column_and_the_command() -> None:
         "max ms",
         "PUT/msg",
         "GET/msg",
+        "$/M msgs (S3)",
         "peak RSS MiB",
         "reopen with 500 pending",
         "command: s3q bench",

@@ -27,6 +27,10 @@ from .api import AsyncQueue, open_async
 if TYPE_CHECKING:
     from .client import AsyncRemoteQueue
 
+#: S3's list prices (us-east-1, S3 Standard), dollars per request
+S3_PUT_PRICE = 0.005 / 1000
+S3_GET_PRICE = 0.0004 / 1000
+
 
 @dataclass
 class PhaseResult:
@@ -40,6 +44,8 @@ class PhaseResult:
     latency_ms: dict[str, float]  # per call: p50, p95, p99, max
     puts_per_msg: float
     gets_per_msg: float
+    #: the requests of a million messages at S3's list prices (S3_PUT_PRICE, S3_GET_PRICE)
+    dollars_per_million: float
     bytes_written_per_msg: float
     commits: int
     peak_rss_mib: float
@@ -281,6 +287,7 @@ async def _phases(
         seconds = time.perf_counter() - started
         after = await q.stats()
         count = max(meter.done, 1)
+        puts, gets = after.store_puts - before.store_puts, after.store_gets - before.store_gets
         results.append(
             PhaseResult(
                 phase=name,
@@ -289,8 +296,11 @@ async def _phases(
                 msg_per_s=round(meter.done / seconds, 1),
                 mib_per_s=round(meter.done * config.size / seconds / 2**20, 2),
                 latency_ms={k: round(v, 3) for k, v in _percentiles(meter.latencies).items()},
-                puts_per_msg=round((after.store_puts - before.store_puts) / count, 6),
-                gets_per_msg=round((after.store_gets - before.store_gets) / count, 6),
+                puts_per_msg=round(puts / count, 6),
+                gets_per_msg=round(gets / count, 6),
+                dollars_per_million=round(
+                    (puts * S3_PUT_PRICE + gets * S3_GET_PRICE) / count * 1e6, 4
+                ),
                 bytes_written_per_msg=round(
                     (after.store_bytes_written - before.store_bytes_written) / count, 1
                 ),
