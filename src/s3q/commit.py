@@ -52,7 +52,8 @@ COMMIT_BACKOFF = Backoff(first=0.02, cap=0.5)
 FULL_WEIGHT = 10_000
 FULL_BYTES = 8 * 1024 * 1024
 #: The window is used while waits gather at least this many operations on average (a moving
-#: average over the last few waits), and on one idle batch in PROBE_EVERY otherwise.
+#: average over the last few waits), and on one batch in PROBE_EVERY of those that could wait
+#: otherwise.
 WORTH_WAITING = 0.5
 PROBE_EVERY = 8
 
