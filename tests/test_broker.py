@@ -382,6 +382,7 @@ def test_metrics_expose_operations_depth_and_commits(broker: Broker, client: Cli
     assert value("s3q_queue_messages", queue="metered", status="pending") == 2
     assert value("s3q_queue_messages", queue="metered", status="completed") == 1
     assert value("s3q_queue_commits", queue="metered") >= 3
+    assert value("s3q_queue_commit_waits", queue="metered") == 0  # no window on a directory
     assert value("s3q_queue_store_requests", queue="metered", kind="put") >= 3
     # every commit after the opening one is timed and sized: 3 enqueues, 1 lease, 1 ack
     commits = value("s3q_queue_commit_seconds_count", queue="metered")

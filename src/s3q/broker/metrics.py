@@ -135,6 +135,13 @@ class BrokerMetrics:
             ["queue"],
             registry=r,
         )
+        self.waits = Gauge(
+            "s3q_queue_commit_waits",
+            "Commits that waited for more operations before their write (the commit window), "
+            "since the queue opened.",
+            ["queue"],
+            registry=r,
+        )
         self.batch = Gauge(
             "s3q_queue_ops_per_commit",
             "Mean operations per commit (group commit).",
@@ -197,6 +204,7 @@ class BrokerMetrics:
             for status in STATUSES:
                 self.depth.labels(name, status).set(getattr(stats, status))
             self.commits.labels(name).set(stats.commits)
+            self.waits.labels(name).set(stats.commit_waits)
             self.batch.labels(name).set(stats.mean_ops_per_commit)
             for kind, value in zip(
                 REQUEST_KINDS,
@@ -219,7 +227,13 @@ class BrokerMetrics:
             *((self.requests, (name, kind)) for kind in REQUEST_KINDS),
             *(
                 (m, (name,))
-                for m in (self.commits, self.batch, self.commit_seconds, self.commit_ops)
+                for m in (
+                    self.commits,
+                    self.waits,
+                    self.batch,
+                    self.commit_seconds,
+                    self.commit_ops,
+                )
             ),
         ]
         for metric, labels in series:
