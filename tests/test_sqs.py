@@ -420,9 +420,9 @@ def wait_visible(sqs: Any, url: str, count: int) -> None:
         time.sleep(0.05)  # the broker's clock must pass the lease: no event to await
 
 
-def test_a_lapsed_lease_changes_as_sqs_does_on_each_queue_type(sqs: Any) -> None:
-    """Standard: ChangeMessageVisibility after the timeout ran out, nobody having received the
-    message since, hides it again. FIFO: MessageNotInflight."""
+def received_once_each(sqs: Any) -> tuple[str, str, dict[str, Any], dict[str, Any]]:
+    """A standard and a FIFO queue, each with one message received with a 1 s visibility
+    timeout: the queues' URLs and the two messages."""
     plain = sqs.create_queue(QueueName="plain")["QueueUrl"]
     fifo = sqs.create_queue(
         QueueName="ordered.fifo",
@@ -432,6 +432,13 @@ def test_a_lapsed_lease_changes_as_sqs_does_on_each_queue_type(sqs: Any) -> None
     sqs.send_message(QueueUrl=fifo, MessageBody="f", MessageGroupId="g")
     [p] = sqs.receive_message(QueueUrl=plain, VisibilityTimeout=1)["Messages"]
     [f] = sqs.receive_message(QueueUrl=fifo, VisibilityTimeout=1)["Messages"]
+    return plain, fifo, p, f
+
+
+def test_a_lapsed_lease_changes_as_sqs_does_on_each_queue_type(sqs: Any) -> None:
+    """Standard: ChangeMessageVisibility after the timeout ran out, nobody having received the
+    message since, hides it again. FIFO: MessageNotInflight."""
+    plain, fifo, p, f = received_once_each(sqs)
     wait_visible(sqs, plain, 1)
     wait_visible(sqs, fifo, 1)
     sqs.change_message_visibility(
@@ -839,15 +846,7 @@ def test_metrics_count_sqs_requests(sqs: Any, broker: SqsBroker) -> None:
 def test_an_earlier_handle_deletes_as_sqs_does_on_each_queue_type(sqs: Any) -> None:
     """Standard: a delete after the visibility timeout deletes (nobody received it again).
     FIFO: the same delete is refused, the handle has expired."""
-    plain = sqs.create_queue(QueueName="plain")["QueueUrl"]
-    fifo = sqs.create_queue(
-        QueueName="ordered.fifo",
-        Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"},
-    )["QueueUrl"]
-    sqs.send_message(QueueUrl=plain, MessageBody="p")
-    sqs.send_message(QueueUrl=fifo, MessageBody="f", MessageGroupId="g")
-    [p] = sqs.receive_message(QueueUrl=plain, VisibilityTimeout=1)["Messages"]
-    [f] = sqs.receive_message(QueueUrl=fifo, VisibilityTimeout=1)["Messages"]
+    plain, fifo, p, f = received_once_each(sqs)
     time.sleep(1.2)  # the visibility timeout under test runs out
     sqs.delete_message(QueueUrl=plain, ReceiptHandle=p["ReceiptHandle"])
     assert depth(sqs, plain) == {"Messages": 0, "MessagesNotVisible": 0, "MessagesDelayed": 0}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +25,7 @@ from botocore.config import Config
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 from sqs_broker import KEY_ID, SECRET, SqsBroker
-from test_sqs import ATTRIBUTES, check_digests, depth, error_code
+from test_sqs import ATTRIBUTES, check_digests, depth, error_code, move_task
 
 #: The last botocore whose model of SQS is the query protocol.
 QUERY_BOTOCORE = "botocore==1.31.80"
@@ -137,12 +136,7 @@ def test_queues_attributes_and_tags(sqs: Any, broker: SqsBroker) -> None:
     assert sqs.list_dead_letter_source_queues(QueueUrl=dead)["queueUrls"] == [url]
     dead_arn = "arn:aws:sqs:us-east-1:000000000000:jobs-dead"
     assert sqs.start_message_move_task(SourceArn=dead_arn)["TaskHandle"]
-    deadline = time.monotonic() + 30
-    while (task := sqs.list_message_move_tasks(SourceArn=dead_arn)["Results"][0])[
-        "Status"
-    ] == "RUNNING":
-        assert time.monotonic() < deadline
-        time.sleep(0.05)  # the task runs in the broker: nothing to await from here
+    task = move_task(sqs, dead_arn)
     assert task["Status"] == "COMPLETED" and task["ApproximateNumberOfMessagesMoved"] == 0
 
     sqs.delete_queue(QueueUrl=f"{broker.url}/000000000000/other")

@@ -32,7 +32,7 @@ from . import handles, messages, queues, shapes
 from .catalog import Catalog, Entry
 from .digest import md5_of_attributes, md5_of_body
 from .moves import MoveTasks
-from .protocol import SqsError, invalid
+from .protocol import SqsError, invalid, within
 
 log = logging.getLogger("s3q.broker.sqs")
 
@@ -396,10 +396,10 @@ class Service:
 
     async def receive_message(self, call: Call, req: shapes.ReceiveMessage) -> Any:
         name, queue = await self._by_url(call, req.QueueUrl)
-        count = _within("MaxNumberOfMessages", req.MaxNumberOfMessages, 1, 10, 1)
+        count = within("MaxNumberOfMessages", req.MaxNumberOfMessages, 1, 10, 1)
         settings = await queue.configure()
         values = queues.current(name, settings)
-        wait = _within(
+        wait = within(
             "WaitTimeSeconds",
             req.WaitTimeSeconds,
             0,
@@ -408,7 +408,7 @@ class Service:
         )
         visibility: float | None = None
         if req.VisibilityTimeout is not None:
-            seconds = _within("VisibilityTimeout", req.VisibilityTimeout, 0, MAX_VISIBILITY, 0)
+            seconds = within("VisibilityTimeout", req.VisibilityTimeout, 0, MAX_VISIBILITY, 0)
             visibility = float(seconds) or queues.MIN_VISIBILITY
         await self._redrive(name, settings)
         together = count if queues.is_fifo(name) else 1  # a FIFO group's messages, in order
@@ -543,7 +543,7 @@ class Service:
         out takes effect again if nobody received the message since, and the handle of an
         earlier receive of a message received again answers 200 and changes nothing (the lease
         is another consumer's). A lease may not reach past 12 hours from its receive."""
-        _within("VisibilityTimeout", seconds, 0, MAX_VISIBILITY, 0)
+        within("VisibilityTimeout", seconds, 0, MAX_VISIBILITY, 0)
         mid, receipt, received_at = handles.decode(name, handle)
         fifo = queues.is_fifo(name)
         if received_at is not None and time.time() + seconds > received_at + MAX_VISIBILITY:
@@ -659,17 +659,6 @@ def _sequence(name: str, mid: str) -> dict[str, str]:
         return {}
 
 
-def _within(what: str, value: int | None, low: int, high: int, default: int) -> int:
-    if value is None:
-        return default
-    if isinstance(value, bool) or not low <= value <= high:
-        raise invalid(
-            f"Value {value} for parameter {what} is invalid. Reason: Must be between {low} and "
-            f"{high}, if provided."
-        )
-    return value
-
-
 def _check_batch(
     entries: Iterable[shapes.DeleteEntry | shapes.SendEntry | shapes.ChangeEntry],
 ) -> None:
@@ -724,7 +713,7 @@ def _page(
         except (binascii.Error, ValueError):
             raise invalid("Invalid NextToken value.") from None
         names = [n for n in names if n > after]
-    limit = _within("MaxResults", max_results, 1, MAX_LIST, MAX_LIST)
+    limit = within("MaxResults", max_results, 1, MAX_LIST, MAX_LIST)
     page = names[:limit]
     answer: dict[str, Any] = {key: [url(n) for n in page]} if page else {}
     if max_results is not None and len(names) > limit:

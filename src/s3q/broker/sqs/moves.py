@@ -31,7 +31,7 @@ from ...errors import S3QError
 from ...message import Message
 from ..forward import ForwardedQueue
 from . import messages, queues
-from .protocol import SqsError, invalid
+from .protocol import SqsError, invalid, within
 
 log = logging.getLogger("s3q.broker.sqs")
 
@@ -116,11 +116,8 @@ class MoveTasks:
             destination = _queue_of(destination_arn, "DestinationArn")
             if not await self.exists(destination):
                 raise not_found("DestinationArn")
-        if rate is not None and (isinstance(rate, bool) or not 1 <= rate <= MAX_RATE):
-            raise invalid(
-                f"Value {rate} for parameter MaxNumberOfMessagesPerSecond is invalid. Reason: "
-                f"Must be between 1 and {MAX_RATE}."
-            )
+        if rate is not None:
+            within("MaxNumberOfMessagesPerSecond", rate, 1, MAX_RATE, 1)
         listed = self._tasks.setdefault(source, [])
         if any(t.status in ("RUNNING", "CANCELLING") for t in listed):
             raise invalid(
@@ -149,12 +146,8 @@ class MoveTasks:
         source = _queue_of(source_arn, "SourceArn")
         if not await self.exists(source):
             raise not_found("SourceArn")
-        if limit is not None and (isinstance(limit, bool) or not 1 <= limit <= KEPT):
-            raise invalid(
-                f"Value {limit} for parameter MaxResults is invalid. Reason: Must be between 1 "
-                f"and {KEPT}."
-            )
-        return [t.listed() for t in self._tasks.get(source, [])[: limit or 1]]
+        count = within("MaxResults", limit, 1, KEPT, 1)
+        return [t.listed() for t in self._tasks.get(source, [])[:count]]
 
     def _named(self, handle: str) -> MoveTask:
         try:

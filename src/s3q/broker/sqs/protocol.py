@@ -88,6 +88,19 @@ def response_headers() -> dict[str, str]:
     return {"content-type": CONTENT_TYPE, "x-amzn-requestid": str(uuid.uuid4())}
 
 
+def within(what: str, value: int | None, low: int, high: int, default: int) -> int:
+    """``value`` of parameter ``what`` (``default`` when absent); InvalidParameterValue unless
+    it lies in ``[low, high]``."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not low <= value <= high:
+        raise invalid(
+            f"Value {value} for parameter {what} is invalid. Reason: Must be between {low} and "
+            f"{high}, if provided."
+        )
+    return value
+
+
 def decode(body: bytes, shape: type[T]) -> T:
     """The request ``body`` as ``shape``; MissingParameter or InvalidParameterValue if not."""
     try:
