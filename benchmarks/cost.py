@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import local_s3
 
 import s3q
+from s3q.prices import S3
 
-PUT_PRICE, GET_PRICE = 0.005 / 1000, 0.0004 / 1000
 SQS_UNBATCHED = 1.20
 
 
@@ -47,7 +47,7 @@ class Row:
 
     @property
     def dollars_per_million(self) -> float:
-        return (self.puts * PUT_PRICE + self.gets * GET_PRICE) / self.messages * 1e6
+        return S3.dollars(self.puts, self.gets) / self.messages * 1e6
 
     def line(self) -> str:
         def pct(values: list[float], p: float) -> float:

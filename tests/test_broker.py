@@ -18,6 +18,7 @@ import uvicorn
 import s3q
 from s3q.broker import create_app, serve
 from s3q.client import AuthError, Client, QueueNotFound, connect, connect_async
+from s3q.prices import S3, Prices
 
 TOKEN = "sekrit-token"
 
@@ -35,6 +36,7 @@ class Broker:
         tokens: set[str] | None = None,
         sqs_keys: dict[str, str] | None = None,
         advertise: bool = False,
+        prices: Prices = S3,
         **options: Any,
     ) -> None:
         self.port = free_port()
@@ -45,6 +47,7 @@ class Broker:
             options=options or None,
             sqs_keys=sqs_keys,
             address=self.url if advertise else None,
+            prices=prices,
         )
         config = uvicorn.Config(
             app, host="127.0.0.1", port=self.port, lifespan="on", log_level="warning"

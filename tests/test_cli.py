@@ -67,7 +67,10 @@ def failed(done: Run, code: int, *words: str) -> str:
 
 
 def start_cli(store: str, *args: str) -> subprocess.Popen[str]:
-    """``python -m s3q.cli ARGS`` running on ``store``; a crash at exit says what crashed."""
+    """``python -m s3q.cli ARGS`` running on ``store``; a crash at exit says what crashed.
+
+    The child hears Ctrl-C (SIGINT) as a terminal's foreground process does, even when the
+    suite itself runs in the background of a shell, which starts it with SIGINT ignored."""
     env = {**child_env(), "S3Q_STORE": store, "PYTHONFAULTHANDLER": "1", "LIBC_FATAL_STDERR_": "1"}
     return subprocess.Popen(
         [sys.executable, "-m", "s3q.cli", *args],
@@ -76,6 +79,7 @@ def start_cli(store: str, *args: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 

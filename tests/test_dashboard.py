@@ -16,14 +16,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import child_env
+from conftest import MotoServer, child_env
 from playwright.sync_api import Browser, Page, Playwright, expect, sync_playwright
 from test_broker import TOKEN, Broker
 
 import s3q
 from s3q.broker.dashboard import STATIC
-from s3q.broker.metrics import LatencyWindow, percentile
+from s3q.broker.metrics import LatencyWindow, SpendRate, percentile
 from s3q.client import Client, connect
+from s3q.prices import MONTH, Prices
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
 
@@ -233,6 +234,54 @@ def test_static_files_and_headers(store: str) -> None:
         summary = http.get("/dashboard/summary").json()
         assert summary["queues"] == [] and summary["auth"] is False
         assert summary["commit_latency"]["p50"] is None
+
+
+def test_the_dashboard_reckons_what_the_store_requests_cost(
+    moto_server: MotoServer, s3_bucket: str, tmp_path: Path, page: Page
+) -> None:
+    """On S3, at prices of the broker's choosing: the summary's spend is the broker's requests
+    (its queues' and its lease's) at those prices, the page shows it with a monthly rate, and
+    /metrics has the same figures."""
+    store = f"s3://{s3_bucket}/{tmp_path.name}"
+    prices = Prices(put=1.0, get=0.1)
+    options = moto_server.store_options()
+    with Broker(store, prices=prices, **options) as broker, connect(broker.url) as client:
+        q = client.queue("billed")
+        for i in range(5):
+            q.enqueue(b"m%d" % i)
+        with httpx.Client(base_url=broker.url) as http:
+            cost = http.get("/dashboard/summary").json()["cost"]
+            metrics = http.get("/metrics").text
+        requests = cost["requests"]
+        assert requests["put"] >= 6  # the broker lease, the queue's lease and log, 5 commits
+        assert requests["all"] == sum(requests[k] for k in ("put", "get", "list", "delete"))
+        expected = ((requests["put"] + requests["list"]) * 1.0 + requests["get"] * 0.1) / 1000
+        assert cost["dollars"] == pytest.approx(expected)
+        assert cost["per_month"] > 0 and (cost["put_price"], cost["get_price"]) == (1.0, 0.1)
+        assert 's3q_queue_store_requests{kind="list",queue="billed"}' in metrics
+        dollars = next(
+            line for line in metrics.splitlines() if line.startswith("s3q_broker_store_dollars ")
+        )
+        assert float(dollars.split()[1]) >= cost["dollars"]
+
+        page.goto(broker.url + "/")
+        expect(page.locator("#cost")).to_contain_text("a month at the rate of the last")
+        expect(page.locator("#cost")).to_contain_text("at $1 per 1,000 PUT or LIST")
+
+
+def test_spend_rate() -> None:
+    """A month at the rate of the last ``span`` seconds: since the start while that is
+    shorter, then over the newest sample at least ``span`` old."""
+    now = [0.0]
+    rate = SpendRate(span=60, clock=lambda: now[0])
+    now[0] = 10.0
+    assert rate.per_month(1.0) == pytest.approx(1.0 / 10 * MONTH)
+    now[0] = 40.0
+    assert rate.per_month(4.0) == pytest.approx(4.0 / 40 * MONTH)
+    now[0] = 100.0  # the sample at 40 s is the newest at least 60 s old
+    assert rate.per_month(10.0) == pytest.approx(6.0 / 60 * MONTH)
+    now[0] = 1000.0  # idle since: the spend did not move
+    assert rate.per_month(10.0) == 0.0
 
 
 def test_latency_window() -> None:

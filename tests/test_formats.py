@@ -19,6 +19,7 @@ import pytest
 
 import s3q
 from s3q import ids
+from s3q.lease import LeaseRecord
 from s3q.ops import Lease
 from s3q.state import Rec
 
@@ -188,3 +189,26 @@ def test_the_time_of_a_lease_is_a_field_earlier_builds_of_format_3_skip() -> Non
     back = msgspec.msgpack.decode(msgspec.msgpack.encode(rec), type=old_rec)
     assert (back.id, back.attempts, back.seg) == ("m1", 2, 3)  # type: ignore[attr-defined]
     assert msgspec.msgpack.decode(msgspec.msgpack.encode(back), type=Rec).first_leased_at == 0.0
+
+
+def test_a_writer_lease_naming_a_broker_lease_is_a_field_earlier_builds_skip() -> None:
+    """LeaseRecord.broker came as a trailing JSON field: a lease written by an earlier build
+    names no broker, and one this build writes reads with the earlier shape (which takes the
+    broker's expiry at the queue's open for the queue's own: such a build takes the queue over
+    once that passes, and the log's fencing keeps the broker from writing after it)."""
+    old_shape = msgspec.defstruct(
+        "LeaseRecord",
+        [
+            ("holder", str),
+            ("token", str),
+            ("expires_at", float | None),
+            ("address", str | None, None),
+        ],
+    )
+    older = msgspec.json.encode(old_shape("pid 1 on h", "t1", 130.0, "http://h:1"))
+    assert msgspec.json.decode(older, type=LeaseRecord) == LeaseRecord(
+        "pid 1 on h", "t1", 130.0, "http://h:1", None
+    )
+    brokered = LeaseRecord("pid 2 on h", "t2", 140.0, "http://h:2", "0123abcd")
+    back = msgspec.json.decode(msgspec.json.encode(brokered), type=old_shape)
+    assert (back.token, back.expires_at, back.address) == ("t2", 140.0, "http://h:2")  # type: ignore[attr-defined]

@@ -21,6 +21,7 @@ from .snapshot import Located
 from .staging import StagedObject
 from .state import MAX_PER_GROUP
 from .store import open_store
+from .store.base import Counts
 
 T = TypeVar("T")
 Target = Message | str  # a delivered message or its receipt
@@ -55,6 +56,12 @@ class AsyncQueue:
     @property
     def config(self) -> QueueConfig:
         return self._engine.config
+
+    @property
+    def requests(self) -> Counts:
+        """The store requests this queue object has made since it opened, by kind (they go on
+        counting; ``stats()`` gives the same figures)."""
+        return self._engine.store.counts
 
     @property
     def stopped(self) -> S3QError | None:

@@ -23,13 +23,10 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from .api import AsyncQueue, open_async
+from .prices import S3
 
 if TYPE_CHECKING:
     from .client import AsyncRemoteQueue
-
-#: S3's list prices (us-east-1, S3 Standard), dollars per request
-S3_PUT_PRICE = 0.005 / 1000
-S3_GET_PRICE = 0.0004 / 1000
 
 
 @dataclass
@@ -44,7 +41,7 @@ class PhaseResult:
     latency_ms: dict[str, float]  # per call: p50, p95, p99, max
     puts_per_msg: float
     gets_per_msg: float
-    #: the requests of a million messages at S3's list prices (S3_PUT_PRICE, S3_GET_PRICE)
+    #: the requests of a million messages at S3's list prices (``s3q.prices.S3``)
     dollars_per_million: float
     bytes_written_per_msg: float
     commits: int
@@ -298,9 +295,7 @@ async def _phases(
                 latency_ms={k: round(v, 3) for k, v in _percentiles(meter.latencies).items()},
                 puts_per_msg=round(puts / count, 6),
                 gets_per_msg=round(gets / count, 6),
-                dollars_per_million=round(
-                    (puts * S3_PUT_PRICE + gets * S3_GET_PRICE) / count * 1e6, 4
-                ),
+                dollars_per_million=round(S3.dollars(puts, gets) / count * 1e6, 4),
                 bytes_written_per_msg=round(
                     (after.store_bytes_written - before.store_bytes_written) / count, 1
                 ),

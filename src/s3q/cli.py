@@ -40,6 +40,7 @@ from .broker.limits import (
 )
 from .config import MAX_WINDOW
 from .errors import InvalidArgument, S3QError, StoreError
+from .prices import S3, Prices
 from .store import queue_url
 from .validate import item_of
 
@@ -808,6 +809,23 @@ def watch_stats(url: str, every: float) -> None:
     help="How long an idle queue may gather calls into one store write: fewer requests for "
     "that much latency at most [default: 0.02 on object stores, 0 on a directory].",
 )
+@click.option(
+    "--put-price",
+    type=click.FloatRange(min=0),
+    default=S3.put,
+    show_default=True,
+    metavar="DOLLARS",
+    help="What the store charges per 1,000 PUTs and LISTs (S3's list price by default), "
+    "for the spend shown on the dashboard and at /metrics.",
+)
+@click.option(
+    "--get-price",
+    type=click.FloatRange(min=0),
+    default=S3.get,
+    show_default=True,
+    metavar="DOLLARS",
+    help="What the store charges per 1,000 GETs.",
+)
 @store_option
 @friendly_errors
 def serve(
@@ -824,6 +842,8 @@ def serve(
     body_timeout: float,
     idle_close: float,
     commit_window: float | None,
+    put_price: float,
+    get_price: float,
     store: str | None,
 ) -> None:
     """Serve every queue of the store over HTTP (native API; /openapi.json), with a web
@@ -857,6 +877,7 @@ def serve(
         body_timeout=body_timeout,
         idle_close=idle_close,
         options=None if commit_window is None else {"commit_window": commit_window},
+        prices=Prices(put=put_price, get=get_price),
     )
 
 

@@ -8,9 +8,12 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidConfig
+
+if TYPE_CHECKING:
+    from .lease import CasLease
 
 MiB = 1024 * 1024
 HOUR, DAY = 3600.0, 86400.0
@@ -74,6 +77,9 @@ class QueueConfig:
     #: where this writer's broker answers (``http://host:port``), written into the writer lease
     #: so that other brokers over the same store forward the queue's requests there
     writer_address: str | None = None
+    #: the lease of the broker opening the queue (set by ``s3q serve``): on an object store the
+    #: queue's writer lease rides on it instead of being renewed on its own
+    broker_lease: CasLease | None = None
 
     def __post_init__(self) -> None:
         _count("max_attempts", self.max_attempts, 1, MAX_ATTEMPTS)

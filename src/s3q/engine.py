@@ -85,7 +85,13 @@ class Engine:
         self.token = secrets.token_hex(8)
         self.holder = describe_holder(config.writer_address)
         self._lease: WriterLease = writer_lease(
-            store, self.holder, self.token, config.lease_ttl, self.clock, config.writer_address
+            store,
+            self.holder,
+            self.token,
+            config.lease_ttl,
+            self.clock,
+            config.writer_address,
+            config.broker_lease,
         )
         self.commit = GroupCommit(
             store,
@@ -815,6 +821,8 @@ class Engine:
             store_retries=store.retries,
             log_seq=self.commit.durable,
             commit_waits=self.commit.waits,
+            store_lists=store.lists,
+            store_deletes=store.deletes,
         )
 
     async def peek(self, limit: int) -> list[Message]:

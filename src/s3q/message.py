@@ -61,3 +61,5 @@ class QueueStats:
     log_seq: int = 0
     #: commits that waited for company before their PUT (``commit_window``)
     commit_waits: int = 0
+    store_lists: int = 0  # LIST requests (each page of a listing)
+    store_deletes: int = 0

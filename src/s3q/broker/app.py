@@ -17,6 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import InvalidArgument, S3QError, WriterFenced
+from ..prices import S3, Prices
 from . import dashboard, guard, openapi, peerauth, redact, sqs
 from .limits import (
     DEFAULT_BODY_TIMEOUT,
@@ -50,6 +51,7 @@ def create_app(
     max_batch: int = DEFAULT_MAX_BATCH,
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
     idle_close: float = DEFAULT_IDLE_CLOSE,
+    prices: Prices = S3,
 ) -> Starlette:
     """The broker for every queue of ``store`` (queue ``NAME`` is ``<store>/NAME``).
 
@@ -67,9 +69,11 @@ def create_app(
     ``max_batch``: the most entries in one of its lists (a batch's items, receipts, ids);
     ``body_timeout``: seconds a request body may take to arrive (408 beyond). ``idle_close``:
     seconds after which a queue no call used is closed (0: never); the next call reopens it.
+    ``prices``: what the store charges per request, for the spend the dashboard and
+    ``/metrics`` reckon (S3's list prices by default).
     """
     peer_token = min((t for t in tokens or () if t), default=None)
-    metrics = BrokerMetrics()
+    metrics = BrokerMetrics(prices=prices)
     registry = QueueRegistry(
         store,
         options,

@@ -17,16 +17,31 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from ..prices import MONTH, S3, Prices
+from ..store.base import Counts
 from .registry import QueueRegistry
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-REQUEST_KINDS = ("put", "get", "all", "failed", "retried")
+REQUEST_KINDS = ("put", "get", "list", "delete", "all", "failed", "retried")
 STATUSES = ("pending", "delayed", "processing", "retry", "completed", "dead")
 # Operations answered once a commit made them durable: their time is the commit latency seen
 # by clients. (A dequeue's time is mostly its long poll, so it is left out.)
 COMMITTING = frozenset(
     {"enqueue", "enqueueBatch", "complete", "fail", "extend", "release", "redrive", "purge"}
 )
+
+
+def by_kind(counts: Counts) -> tuple[int, ...]:
+    """``counts`` in the order of REQUEST_KINDS."""
+    return (
+        counts.puts,
+        counts.gets,
+        counts.lists,
+        counts.deletes,
+        counts.requests,
+        counts.errors,
+        counts.retries,
+    )
 
 
 def percentile(ordered: list[float], q: float) -> float:
@@ -105,12 +120,33 @@ class LatencyWindow:
         }
 
 
+class SpendRate:
+    """What the store requests cost per month at the rate of the last ``span`` seconds (or
+    since the broker started, if that is shorter), from the spend sampled when asked."""
+
+    def __init__(self, span: float = 600.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.span, self.clock = span, clock
+        self._samples: deque[tuple[float, float]] = deque([(clock(), 0.0)])
+
+    def per_month(self, dollars: float) -> float:
+        """Sample ``dollars`` (spent since the start) now; the monthly rate."""
+        now = self.clock()
+        self._samples.append((now, dollars))
+        while len(self._samples) > 2 and self._samples[1][0] <= now - self.span:
+            self._samples.popleft()  # keep the newest sample at least ``span`` old
+        then, before = self._samples[0]
+        return max(0.0, dollars - before) / (now - then) * MONTH if now > then else 0.0
+
+
 class BrokerMetrics:
     """One registry of the broker's metrics."""
 
-    def __init__(self, serves: Callable[[str], bool] = lambda name: True) -> None:
+    def __init__(
+        self, serves: Callable[[str], bool] = lambda name: True, prices: Prices = S3
+    ) -> None:
         #: whether the broker serves a queue: only those are labelled
         self.serves = serves
+        self.prices = prices  # what the store charges: for the spend reckoned
         self._shown: set[str] = set()  # queues whose figures the last scrape set
         self.registry = CollectorRegistry()
         r = self.registry
@@ -164,9 +200,23 @@ class BrokerMetrics:
         )
         self.requests = Gauge(
             "s3q_queue_store_requests",
-            "Object-store requests since the queue opened, by kind (put, get, all; failed: "
-            "those that failed).",
+            "Object-store requests since the queue opened, by kind (put, get, list, delete, "
+            "all; failed: those that failed; retried: those sent again).",
             ["queue", "kind"],
+            registry=r,
+        )
+        self.broker_requests = Gauge(
+            "s3q_broker_store_requests",
+            "Object-store requests since the broker started, of every queue it led and of its "
+            "own lease, by kind (put, get, list, delete, all, failed, retried).",
+            ["kind"],
+            registry=r,
+        )
+        self.spent = Gauge(
+            "s3q_broker_store_dollars",
+            "What the broker's store requests cost since it started, at its prices "
+            "(--put-price, --get-price; S3's list prices by default). A month at the present "
+            "rate: rate(s3q_broker_store_dollars[1h]) * 2592000.",
             registry=r,
         )
         self.in_progress = Gauge(
@@ -175,6 +225,7 @@ class BrokerMetrics:
             registry=r,
         )
         self.commit_latency = LatencyWindow()  # for the dashboard
+        self.spend_rate = SpendRate()  # for the dashboard
 
     def observe(self, queue: str | None, operation: str, outcome: str, seconds: float) -> None:
         """One request answered. Its queue is a label only if the broker serves that queue:
@@ -206,19 +257,17 @@ class BrokerMetrics:
             self.commits.labels(name).set(stats.commits)
             self.waits.labels(name).set(stats.commit_waits)
             self.batch.labels(name).set(stats.mean_ops_per_commit)
-            for kind, value in zip(
-                REQUEST_KINDS,
-                (
-                    stats.store_puts,
-                    stats.store_gets,
-                    stats.store_requests,
-                    stats.store_errors,
-                    stats.store_retries,
-                ),
-                strict=True,
-            ):
+            for kind, value in zip(REQUEST_KINDS, by_kind(queue.requests), strict=True):
                 self.requests.labels(name, kind).set(value)
+        spent = queues.requests()
+        for kind, value in zip(REQUEST_KINDS, by_kind(spent), strict=True):
+            self.broker_requests.labels(kind).set(value)
+        self.spent.set(self.dollars(spent))
         return generate_latest(self.registry)
+
+    def dollars(self, counts: Counts) -> float:
+        """What ``counts`` cost at the broker's prices."""
+        return self.prices.dollars(counts.puts, counts.gets, counts.lists)
 
     def _forget(self, name: str) -> None:
         """Drop the series of queue ``name``, closed here."""

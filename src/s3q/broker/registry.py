@@ -6,15 +6,18 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .. import lease
 from ..api import AsyncQueue, open_async
 from ..config import STORE_OPTIONS, QueueConfig
 from ..errors import QueueLocked, Unavailable
+from ..lease import KEY as LEASE_KEY
 from ..store import open_store, queue_url
+from ..store.base import Counts
 from .forward import RETRY_PAUSE, ForwardedQueue, Peers
+from .lease import BrokerLease
 from .limits import DEFAULT_IDLE_CLOSE
 from .wire import QueueNotFound, check_name
 
@@ -29,7 +32,8 @@ class QueueRegistry:
     """Every queue of ``store`` the broker serves, as ``<store>/<name>``.
 
     A queue this broker leads is one :class:`~s3q.AsyncQueue`, opened with ``s3q.open_async`` in
-    the server's event loop, so the operations of all clients of a queue share its group commits.
+    the server's event loop, so the operations of all clients of a queue share its group commits;
+    on an object store their writer leases ride on the broker's one :class:`BrokerLease`.
     A queue another broker of the cluster leads (its writer lease names that broker's
     ``address``) is a :class:`~s3q.broker.forward.ForwardedQueue` to it, if that broker is
     among ``peers`` (see :class:`~s3q.broker.forward.Peers` for the default); ``token`` signs
@@ -54,6 +58,13 @@ class QueueRegistry:
         self.address: str | None = None
         self.options = dict(options or {})
         self.store_options = {k: v for k, v in self.options.items() if k in STORE_OPTIONS}
+        self.lease = BrokerLease(
+            store,
+            self.store_options,
+            ttl=self.lease_ttl,
+            on_lost=self._lease_lost,
+            clock=self.options.get("clock", time.time),
+        )
         if address is not None:
             self.advertise(address)
         self.failover_timeout = failover_timeout
@@ -63,6 +74,8 @@ class QueueRegistry:
         self._down: dict[str, float] = {}  # broker address -> until when it counts as down
         self._opening: dict[str, asyncio.Lock] = {}
         self._closing_idle: set[str] = set()  # idle queues being closed
+        self._spent = Counts()  # the requests of queues closed here, and of look-ups
+        self._leaving: list[Counts] = []  # those of queues being closed
         self._used: dict[str, float] = {}  # queue -> loop time of its latest call
         self._sweeper: asyncio.Task[None] | None = None
         self._draining = asyncio.Event()
@@ -74,6 +87,7 @@ class QueueRegistry:
         so the other brokers of the cluster forward to it."""
         self.address = address
         self.options["writer_address"] = address
+        self.lease.address = address
 
     def names(self) -> list[str]:
         """The names of the queues this broker leads now (idle ones being closed included:
@@ -152,9 +166,10 @@ class QueueRegistry:
         there). One GET; nothing is written."""
         store = open_store(queue_url(self.store, name), self.store_options)
         try:
-            return await store.get_versioned(lease.KEY) is not None
+            return await store.get_versioned(LEASE_KEY) is not None
         finally:
             await store.close()
+            self._spent.add(store.counts)
 
     @property
     def draining(self) -> bool:
@@ -193,7 +208,7 @@ class QueueRegistry:
                     self._closing_idle.add(name)  # still led here until its lease is given up
                     log.info("closing idle queue %s", queue.url)
                     try:
-                        await queue.close()
+                        await self._shut(queue)
                     except Exception as exc:  # gone either way; the next call reopens it
                         log.warning("closing idle queue %s failed: %s", queue.url, exc)
                     finally:
@@ -232,7 +247,8 @@ class QueueRegistry:
                 if self._closed:
                     raise Unavailable("the broker is shutting down")
                 url = queue_url(self.store, name)
-                queue = await open_async(url, **self.options)
+                broker_lease = await self.lease.current()
+                queue = await open_async(url, **self.options, broker_lease=broker_lease)
                 if self._draining.is_set():
                     queue.stop_waiting()
                 if self._sweeper is None and self.idle_close > 0:
@@ -243,6 +259,12 @@ class QueueRegistry:
                 self._forwarded.pop(name, None)
                 log.info("opened queue %s", url)
         return queue
+
+    async def _lease_lost(self) -> None:
+        """The broker lease is gone: every queue led here is fenced; close them all (the next
+        call reopens each on a new broker lease, or finds the broker that took it over)."""
+        for name, queue in list(self._queues.items()):
+            await self.evict(name, queue)
 
     async def evict_stopped(self, name: str | None) -> bool:
         """Evict queue ``name`` if it is open here and its writer stopped; whether it was."""
@@ -260,13 +282,36 @@ class QueueRegistry:
             del self._queues[name]
             log.warning("evicted queue %s after a writer failure", queue.url)
             with contextlib.suppress(Exception):
-                await queue.close()
+                await self._shut(queue)
 
     async def close_queue(self, name: str) -> None:
         """Close queue ``name`` if it is open here, and forget it (e.g. before deleting it)."""
         queue = self._queues.pop(name, None)
         if queue is not None:
+            await self._shut(queue)
+
+    async def _shut(self, queue: AsyncQueue) -> None:
+        """Close ``queue`` (no longer among the open ones), its requests kept in the ledger."""
+        counts = queue.requests
+        self._leaving.append(counts)
+        try:
             await queue.close()
+        finally:
+            self._leaving.remove(counts)
+            self._spent.add(counts)
+
+    def requests(self) -> Counts:
+        """Every store request this broker has made since it started, by kind: its queues'
+        (open or closed since), its lease's, and its look-ups for queues."""
+        total = Counts()
+        for counts in (
+            self._spent,
+            *self._leaving,
+            *(queue.requests for queue in self._queues.values()),
+            self.lease.requests,
+        ):
+            total.add(counts)
+        return total
 
     async def close(self) -> None:
         """Close every queue: pending commits finish and the writer leases are released."""
@@ -275,9 +320,10 @@ class QueueRegistry:
         if self._sweeper is not None:
             await self._sweeper  # it ends between two sweeps: a queue it closes is closed
         queues, self._queues = list(self._queues.values()), {}
-        results = await asyncio.gather(*(q.close() for q in queues), return_exceptions=True)
+        results = await asyncio.gather(*(self._shut(q) for q in queues), return_exceptions=True)
         for queue, result in zip(queues, results, strict=True):
             if isinstance(result, BaseException):
                 log.error("closing %s failed: %s", queue.url, result)
         self._forwarded.clear()
+        await self.lease.close()
         await self.peers.close()

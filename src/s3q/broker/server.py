@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidConfig
+from ..prices import S3, Prices
 from .limits import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_HEAD_TIMEOUT,
@@ -123,6 +124,7 @@ def serve(
     head_timeout: float = DEFAULT_HEAD_TIMEOUT,
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
     idle_close: float = DEFAULT_IDLE_CLOSE,
+    prices: Prices = S3,
 ) -> None:
     """Serve every queue of ``store`` over HTTP until SIGTERM or Ctrl-C.
 
@@ -143,8 +145,9 @@ def serve(
     entries of a list in one native call (see ``s3q.broker.limits``). ``max_connections``:
     beyond it, requests are answered 503 at once. ``head_timeout``/``body_timeout``: seconds a
     request's head/body may take to arrive (the connection is closed/408). ``idle_close``:
-    seconds after which a queue no call used is closed (0: never). On SIGTERM, long polls end
-    at once with an empty answer.
+    seconds after which a queue no call used is closed (0: never). ``prices``: the store's,
+    for the spend reckoned on the dashboard and at ``/metrics``. On SIGTERM, long polls end at
+    once with an empty answer.
     """
     try:
         import uvicorn
@@ -173,6 +176,7 @@ def serve(
         max_body=max_body,
         max_batch=max_batch,
         body_timeout=body_timeout,
+        prices=prices,
         idle_close=idle_close,
     )
     registry: QueueRegistry = app.state.registry

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
@@ -37,6 +38,7 @@ __all__ = [
     "Store",
     "TransientError",
     "open_store",
+    "parent_url",
     "queue_name",
     "queue_url",
 ]
@@ -53,6 +55,18 @@ def queue_url(store: str, name: str) -> str:
     return f"{store.rstrip('/')}/{name}"
 
 
+def parent_url(url: str) -> str:
+    """The URL of the folder holding the store at ``url`` (its options kept); InvalidConfig
+    for a store at the root of its bucket."""
+    if "://" not in url:
+        return os.path.dirname(url.rstrip("/")) or "."
+    parts = urlsplit(url)
+    path = parts.path.rstrip("/")
+    if not path:
+        raise InvalidConfig(f"{url} is at the root of its bucket: it has no parent folder")
+    return urlunsplit(parts._replace(path=path.rpartition("/")[0]))
+
+
 def queue_name(url: str) -> str:
     """The last part of a queue URL's path: the queue's name in its store (or on a broker)."""
     return urlsplit(url).path.rstrip("/").rpartition("/")[2]
@@ -60,7 +74,8 @@ def queue_name(url: str) -> str:
 
 def open_store(url: str, options: dict[str, Any] | None = None) -> Store:
     """The store a queue URL names, configured with the store options of ``s3q.open``."""
-    options = dict(options or {})
+    given = dict(options or {})
+    options = dict(given)
     if not isinstance(url, str) or not url:
         raise InvalidConfig(f"queue URL must be a non-empty string, got {url!r}")
     parts = urlsplit(url)
@@ -77,7 +92,7 @@ def open_store(url: str, options: dict[str, Any] | None = None) -> Store:
         name = (parts.netloc + parts.path).strip("/")
         with _memory_lock:
             inner = _memory.setdefault(name, MemoryStore()) if name else MemoryStore()
-        return _retrying(ObjectStore(inner, f"memory://{name}"), timeout)
+        return _retrying(ObjectStore(inner, f"memory://{name}", _beside(url, given)), timeout)
     if scheme in ("s3", "s3a", *_FROM_URL):
         for name, value in parse_qsl(parts.query, keep_blank_values=True):
             if name not in STORE_OPTIONS:
@@ -87,14 +102,20 @@ def open_store(url: str, options: dict[str, Any] | None = None) -> Store:
                 continue
             options.setdefault(name, _flag(value) if name == "allow_http" else value)
     if scheme in ("s3", "s3a"):
-        return _retrying(_s3(parts.netloc, parts.path.strip("/"), options, timeout), timeout)
+        store = _s3(parts.netloc, parts.path.strip("/"), options, timeout, _beside(url, given))
+        return _retrying(store, timeout)
     if scheme in _FROM_URL:
         bare = urlunsplit(parts._replace(scheme=scheme, query="", fragment=""))
-        return _retrying(_from_url(bare, options, timeout), timeout)
+        return _retrying(_from_url(bare, options, timeout, _beside(url, given)), timeout)
     raise InvalidConfig(
         f"unsupported store URL {url!r}: use memory://NAME, file:///path, a path, "
         "s3://bucket/prefix, gs://bucket/prefix or az://container/prefix"
     )
+
+
+def _beside(url: str, options: dict[str, Any]) -> Callable[[str], Store]:
+    """Opens the store ``name`` in the folder holding ``url``, with the same ``options``."""
+    return lambda name: open_store(queue_url(parent_url(url), name), options)
 
 
 def _retrying(store: Store, timeout: float) -> RetryingStore:
@@ -115,7 +136,13 @@ def _timeout(value: object) -> float:
     return seconds
 
 
-def _s3(bucket: str, prefix: str, options: dict[str, Any], timeout: float) -> ObjectStore:
+def _s3(
+    bucket: str,
+    prefix: str,
+    options: dict[str, Any],
+    timeout: float,
+    beside: Callable[[str], Store],
+) -> ObjectStore:
     if not bucket:
         raise InvalidConfig("s3 URLs name a bucket: s3://bucket/prefix")
     config: dict[str, Any] = {}
@@ -149,14 +176,16 @@ def _s3(bucket: str, prefix: str, options: dict[str, Any], timeout: float) -> Ob
         )
     except Exception as exc:
         raise InvalidConfig(f"cannot configure s3://{bucket}/{prefix}: {exc}") from exc
-    return ObjectStore(inner, f"s3://{bucket}/{prefix}".rstrip("/"))
+    return ObjectStore(inner, f"s3://{bucket}/{prefix}".rstrip("/"), beside)
 
 
 #: Schemes obstore opens from the URL, with credentials from the environment.
 _FROM_URL = ("gs", "az", "abfs", "abfss", "azure")
 
 
-def _from_url(url: str, options: dict[str, Any], timeout: float) -> ObjectStore:
+def _from_url(
+    url: str, options: dict[str, Any], timeout: float, beside: Callable[[str], Store]
+) -> ObjectStore:
     """GCS or Azure. Of the store options they take ``allow_http``, and Azure ``endpoint_url``
     too: the account's URL, which for Azurite is ``http://127.0.0.1:10000/devstoreaccount1``."""
     scheme = url.partition("://")[0]
@@ -181,7 +210,7 @@ def _from_url(url: str, options: dict[str, Any], timeout: float) -> ObjectStore:
         inner = from_url(url, config=config, client_options=client, retry_config=RETRY)  # type: ignore[call-overload]
     except Exception as exc:
         raise InvalidConfig(f"cannot use {url!r}: {exc}") from exc
-    return ObjectStore(inner, url)
+    return ObjectStore(inner, url, beside)
 
 
 def _flag(text: str) -> bool | str:

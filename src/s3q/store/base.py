@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 
-from ..errors import S3QError, TransientError
+from ..errors import InvalidConfig, S3QError, TransientError
 
 __all__ = [
     "AlreadyExists",
@@ -45,6 +45,11 @@ class Counts:
     @property
     def requests(self) -> int:
         return self.puts + self.gets + self.lists + self.deletes
+
+    def add(self, other: Counts) -> None:
+        """Count ``other``'s requests in with these."""
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
 class Store(abc.ABC):
@@ -117,6 +122,12 @@ class Store(abc.ABC):
         Raises :class:`Conflict` when another write got there first.
         """
 
+    def beside(self, name: str) -> Store:
+        """The store ``name`` next to this one (in the same parent folder), reached the same way:
+        where a broker keeps the lease that its queues' leases ride on. InvalidConfig if this
+        store has no parent folder."""
+        raise InvalidConfig(f"{self.url} has no parent folder to hold {name}")
+
     def _wrote(self, data: bytes | bytearray) -> None:
         self.counts.puts += 1
         self.counts.bytes_written += len(data)
@@ -139,6 +150,9 @@ class WrappingStore(Store):
     @property
     def base(self) -> Store:
         return self.inner.base
+
+    def beside(self, name: str) -> Store:
+        return self.inner.beside(name)
 
     async def close(self) -> None:
         await self.inner.close()

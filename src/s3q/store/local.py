@@ -34,6 +34,9 @@ class LocalStore(Store):
     def url(self) -> str:
         return self.root.as_uri()
 
+    def beside(self, name: str) -> LocalStore:
+        return LocalStore(self.root.parent / name)
+
     def path(self, key: str) -> Path:
         parts = key.split("/")
         if not key or any(p in ("", ".", "..") for p in parts):

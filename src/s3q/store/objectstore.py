@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -45,14 +45,20 @@ def client_options(timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
 class ObjectStore(Store):
     """Adapter over an ``obstore`` store object."""
 
-    def __init__(self, inner: Any, url: str) -> None:
+    def __init__(self, inner: Any, url: str, reopen: Callable[[str], Store] | None = None) -> None:
         super().__init__()
         self.inner = inner
         self._url = url
+        self._reopen = reopen  # the store ``name`` beside this one, with the same options
 
     @property
     def url(self) -> str:
         return self._url
+
+    def beside(self, name: str) -> Store:
+        if self._reopen is None:
+            return super().beside(name)
+        return self._reopen(name)
 
     async def put_new(self, key: str, data: bytes | bytearray) -> None:
         self._wrote(data)

@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ...errors import S3QError
-from ..metrics import STATUSES, BrokerMetrics
+from ..metrics import REQUEST_KINDS, STATUSES, BrokerMetrics, by_kind
 from ..registry import QueueRegistry
 from ..wire import error_body, status_of
 
@@ -94,7 +94,9 @@ def routes(
 async def build_summary(
     registry: QueueRegistry, metrics: BrokerMetrics, *, auth: bool
 ) -> dict[str, Any]:
-    """Every open queue's figures now, and the commit latency of the last minutes.
+    """Every open queue's figures now, the commit latency of the last minutes, and what the
+    broker's store requests cost (``cost``: since it started and per month at the rate of the
+    last ten minutes, with the prices reckoned at and the requests by kind).
 
     A queue whose figures cannot be read (its writer stopped) is listed with its ``error``.
     Throughput is left to the page: it differentiates ``total_enqueued`` and ``finished``
@@ -121,4 +123,18 @@ async def build_summary(
         "auth": auth,
         "queues": queues,
         "commit_latency": metrics.commit_latency.summary(),
+        "cost": cost(registry, metrics),
+    }
+
+
+def cost(registry: QueueRegistry, metrics: BrokerMetrics) -> dict[str, Any]:
+    """The ``cost`` of the summary."""
+    requests = registry.requests()
+    dollars = metrics.dollars(requests)
+    return {
+        "dollars": dollars,
+        "per_month": metrics.spend_rate.per_month(dollars),
+        "put_price": metrics.prices.put,
+        "get_price": metrics.prices.get,
+        "requests": dict(zip(REQUEST_KINDS, by_kind(requests), strict=True)),
     }

@@ -158,6 +158,7 @@
     renderQueues(summary.queues);
     renderThroughput(summary.time);
     renderLatency(summary.commit_latency, summary.time);
+    renderCost(summary.cost);
     const current = figures.get(selected);
     if (current && !current.error && current.dead !== deadShown) {
       deadShown = current.dead;
@@ -209,6 +210,20 @@
       );
       return row;
     }));
+  }
+
+  function fmtDollars(v) {
+    return v >= 100 ? `$${fmtInt(Math.round(v))}` : `$${v.toFixed(v >= 1 ? 2 : 4)}`;
+  }
+
+  function renderCost(cost) {
+    const r = cost.requests;
+    $("cost").textContent =
+      `Store requests: about ${fmtDollars(cost.per_month)} a month at the rate of the last ` +
+      `10 minutes; ${fmtDollars(cost.dollars)} since the broker started ` +
+      `(${fmtInt(r.put)} PUT, ${fmtInt(r.get)} GET, ${fmtInt(r.list)} LIST, ` +
+      `${fmtInt(r.delete)} DELETE; at $${cost.put_price} per 1,000 PUT or LIST, ` +
+      `$${cost.get_price} per 1,000 GET).`;
   }
 
   function depthBar(q) {
