@@ -56,6 +56,11 @@ FULL_BYTES = 8 * 1024 * 1024
 #: otherwise.
 WORTH_WAITING = 0.5
 PROBE_EVERY = 8
+#: A buffered call (``durability="buffered"``) waits for durability like any other once this
+#: much is not durable yet (a slow or absent store): memory stays bounded, and callers feel the
+#: store's trouble instead of piling operations on a writer that cannot write them.
+BUFFER_WEIGHT = 2 * FULL_WEIGHT
+BUFFER_BYTES = 2 * FULL_BYTES
 
 
 def _full(batch: Batch) -> bool:
@@ -195,6 +200,14 @@ class GroupCommit:
         self.window = 0.0
         if self._hurry is not None:
             self._hurry.set()
+
+    def backlogged(self) -> bool:
+        """Whether more is waiting to be durable than buffered calls may leave behind."""
+        batches = [self.filling, *self.unflushed.values()]
+        return (
+            sum(b.weight for b in batches) > BUFFER_WEIGHT
+            or sum(b.size for b in batches) > BUFFER_BYTES
+        )
 
     def latest(self) -> Batch | None:
         """The last batch with operations in it, if any is not durable yet."""

@@ -29,6 +29,7 @@ MAX_ATTEMPTS = 2**31 - 1  # max_attempts (the SQS endpoint: 2**31 - 1 when no re
 MAX_DEPTH = 2**48  # max_queue_depth
 MAX_SECONDS = 100 * 365 * DAY  # every other duration ("never" is 1e9)
 MAX_BYTES = 2**48  # other sizes (caches, thresholds)
+DURABLE, BUFFERED = "durable", "buffered"  # the values of ``durability``
 MAX_WINDOW = 10.0  # commit_window: a call waits at most this for company
 #: the commit window of object stores when none is given: a PUT's worth of latency, about
 OBJECT_WINDOW = 0.02
@@ -74,6 +75,10 @@ class QueueConfig:
     gc_grace: float = 300.0
     clock: Callable[[], float] = time.time
     attributes: dict[str, str] | None = None  # free-form queue metadata, saved with the queue
+    #: when an enqueue is answered: "durable", once the log object holding it is in the store;
+    #: "buffered", once it is in the writer's batch (lost if the writer dies before that batch
+    #: is written, within a commit: the window and one PUT)
+    durability: str = DURABLE
     #: where this writer's broker answers (``http://host:port``), written into the writer lease
     #: so that other brokers over the same store forward the queue's requests there
     writer_address: str | None = None
@@ -105,6 +110,10 @@ class QueueConfig:
             _seconds(name, getattr(self, name), allow_zero=False)
         if self.commit_window is not None:
             _seconds("commit_window", self.commit_window, allow_zero=True, high=MAX_WINDOW)
+        if self.durability not in (DURABLE, BUFFERED):
+            raise InvalidConfig(
+                f"durability must be {DURABLE!r} or {BUFFERED!r}, got {self.durability!r}"
+            )
         if not callable(self.clock):
             raise InvalidConfig("clock must be a callable returning unix seconds")
         _attributes(self.attributes)
@@ -125,8 +134,9 @@ PERSISTED = (
     "dedup_window",
     "completed_retention",
     "attributes",
+    "durability",
 )
-Setting = int | float | dict[str, str] | None
+Setting = int | float | str | dict[str, str] | None
 
 
 def queue_settings(config: QueueConfig) -> dict[str, Setting]:

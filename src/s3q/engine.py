@@ -23,6 +23,7 @@ from .cache import ObjectCache
 from .checkpointer import Checkpointer
 from .commit import Batch, GroupCommit
 from .config import (
+    BUFFERED,
     OBJECT_WINDOW,
     PERSISTED,
     QueueConfig,
@@ -119,6 +120,7 @@ class Engine:
         self._blobs = itertools.count()
         self._receipts = itertools.count()
         self.staged_claims: set[str] = set()  # staged objects being committed: not orphans
+        self.buffered_answers = 0  # messages whose enqueue was answered before it was durable
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -413,7 +415,7 @@ class Engine:
             answers.append(len(fresh))
             fresh.append(it)
         if not fresh:  # all duplicates: answer once the originals are durable
-            await self.commit.durable_after(self.commit.latest())
+            await self._answer_after(self.commit.latest(), 0)
             return [a for a in answers if isinstance(a, str)]
         together = _runs_together([it.priority for it in fresh], (it.group for it in fresh))
         if together is not None:
@@ -464,6 +466,14 @@ class Engine:
         into the batch being filled; return once durable."""
         batch = self.commit.add_payloads(op, made, payloads, size)
         self._notify()
+        await self._answer_after(batch, len(op.sizes))
+
+    async def _answer_after(self, batch: Batch | None, messages: int) -> None:
+        """Return when an enqueue riding ``batch`` may be answered: once the batch is durable;
+        at once on a buffered queue whose writer keeps up (``BUFFER_WEIGHT``)."""
+        if self.config.durability == BUFFERED and not self.commit.backlogged():
+            self.buffered_answers += messages
+            return
         await self.commit.durable_after(batch)
 
     def _admit(self, items: list[validate.Item]) -> None:
@@ -823,6 +833,7 @@ class Engine:
             commit_waits=self.commit.waits,
             store_lists=store.lists,
             store_deletes=store.deletes,
+            buffered_answers=self.buffered_answers,
         )
 
     async def peek(self, limit: int) -> list[Message]:

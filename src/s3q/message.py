@@ -63,3 +63,5 @@ class QueueStats:
     commit_waits: int = 0
     store_lists: int = 0  # LIST requests (each page of a listing)
     store_deletes: int = 0
+    #: messages whose enqueue was answered before it was durable (``durability="buffered"``)
+    buffered_answers: int = 0

@@ -160,7 +160,7 @@ class Configure(Op, tag="k", frozen=True):
     """Queue settings (``s3q.config.PERSISTED``) given by an ``open`` or a ``configure``, in
     force from here on."""
 
-    settings: dict[str, int | float | dict[str, str] | None]
+    settings: dict[str, int | float | str | dict[str, str] | None]
 
 
 class Purge(Op, tag="p", frozen=True):

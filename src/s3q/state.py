@@ -349,7 +349,7 @@ class Snapshot(msgspec.Struct, array_like=True):
     dedup: list[tuple[str, str, float]]  # (dedup_id, message id, enqueued_at)
     seg_bytes: dict[int, int]
     garbage: list[tuple[int, str]]
-    settings: dict[str, int | float | dict[str, str] | None] = {}
+    settings: dict[str, int | float | str | dict[str, str] | None] = {}
     tokens: list[str] = []  # commit tokens, oldest first
     dead: list[str] | None = None  # dead letters in the order they died (None: older checkpoints)
     queue: str = ""  # the queue's id (format 2)
@@ -390,7 +390,8 @@ class QueueState:
         self.garbage: list[tuple[int, str]] = []  # (seq it became garbage at, object key)
         self.pruned = 0  # how much the last Prune forgot
         self._sizes: dict[int, int] = {}
-        self.settings: dict[str, int | float | dict[str, str] | None] = {}  # saved with the queue
+        #: saved with the queue
+        self.settings: dict[str, int | float | str | dict[str, str] | None] = {}
         self.staged_refs: dict[str, int] = {}  # staged object -> live messages whose payload it is
         self.tokens: dict[str, None] = {}  # commit tokens, oldest first
         self.queue = ""  # the queue's id: what its message ids begin with (``ids``)

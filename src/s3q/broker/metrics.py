@@ -178,6 +178,13 @@ class BrokerMetrics:
             ["queue"],
             registry=r,
         )
+        self.buffered = Gauge(
+            "s3q_queue_buffered_answers",
+            "Messages whose enqueue was answered before it was durable (durability "
+            '"buffered"), since the queue opened.',
+            ["queue"],
+            registry=r,
+        )
         self.batch = Gauge(
             "s3q_queue_ops_per_commit",
             "Mean operations per commit (group commit).",
@@ -256,6 +263,7 @@ class BrokerMetrics:
                 self.depth.labels(name, status).set(getattr(stats, status))
             self.commits.labels(name).set(stats.commits)
             self.waits.labels(name).set(stats.commit_waits)
+            self.buffered.labels(name).set(stats.buffered_answers)
             self.batch.labels(name).set(stats.mean_ops_per_commit)
             for kind, value in zip(REQUEST_KINDS, by_kind(queue.requests), strict=True):
                 self.requests.labels(name, kind).set(value)
@@ -279,6 +287,7 @@ class BrokerMetrics:
                 for m in (
                     self.commits,
                     self.waits,
+                    self.buffered,
                     self.batch,
                     self.commit_seconds,
                     self.commit_ops,
