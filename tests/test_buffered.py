@@ -158,3 +158,44 @@ def test_a_queue_configured_buffered_answers_the_brokers_enqueues_early(tmp_path
             's3q_queue_buffered_answers{queue="clicks"} 3.0'
             in httpx.get(broker.url + "/metrics").text
         )
+
+
+def test_a_call_chooses_its_own_durability(env: StoreEnv) -> None:
+    """``durability=`` on enqueue and enqueue_batch overrides the queue's setting, both ways;
+    a bad value is refused and nothing is enqueued."""
+
+    async def main() -> None:
+        q = await s3q.open_async(env.url, **env.options, commit_window=0.5)
+        try:
+            before = await q.stats()
+            await q.enqueue(b"quick", durability="buffered")
+            await q.enqueue_batch([b"a", b"b"], durability="buffered")
+            await q.enqueue_batch([{"payload": b"c", "priority": 2}], durability="buffered")
+            answered = await q.stats()
+            assert answered.log_seq == before.log_seq and answered.buffered_answers == 4
+            await q.configure(durability="buffered")
+            await q.enqueue(b"slow", durability="durable")
+            assert (await q.stats()).log_seq > before.log_seq
+            for bad in ("fast", 1, True):
+                with pytest.raises(s3q.InvalidArgument, match="durability must be"):
+                    await q.enqueue(b"never", durability=bad)  # type: ignore[arg-type]
+            assert (await q.stats()).pending == 5
+        finally:
+            await q.close()
+
+    asyncio.run(main())
+
+
+def test_a_remote_call_chooses_its_own_durability(tmp_path: Path) -> None:
+    with Broker(f"file://{tmp_path}/store") as broker, connect(broker.url) as client:
+        q = client.queue("events")
+        q.enqueue(b"a", durability="buffered")
+        q.enqueue_batch([b"b", b"c"], durability="buffered")
+        q.enqueue(b"d")
+        assert q.stats().buffered_answers == 3 and q.stats().pending == 4
+        answer = httpx.post(
+            f"{broker.url}/v1/queues/events/enqueue",
+            json={"payload": "x", "durability": "fast"},
+        )
+        assert answer.status_code == 400 and "durability" in answer.text
+        assert q.stats().pending == 4

@@ -83,8 +83,13 @@ class AsyncQueue:
         dedup_id: str | None = None,
         group: str | None = None,
         attributes: dict[str, str] | None = None,
+        *,
+        durability: str | None = None,
     ) -> str:
-        """Add a message; its id once it is durable (the first id on a dedup hit)."""
+        """Add a message; its id once it is durable (the first id on a dedup hit).
+        ``durability``: "buffered" to be answered before then, "durable", or None (the
+        queue's setting)."""
+        validate.durability(durability)
         item = validate.item(
             payload,
             priority,
@@ -95,17 +100,21 @@ class AsyncQueue:
             max_size=self.config.max_message_size,
             max_delay=self.config.max_delay,
         )
-        return (await self._engine.enqueue([item]))[0]
+        return (await self._engine.enqueue([item], durability))[0]
 
-    async def enqueue_batch(self, items: Iterable[bytes | dict[str, Any]]) -> list[str]:
-        """Add many messages in one commit: payloads, or dicts of ``enqueue``'s keywords."""
+    async def enqueue_batch(
+        self, items: Iterable[bytes | dict[str, Any]], *, durability: str | None = None
+    ) -> list[str]:
+        """Add many messages in one commit: payloads, or dicts of ``enqueue``'s keywords
+        (``durability`` as ``enqueue``'s, for the whole batch)."""
+        validate.durability(durability)
         if isinstance(items, bytes | str | dict):
             raise InvalidArgument("enqueue_batch takes a list of payloads or dicts")
         if isinstance(items, list) and validate.plain_payloads(items, self.config.max_message_size):
-            return await self._engine.enqueue_payloads(items)
+            return await self._engine.enqueue_payloads(items, durability)
         max_size, max_delay = self.config.max_message_size, self.config.max_delay
         checked = [validate.item_of(it, max_size, max_delay) for it in items]
-        return await self._engine.enqueue(checked) if checked else []
+        return await self._engine.enqueue(checked, durability) if checked else []
 
     async def enqueue_staged(
         self, objects: Iterable[StagedObject], token: str | None = None
@@ -371,13 +380,24 @@ class Queue:
         dedup_id: str | None = None,
         group: str | None = None,
         attributes: dict[str, str] | None = None,
+        *,
+        durability: str | None = None,
     ) -> str:
-        """Add a message; its id once it is durable (the first id on a dedup hit)."""
-        return self._run(self._aq.enqueue(payload, priority, delay, dedup_id, group, attributes))
+        """Add a message; its id once it is durable (the first id on a dedup hit).
+        ``durability``: "buffered" to be answered before then, "durable", or None (the
+        queue's setting)."""
+        return self._run(
+            self._aq.enqueue(
+                payload, priority, delay, dedup_id, group, attributes, durability=durability
+            )
+        )
 
-    def enqueue_batch(self, items: Iterable[bytes | dict[str, Any]]) -> list[str]:
-        """Add many messages in one commit: payloads, or dicts of ``enqueue``'s keywords."""
-        return self._run(self._aq.enqueue_batch(items))
+    def enqueue_batch(
+        self, items: Iterable[bytes | dict[str, Any]], *, durability: str | None = None
+    ) -> list[str]:
+        """Add many messages in one commit: payloads, or dicts of ``enqueue``'s keywords
+        (``durability`` as ``enqueue``'s, for the whole batch)."""
+        return self._run(self._aq.enqueue_batch(items, durability=durability))
 
     def enqueue_staged(
         self, objects: Iterable[StagedObject], token: str | None = None

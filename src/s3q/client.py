@@ -294,6 +294,12 @@ def _q(name: str) -> str:
     return f"{API_PREFIX}/queues/{name}"
 
 
+def _durability(durability: str | None) -> dict[str, str]:
+    """The ``durability`` of an enqueue's body: none for the queue's (as older brokers know)."""
+    checked = validate.durability(durability)
+    return {} if checked is None else {"durability": checked}
+
+
 class _Protocol:
     """The requests of one queue's methods; shared by the blocking and the async queue."""
 
@@ -309,6 +315,7 @@ class _Protocol:
         dedup_id: str | None,
         group: str | None,
         attributes: dict[str, str] | None,
+        durability: str | None = None,
     ) -> _Call[str]:
         body: dict[str, Any] = {
             "payload": payload,
@@ -317,13 +324,16 @@ class _Protocol:
             "dedup_id": dedup_id,
             "group": group,
             "attributes": attributes,
+            **_durability(durability),
         }
         return _Call("POST", f"{self.base}/enqueue", _Id, lambda a: a.id, body)
 
-    def enqueue_batch(self, items: Iterable[bytes | dict[str, Any]]) -> _Call[list[str]]:
+    def enqueue_batch(
+        self, items: Iterable[bytes | dict[str, Any]], durability: str | None = None
+    ) -> _Call[list[str]]:
         if isinstance(items, bytes | str | dict):
             raise InvalidArgument("enqueue_batch takes a list of payloads or dicts")
-        body = {"items": list(items)}
+        body = {"items": list(items), **_durability(durability)}
         return _Call("POST", f"{self.base}/enqueue-batch", _Ids, lambda a: a.ids, body)
 
     def enqueue_staged(
@@ -539,13 +549,21 @@ class RemoteQueue:
         dedup_id: str | None = None,
         group: str | None = None,
         attributes: dict[str, str] | None = None,
+        *,
+        durability: str | None = None,
     ) -> str:
-        """Add a message; its id once it is durable (the first id on a dedup hit)."""
-        return self._run(self._p.enqueue(payload, priority, delay, dedup_id, group, attributes))
+        """Add a message; its id once it is durable (the first id on a dedup hit).
+        ``durability``: "buffered" to be answered before then, "durable", or None (the
+        queue's setting)."""
+        call = self._p.enqueue(payload, priority, delay, dedup_id, group, attributes, durability)
+        return self._run(call)
 
-    def enqueue_batch(self, items: Iterable[bytes | dict[str, Any]]) -> list[str]:
-        """Add many messages in one commit: payloads, or dicts of ``enqueue``'s keywords."""
-        return self._run(self._p.enqueue_batch(items))
+    def enqueue_batch(
+        self, items: Iterable[bytes | dict[str, Any]], *, durability: str | None = None
+    ) -> list[str]:
+        """Add many messages in one commit: payloads, or dicts of ``enqueue``'s keywords
+        (``durability`` as ``enqueue``'s, for the whole batch)."""
+        return self._run(self._p.enqueue_batch(items, durability))
 
     def enqueue_staged(
         self, objects: Iterable[StagedObject], token: str | None = None
@@ -787,15 +805,21 @@ class AsyncRemoteQueue:
         dedup_id: str | None = None,
         group: str | None = None,
         attributes: dict[str, str] | None = None,
+        *,
+        durability: str | None = None,
     ) -> str:
-        """Add a message; its id once it is durable (the first id on a dedup hit)."""
-        return await self._run(
-            self._p.enqueue(payload, priority, delay, dedup_id, group, attributes)
-        )
+        """Add a message; its id once it is durable (the first id on a dedup hit).
+        ``durability``: "buffered" to be answered before then, "durable", or None (the
+        queue's setting)."""
+        call = self._p.enqueue(payload, priority, delay, dedup_id, group, attributes, durability)
+        return await self._run(call)
 
-    async def enqueue_batch(self, items: Iterable[bytes | dict[str, Any]]) -> list[str]:
-        """Add many messages in one commit: payloads, or dicts of ``enqueue``'s keywords."""
-        return await self._run(self._p.enqueue_batch(items))
+    async def enqueue_batch(
+        self, items: Iterable[bytes | dict[str, Any]], *, durability: str | None = None
+    ) -> list[str]:
+        """Add many messages in one commit: payloads, or dicts of ``enqueue``'s keywords
+        (``durability`` as ``enqueue``'s, for the whole batch)."""
+        return await self._run(self._p.enqueue_batch(items, durability))
 
     async def enqueue_staged(
         self, objects: Iterable[StagedObject], token: str | None = None

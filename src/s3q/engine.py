@@ -381,7 +381,7 @@ class Engine:
 
     # -- operations ----------------------------------------------------------------------------
 
-    async def enqueue(self, items: list[validate.Item]) -> list[str]:
+    async def enqueue(self, items: list[validate.Item], durability: str | None = None) -> list[str]:
         self._check()
         self._admit(items)
         blobs: dict[int, str] = {}
@@ -415,7 +415,7 @@ class Engine:
             answers.append(len(fresh))
             fresh.append(it)
         if not fresh:  # all duplicates: answer once the originals are durable
-            await self._answer_after(self.commit.latest(), 0)
+            await self._answer_after(self.commit.latest(), 0, durability)
             return [a for a in answers if isinstance(a, str)]
         together = _runs_together([it.priority for it in fresh], (it.group for it in fresh))
         if together is not None:
@@ -441,16 +441,18 @@ class Engine:
         carried = [i for i in range(len(fresh)) if i not in fresh_blobs]
         payloads = [fresh[i].payload for i in carried]
         size = sum(map(len, payloads))
-        await self._append(op, [made[i] for i in carried], payloads, size)
+        await self._append(op, [made[i] for i in carried], payloads, size, durability)
         return [made[a] if isinstance(a, int) else a for a in answers]
 
-    async def enqueue_payloads(self, payloads: list[bytes]) -> list[str]:
+    async def enqueue_payloads(
+        self, payloads: list[bytes], durability: str | None = None
+    ) -> list[str]:
         """``enqueue`` of plain messages (priority 0, no delay, group, dedup id or
         attributes) given as their payloads: the batch path, with no object per message."""
         sizes = list(map(len, payloads))
         if max(sizes) > self.config.large_payload:
             return await self.enqueue(
-                [validate.Item(p, 0, 0.0, None, None, None) for p in payloads]
+                [validate.Item(p, 0, 0.0, None, None, None) for p in payloads], durability
             )
         self._check()
         self._room(len(payloads))
@@ -458,20 +460,32 @@ class Engine:
         first = batch.places(len(payloads))
         made = ids.make_many(self.state.queue, batch.seq, first, len(payloads))
         size = sum(sizes)
-        await self._append(Append(first, self.clock(), batch.size, sizes), made, payloads, size)
+        op = Append(first, self.clock(), batch.size, sizes)
+        await self._append(op, made, payloads, size, durability)
         return made
 
-    async def _append(self, op: Append, made: list[str], payloads: list[bytes], size: int) -> None:
+    async def _append(
+        self,
+        op: Append,
+        made: list[str],
+        payloads: list[bytes],
+        size: int,
+        durability: str | None,
+    ) -> None:
         """Commit ``op``, carrying ``payloads`` (``size`` bytes) of the messages ``made``
-        into the batch being filled; return once durable."""
+        into the batch being filled; return once the caller may be answered."""
         batch = self.commit.add_payloads(op, made, payloads, size)
         self._notify()
-        await self._answer_after(batch, len(op.sizes))
+        await self._answer_after(batch, len(op.sizes), durability)
 
-    async def _answer_after(self, batch: Batch | None, messages: int) -> None:
+    async def _answer_after(
+        self, batch: Batch | None, messages: int, durability: str | None
+    ) -> None:
         """Return when an enqueue riding ``batch`` may be answered: once the batch is durable;
-        at once on a buffered queue whose writer keeps up (``BUFFER_WEIGHT``)."""
-        if self.config.durability == BUFFERED and not self.commit.backlogged():
+        at once if buffered (``durability``, else the queue's) and the writer keeps up
+        (``BUFFER_WEIGHT``)."""
+        buffered = (durability or self.config.durability) == BUFFERED
+        if buffered and not self.commit.backlogged():
             self.buffered_answers += messages
             return
         await self.commit.durable_after(batch)

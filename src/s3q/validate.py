@@ -8,7 +8,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import staging
-from .config import MAX_DELAY, MAX_SECONDS, MAX_VISIBILITY, MAX_WAIT, is_utf8
+from .config import (
+    BUFFERED,
+    DURABLE,
+    MAX_DELAY,
+    MAX_SECONDS,
+    MAX_VISIBILITY,
+    MAX_WAIT,
+    is_utf8,
+)
 from .errors import InvalidArgument, InvalidPriority, MessageTooLarge
 from .message import Message
 from .staging import StagedObject
@@ -113,6 +121,13 @@ def plain_payloads(entries: list[Any], max_size: int) -> bool:
     return (
         bool(entries) and set(map(type, entries)) == {bytes} and max(map(len, entries)) <= max_size
     )
+
+
+def durability(value: object) -> str | None:
+    """A call's ``durability``: None (the queue's setting), "durable" or "buffered"."""
+    if value is None or (isinstance(value, str) and value in (DURABLE, BUFFERED)):
+        return value
+    raise InvalidArgument(f"durability must be {DURABLE!r}, {BUFFERED!r} or None, got {value!r}")
 
 
 def flag(what: str, value: object) -> bool:

@@ -213,14 +213,20 @@ class ForwardedQueue:
         dedup_id: str | None = None,
         group: str | None = None,
         attributes: dict[str, str] | None = None,
+        *,
+        durability: str | None = None,
     ) -> str:
         return await self._call(
-            lambda q: q.enqueue(payload, priority, delay, dedup_id, group, attributes)
+            lambda q: q.enqueue(
+                payload, priority, delay, dedup_id, group, attributes, durability=durability
+            )
         )
 
-    async def enqueue_batch(self, items: Iterable[bytes | dict[str, Any]]) -> list[str]:
+    async def enqueue_batch(
+        self, items: Iterable[bytes | dict[str, Any]], *, durability: str | None = None
+    ) -> list[str]:
         listed = list(items)
-        return await self._call(lambda q: q.enqueue_batch(listed))
+        return await self._call(lambda q: q.enqueue_batch(listed, durability=durability))
 
     async def enqueue_staged(
         self, objects: Iterable[StagedObject], token: str | None = None

@@ -77,6 +77,10 @@ NUM = {"type": "number"}
 STR_OR_NULL = {"type": ["string", "null"]}
 STRS = {"type": "array", "items": STR}
 PAYLOAD = {"type": "string", "format": "binary", "description": "msgpack bin: raw bytes"}
+DURABILITY = {"enum": ["durable", "buffered", None]}
+DURABILITY_DOC = (
+    'answered once durable ("durable") or once batched ("buffered"); default the queue\'s'
+)
 ITEM = {
     "oneOf": [
         PAYLOAD,
@@ -116,7 +120,10 @@ async def enqueue(call: Call) -> Any:
 
 
 async def enqueue_batch(call: Call) -> Any:
-    return {"ids": await (await call.queue(create=True)).enqueue_batch(call.args["items"])}
+    queue = await call.queue(create=True)
+    return {
+        "ids": await queue.enqueue_batch(call.args["items"], durability=call.args.get("durability"))
+    }
 
 
 async def enqueue_staged(call: Call) -> Any:
@@ -236,6 +243,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
             body("dedup_id", STR_OR_NULL),
             body("group", STR_OR_NULL),
             body("attributes", {"type": ["object", "null"], "additionalProperties": STR}),
+            body("durability", DURABILITY, doc=DURABILITY_DOC),
         ),
         obj(id=STR),
     ),
@@ -245,7 +253,11 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "enqueueBatch",
         "Add many messages in one commit",
         enqueue_batch,
-        (NAME, body("items", {"type": "array", "items": ITEM}, True)),
+        (
+            NAME,
+            body("items", {"type": "array", "items": ITEM}, True),
+            body("durability", DURABILITY, doc=DURABILITY_DOC),
+        ),
         obj(ids=STRS),
     ),
     Endpoint(
