@@ -100,6 +100,14 @@ class Dedup:
     certain: bool = True
 
 
+def _served(shares: dict[int, float], vtime: float, priority: int) -> tuple[float, float]:
+    """Fair delivery, as documented: a delivery's start tag is its priority's share or the
+    virtual time if that is ahead; the virtual time becomes that tag and the share moves on
+    by 1 / (priority + 1)."""
+    start = max(shares.get(priority, 0.0), vtime)
+    return start, start + 1.0 / (priority + 1)
+
+
 @dataclass
 class Model:
     msgs: dict[str, MMsg] = field(default_factory=dict)
@@ -107,12 +115,15 @@ class Model:
     dedup: dict[str, Dedup] = field(default_factory=dict)
     seq: int = 0
     total: int = 0
+    shares: dict[int, float] = field(default_factory=dict)  # fair delivery's start tags
+    vtime: float = 0.0
 
 
 class QueueMachine(RuleBasedStateMachine):
     kind = "memory"
 
     table_budget: int | None = None  # untouched messages whose tables the index may keep
+    delivery = "strict"  # the queue's order across priorities
 
     def __init__(self) -> None:
         super().__init__()
@@ -126,7 +137,7 @@ class QueueMachine(RuleBasedStateMachine):
         else:
             self.tmp = tempfile.mkdtemp(prefix="s3q-model-")
             self.url = "file://" + self.tmp + "/q"
-        self.q = s3q.open(self.url, clock=self.clock, **OPTS)
+        self.q = s3q.open(self.url, clock=self.clock, delivery=self.delivery, **OPTS)
         self.m = Model()
 
     def teardown(self) -> None:
@@ -221,8 +232,24 @@ class QueueMachine(RuleBasedStateMachine):
                 continue
             unit = list(itertools.takewhile(due, live[:per_group]))
             units.append(unit)
-        units.sort(key=lambda unit: (-unit[0].priority, unit[0].seq))
-        return [mm for unit in units for mm in unit]
+        if self.delivery == "strict":
+            units.sort(key=lambda unit: (-unit[0].priority, unit[0].seq))
+            return [mm for unit in units for mm in unit]
+        # fair: the priority with the lowest start tag goes next, one unit at a time
+        waiting: dict[int, list[list[MMsg]]] = {}
+        for unit in sorted(units, key=lambda unit: unit[0].seq, reverse=True):
+            waiting.setdefault(unit[0].priority, []).append(unit)
+        out: list[MMsg] = []
+        vtime, shares = self.m.vtime, dict(self.m.shares)
+        while waiting:
+            p = min(waiting, key=lambda p: (max(shares.get(p, 0.0), vtime), -p))
+            unit = waiting[p].pop()
+            if not waiting[p]:
+                del waiting[p]
+            for mm in unit:
+                vtime, shares[mm.priority] = _served(shares, vtime, mm.priority)
+            out.extend(unit)
+        return out
 
     def allowed_status(self, mm: MMsg) -> set[object]:
         if mm.state == "ready":
@@ -353,6 +380,10 @@ class QueueMachine(RuleBasedStateMachine):
             f"delivered {[m.payload[:20] for m in got]}, model expected "
             f"{[mm.payload[:20] for mm in expected]}"
         )
+        for mm in expected:  # the leases' share of deliveries (folded whatever the order)
+            self.m.vtime, self.m.shares[mm.priority] = _served(
+                self.m.shares, self.m.vtime, mm.priority
+            )
         for m, mm in zip(got, expected, strict=True):
             _same_payload(m.payload, mm)
             assert m.priority == mm.priority
@@ -538,7 +569,7 @@ class QueueMachine(RuleBasedStateMachine):
     @rule()
     def reopen(self) -> None:
         self.q.close()
-        self.q = s3q.open(self.url, clock=self.clock, **OPTS)
+        self.q = s3q.open(self.url, clock=self.clock, delivery=self.delivery, **OPTS)
 
     @rule()
     def check_dead_letters(self) -> None:
@@ -632,3 +663,15 @@ TestModelFile = FileQueueMachine.TestCase
 TestModelFile.settings = SETTINGS
 TestModelTablesReadBack = TablesReadBackMachine.TestCase
 TestModelTablesReadBack.settings = SETTINGS
+
+
+class FairMachine(QueueMachine):
+    """Priorities share deliveries (``delivery="fair"``), runs read back from the log."""
+
+    kind = "file"
+    table_budget = 3
+    delivery = "fair"
+
+
+TestModelFair = FairMachine.TestCase
+TestModelFair.settings = SETTINGS

@@ -30,6 +30,7 @@ MAX_DEPTH = 2**48  # max_queue_depth
 MAX_SECONDS = 100 * 365 * DAY  # every other duration ("never" is 1e9)
 MAX_BYTES = 2**48  # other sizes (caches, thresholds)
 DURABLE, BUFFERED = "durable", "buffered"  # the values of ``durability``
+STRICT, FAIR = "strict", "fair"  # the values of ``delivery``
 MAX_WINDOW = 10.0  # commit_window: a call waits at most this for company
 #: the commit window of object stores when none is given: a PUT's worth of latency, about
 OBJECT_WINDOW = 0.02
@@ -79,6 +80,10 @@ class QueueConfig:
     #: "buffered", once it is in the writer's batch (lost if the writer dies before that batch
     #: is written, within a commit: the window and one PUT)
     durability: str = DURABLE
+    #: the order across priorities: "strict", the highest first (a steady stream at a high
+    #: priority starves the lower ones); "fair", each priority with messages gets deliveries in
+    #: proportion to its weight, priority + 1 (first come, first served within a priority)
+    delivery: str = STRICT
     #: where this writer's broker answers (``http://host:port``), written into the writer lease
     #: so that other brokers over the same store forward the queue's requests there
     writer_address: str | None = None
@@ -110,6 +115,8 @@ class QueueConfig:
             _seconds(name, getattr(self, name), allow_zero=False)
         if self.commit_window is not None:
             _seconds("commit_window", self.commit_window, allow_zero=True, high=MAX_WINDOW)
+        if self.delivery not in (STRICT, FAIR):
+            raise InvalidConfig(f"delivery must be {STRICT!r} or {FAIR!r}, got {self.delivery!r}")
         if self.durability not in (DURABLE, BUFFERED):
             raise InvalidConfig(
                 f"durability must be {DURABLE!r} or {BUFFERED!r}, got {self.durability!r}"
@@ -135,6 +142,7 @@ PERSISTED = (
     "completed_retention",
     "attributes",
     "durability",
+    "delivery",
 )
 Setting = int | float | str | dict[str, str] | None
 

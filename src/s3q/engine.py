@@ -24,6 +24,7 @@ from .checkpointer import Checkpointer
 from .commit import Batch, GroupCommit
 from .config import (
     BUFFERED,
+    FAIR,
     OBJECT_WINDOW,
     PERSISTED,
     QueueConfig,
@@ -121,6 +122,7 @@ class Engine:
         self._receipts = itertools.count()
         self.staged_claims: set[str] = set()  # staged objects being committed: not orphans
         self.buffered_answers = 0  # messages whose enqueue was answered before it was durable
+        self.deliveries: dict[int, int] = {}  # priority -> messages this writer delivered
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -273,6 +275,12 @@ class Engine:
                 return
             except S3QError as exc:
                 logger.warning("writer lease renewal for %s failed: %s", self.store.url, exc)
+
+    @property
+    def _fair(self) -> bool:
+        """Whether priorities share deliveries (``delivery="fair"``) rather than the highest
+        going first."""
+        return self.config.delivery == FAIR
 
     # -- adding to the log ---------------------------------------------------------------------
 
@@ -719,18 +727,20 @@ class Engine:
         batch = None
         attempts = self.config.max_attempts
         while True:
-            await self._fill(self.state.wanted(limit))
+            await self._fill(self.state.wanted(limit, self._fair))
             now = self.clock()
             bury = self.state.expire(now, attempts)
             while bury:  # before choosing: a buried head of a group frees the next one
                 batch = self._bury(bury, now)
                 bury = self.state.expire(now, attempts)
-            chosen, bury = self.state.select(now, limit, attempts, per_group)
+            chosen, bury = self.state.select(now, limit, attempts, per_group, self._fair)
             if bury:  # (none: all expired above, at the same ``now``)
                 batch = self._bury(bury, now)
             # Other callers may have taken the members read back for while they were read:
             # read on while the head holds runs without tables and nothing was chosen.
-            if chosen or not limit or not self.state.wanted(limit):
+            if chosen or not limit or not self.state.wanted(limit, self._fair):
+                for rec in chosen:
+                    self.deliveries[rec.priority] = self.deliveries.get(rec.priority, 0) + 1
                 return chosen, batch
 
     def _bury(self, recs: list[Rec], now: float) -> Batch:
@@ -848,12 +858,13 @@ class Engine:
             store_lists=store.lists,
             store_deletes=store.deletes,
             buffered_answers=self.buffered_answers,
+            deliveries_by_priority=dict(sorted(self.deliveries.items())),
         )
 
     async def peek(self, limit: int) -> list[Message]:
         self._check()
-        await self._fill(self.state.wanted(limit))
-        recs = self.state.deliverable(self.clock(), limit)
+        await self._fill(self.state.wanted(limit, self._fair))
+        recs = self.state.deliverable(self.clock(), limit, self._fair)
         payloads = await self._payloads(recs)
         return [self._message(rec, p, receipt=False) for rec, p in zip(recs, payloads, strict=True)]
 

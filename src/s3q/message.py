@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 
@@ -65,3 +65,5 @@ class QueueStats:
     store_deletes: int = 0
     #: messages whose enqueue was answered before it was durable (``durability="buffered"``)
     buffered_answers: int = 0
+    #: messages delivered since the queue opened, by priority (how ``delivery`` shares them)
+    deliveries_by_priority: dict[int, int] = field(default_factory=dict)

@@ -45,6 +45,16 @@ MAX_TOKENS = 10_000  # commit tokens remembered (streaming sinks need only their
 TABLE_BUDGET = 1_000_000
 
 
+def _served(shares: dict[int, float], vtime: float, priority: int) -> tuple[float, float]:
+    """Fair delivery (start-time fair queuing): one delivery of ``priority``, weighted
+    ``priority + 1``. Its start tag is its priority's share, or the virtual time ``vtime`` if
+    that is ahead (a priority that had nothing to deliver gets no credit for the time); the new
+    virtual time is that tag, the priority's share moves on by 1 / weight. The priority with
+    the lowest tag goes next, so each gets deliveries in proportion to its weight."""
+    start = max(shares.get(priority, 0.0), vtime)
+    return start, start + 1.0 / (priority + 1)
+
+
 def _front(item: Rec | Run) -> int:
     """The arrival number of the next message ``item`` would deliver."""
     return item.front() if isinstance(item, Run) else item.n
@@ -355,6 +365,8 @@ class Snapshot(msgspec.Struct, array_like=True):
     queue: str = ""  # the queue's id (format 2)
     runs: list[RunSnap] = []  # untouched messages (format 2), in arrival order
     completed: list[ChunkSnap] = []  # completed messages with no record (format 2)
+    shares: dict[int, float] = {}  # fair delivery: each priority's next start tag
+    vtime: float = 0.0  # fair delivery: the start tag of the latest delivery
 
 
 class QueueState:
@@ -375,7 +387,12 @@ class QueueState:
         # changed since: version 0) wait in one FIFO per priority; the others in a heap.
         self._fresh: dict[int, deque[Rec | Run]] = {}
         self._fresh_priorities: list[int] = []  # heap of -priority of the FIFOs in _fresh
-        self._ready: list[tuple[int, int, int, str]] = []  # (-priority, n, version, id)
+        self._ready: dict[int, list[tuple[int, int, str]]] = {}  # priority -> heap (n, version, id)
+        self._ready_priorities: list[int] = []  # heap of -priority of the heaps in _ready
+        # Fair delivery across priorities (start-time fair queuing, folded from the leases):
+        # each priority's next start tag, and the start tag of the latest delivery.
+        self.shares: dict[int, float] = {}
+        self.vtime = 0.0
         self._timers: list[tuple[float, int, int, str]] = []  # (time, n, version, id)
         self._groups: dict[str, deque[str]] = {}
         self._dedup: dict[str, tuple[str, float]] = {}  # dedup_id -> (id, enqueued_at)
@@ -421,6 +438,9 @@ class QueueState:
                 if rec.attempts == 0:
                     rec.first_leased_at = op.at
                 rec.attempts += 1
+                self.vtime, self.shares[rec.priority] = _served(
+                    self.shares, self.vtime, rec.priority
+                )
                 self._schedule(rec)
         elif isinstance(op, Complete):
             self._complete(op.ids, op.at)
@@ -610,10 +630,10 @@ class QueueState:
                 run.fill(appends)
                 self.tabled += run.count
 
-    def wanted(self, limit: int) -> set[int]:
+    def wanted(self, limit: int, fair: bool = False) -> set[int]:
         """The log objects whose tables the next ``limit`` deliveries need read back."""
         seqs: set[int] = set()
-        for run in self._fresh_runs(limit):
+        for run in self._fresh_runs(limit, fair):
             if run.table is None:
                 seqs.add(run.seq)
         return seqs
@@ -639,10 +659,13 @@ class QueueState:
         """The log objects of every run without its table."""
         return {seq for seq, runs in self.runs.items() if any(r.table is None for r in runs)}
 
-    def _fresh_runs(self, limit: int) -> Iterator[Run]:
-        """The runs holding the first ``limit`` fresh messages, best priority first."""
+    def _fresh_runs(self, limit: int, fair: bool = False) -> Iterator[Run]:
+        """The runs holding the first ``limit`` fresh messages, best priority first; with
+        ``fair``, those of each priority (any may have its turn)."""
         left = limit
         for priority in sorted(self._fresh, reverse=True):
+            if fair:
+                left = limit
             for item in self._fresh[priority]:
                 if left <= 0:
                     break
@@ -843,6 +866,7 @@ class QueueState:
         self.dead.clear()
         self._groups.clear()
         self._ready.clear()
+        self._ready_priorities.clear()
         self._fresh.clear()
         self._fresh_priorities.clear()
         self._timers.clear()
@@ -865,6 +889,8 @@ class QueueState:
             queue=self.queue,
             runs=[run.to_snap() for runs in self.runs.values() for run in runs],
             completed=self.completed.to_snap(),
+            shares=self.shares,
+            vtime=self.vtime,
         )
 
     @classmethod
@@ -877,6 +903,7 @@ class QueueState:
         state.tokens = dict.fromkeys(snap.tokens)
         state.queue = snap.queue
         state.completed = Completed.from_snap(snap.completed)
+        state.shares, state.vtime = dict(snap.shares), snap.vtime
         records = sorted(snap.messages, key=lambda r: r.n)
         state.messages = {rec.id: rec for rec in records}
         finished = []
@@ -988,7 +1015,7 @@ class QueueState:
         have left the ready structures). Burying a group's head frees its next message, so
         expire before ``select``."""
         bury: list[Rec] = []
-        timers, ready, messages = self._timers, self._ready, self.messages
+        timers, messages = self._timers, self.messages
         while timers and timers[0][0] <= now:
             _, n, version, mid = heapq.heappop(timers)
             rec = messages.get(mid)
@@ -997,62 +1024,159 @@ class QueueState:
             if rec.state == LEASED and rec.attempts >= max_attempts:
                 bury.append(rec)
             elif not self._follows(rec):  # a group's later message waits to head it
-                heapq.heappush(ready, (-rec.priority, n, version, mid))
+                self._push_ready(rec, n)
         return bury
 
     def select(
-        self, now: float, limit: int, max_attempts: int, per_group: int = 1
+        self, now: float, limit: int, max_attempts: int, per_group: int = 1, fair: bool = False
     ) -> tuple[list[Rec], list[Rec]]:
         """Up to ``limit`` deliverable messages, best first, and expired ones to bury (as
         ``expire``: none when it was called at ``now`` and its Bury applied). A group's head
-        comes with up to ``per_group - 1`` of the messages after it, in order.
+        comes with up to ``per_group - 1`` of the messages after it, in order. Strictly by
+        priority, or with ``fair`` by shares (``_served``); first come, first served within one.
 
         The caller must apply a Lease for the first list and a Bury for the second at once:
         both have left the ready structures.
         """
         bury = self.expire(now, max_attempts)
-        ready, messages = self._ready, self.messages
+        if fair:
+            return self._select_fair(now, limit, max_attempts, per_group), bury
         chosen: list[Rec] = []
         while len(chosen) < limit:
-            fresh = self._best_fresh()
-            while ready:
-                _, _, version, mid = ready[0]
-                rec = messages.get(mid)
-                if rec is not None and rec.version == version:
-                    break
-                heapq.heappop(ready)
-            if fresh is None and not ready:
+            priority = self._top_priority()
+            if priority is None:
                 break
-            if fresh is not None and (
-                not ready or (-fresh.priority, _front(fresh)) < (ready[0][0], ready[0][1])
-            ):
+            got = self._fetch(priority, limit - len(chosen), now)
+            if got is None:
+                break  # a run's table is to be read back first (``wanted``)
+            chosen.extend(got)
+            head = chosen[-1] if chosen else None
+            if per_group > 1 and head is not None and head.group is not None:
+                room = min(per_group - 1, limit - len(chosen))
+                chosen.extend(self._followers(head, now, room, max_attempts))
+        return chosen, bury
+
+    def _select_fair(self, now: float, limit: int, max_attempts: int, per_group: int) -> list[Rec]:
+        """``select`` by shares: the priority with the lowest start tag (the higher one on a
+        tie) delivers next, one message at a time, from messages taken a share of the limit at
+        a time; those taken and not delivered go back (ahead of the rest of their priority)."""
+        chosen: list[Rec] = []
+        vtime, shares = self.vtime, dict(self.shares)
+        active = {
+            p
+            for p in {*self._fresh, *self._ready}
+            if self._fresh_head(p) is not None or self._ready_top(p) is not None
+        }
+        taken: dict[int, deque[Rec]] = {}
+        stuck = False
+        while len(chosen) < limit and active and not stuck:
+            priority = min(active, key=lambda p: (max(shares.get(p, 0.0), vtime), -p))
+            buffer = taken.get(priority)
+            if not buffer:
+                weights = sum(p + 1 for p in active)
+                want = -(-(limit - len(chosen)) * (priority + 1) // weights) + 1
+                got = self._fetch(priority, want, now)
+                stuck = got is None
+                if not got:
+                    active.discard(priority)
+                    continue
+                buffer = taken[priority] = deque(got)
+            rec = buffer.popleft()
+            chosen.append(rec)
+            vtime, shares[priority] = _served(shares, vtime, priority)
+            if per_group > 1 and rec.group is not None and len(chosen) < limit:
+                room = min(per_group - 1, limit - len(chosen))
+                for follower in self._followers(rec, now, room, max_attempts):
+                    chosen.append(follower)
+                    vtime, shares[follower.priority] = _served(shares, vtime, follower.priority)
+        for rest in taken.values():
+            for rec in rest:
+                self._push_ready(rec, rec.n)
+        return chosen
+
+    def _fetch(self, priority: int, count: int, now: float) -> list[Rec] | None:
+        """Up to ``count`` deliverable messages of ``priority``, in order, taken from the ready
+        structures; a group's head ends the list (its followers go with it). None if a run's
+        table must be read back first."""
+        out: list[Rec] = []
+        while len(out) < count:
+            fresh, top = self._fresh_head(priority), self._ready_top(priority)
+            if fresh is None and top is None:
+                break
+            if fresh is not None and (top is None or _front(fresh) < top[0]):
                 if isinstance(fresh, Run):
                     if fresh.table is None:
-                        break  # to be read back first (``wanted``)
-                    count = limit - len(chosen)
-                    if ready and ready[0][0] == -fresh.priority:  # members before it only
-                        count = min(count, ready[0][1] - fresh.front())
-                    chosen.extend(self._take_many(fresh, count))
-                else:
-                    self._fresh[fresh.priority].popleft()
-                    chosen.append(fresh)
+                        return out or None
+                    room = count - len(out)
+                    out.extend(
+                        self._take_many(
+                            fresh, room if top is None else min(room, top[0] - fresh.front())
+                        )
+                    )
+                    continue
+                self._fresh[priority].popleft()
+                out.append(fresh)
             else:
-                rec = messages[heapq.heappop(ready)[3]]
+                assert top is not None
+                heapq.heappop(self._ready[priority])
+                rec = self.messages[top[2]]
                 if rec.group is not None and (until := self._held_behind(rec, now)) is not None:
                     # messages after it are still leased: it waits for them to be done or back
                     heapq.heappush(self._timers, (until, rec.n, rec.version, rec.id))
                     continue
-                chosen.append(rec)
-            head = chosen[-1] if chosen else None
-            if (
-                per_group > 1
-                and head is not None
-                and head.group is not None
-                and len(chosen) < limit
-            ):
-                room = min(per_group - 1, limit - len(chosen))
-                chosen.extend(self._followers(head, now, room, max_attempts))
-        return chosen, bury
+                out.append(rec)
+            if out[-1].group is not None:
+                break
+        return out
+
+    def _push_ready(self, rec: Rec, n: int) -> None:
+        """Make ``rec`` deliverable from the ready heap of its priority (by arrival ``n``)."""
+        heap = self._ready.get(rec.priority)
+        if heap is None:
+            heap = self._ready[rec.priority] = []
+            heapq.heappush(self._ready_priorities, -rec.priority)
+        heapq.heappush(heap, (n, rec.version, rec.id))
+
+    def _top_priority(self) -> int | None:
+        """The highest priority with a message to deliver."""
+        fresh = self._best_fresh()
+        ready = self._best_ready_priority()
+        if fresh is None:
+            return ready
+        return fresh.priority if ready is None else max(fresh.priority, ready)
+
+    def _fresh_head(self, priority: int) -> Rec | Run | None:
+        """The next fresh record or run of ``priority``, dropping stale entries."""
+        fifo = self._fresh.get(priority)
+        while fifo:
+            head = fifo[0]
+            if len(head) if isinstance(head, Run) else head.version == 0:
+                return head
+            fifo.popleft()
+        return None
+
+    def _ready_top(self, priority: int) -> tuple[int, int, str] | None:
+        """The first ready entry of ``priority`` (arrival number, version, id), dropping stale
+        ones (records changed since)."""
+        heap = self._ready.get(priority)
+        while heap:
+            _, version, mid = heap[0]
+            rec = self.messages.get(mid)
+            if rec is not None and rec.version == version:
+                return heap[0]
+            heapq.heappop(heap)
+        return None
+
+    def _best_ready_priority(self) -> int | None:
+        """The highest priority with a ready entry, forgetting those left with none."""
+        priorities = self._ready_priorities
+        while priorities:
+            priority = -priorities[0]
+            if self._ready_top(priority) is not None:
+                return priority
+            heapq.heappop(priorities)
+            del self._ready[priority]
+        return None
 
     def _followers(self, head: Rec, now: float, count: int, max_attempts: int) -> list[Rec]:
         """Up to ``count`` messages after ``head`` in its group, deliverable now, in order."""
@@ -1143,7 +1267,7 @@ class QueueState:
         where = ids.where(mid, self.queue)
         return None if where is None else self.completed.finished_at(*where)
 
-    def deliverable(self, now: float, limit: int) -> list[Rec]:
+    def deliverable(self, now: float, limit: int, fair: bool = False) -> list[Rec]:
         """The next ``limit`` messages ``select`` would deliver at ``now``, leaving them be."""
         heads = (
             rec
@@ -1155,11 +1279,30 @@ class QueueState:
             rec for rec in heads if rec.group is None or self._groups[rec.group][0] == rec.id
         )
         untouched = (
-            rec for run in self._fresh_runs(limit) for rec in itertools.islice(run.members(), limit)
+            rec
+            for run in self._fresh_runs(limit, fair)
+            for rec in itertools.islice(run.members(), limit)
         )
-        return heapq.nsmallest(
-            limit, itertools.chain(eligible, untouched), key=lambda rec: (-rec.priority, rec.n)
-        )
+        if not fair:
+            return heapq.nsmallest(
+                limit, itertools.chain(eligible, untouched), key=lambda rec: (-rec.priority, rec.n)
+            )
+        by_priority: dict[int, list[Rec]] = {}
+        for rec in itertools.chain(eligible, untouched):
+            by_priority.setdefault(rec.priority, []).append(rec)
+        waiting = {
+            p: deque(heapq.nsmallest(limit, recs, key=lambda r: r.n))
+            for p, recs in by_priority.items()
+        }
+        out: list[Rec] = []
+        vtime, shares = self.vtime, dict(self.shares)
+        while waiting and len(out) < limit:
+            priority = min(waiting, key=lambda p: (max(shares.get(p, 0.0), vtime), -p))
+            out.append(waiting[priority].popleft())
+            vtime, shares[priority] = _served(shares, vtime, priority)
+            if not waiting[priority]:
+                del waiting[priority]
+        return out
 
     @property
     def size(self) -> int:

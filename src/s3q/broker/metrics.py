@@ -148,6 +148,7 @@ class BrokerMetrics:
         self.serves = serves
         self.prices = prices  # what the store charges: for the spend reckoned
         self._shown: set[str] = set()  # queues whose figures the last scrape set
+        self._priorities: dict[str, set[str]] = {}  # queue -> priorities with deliveries shown
         self.registry = CollectorRegistry()
         r = self.registry
         self.operations = Counter(
@@ -183,6 +184,12 @@ class BrokerMetrics:
             "Messages whose enqueue was answered before it was durable (durability "
             '"buffered"), since the queue opened.',
             ["queue"],
+            registry=r,
+        )
+        self.deliveries = Gauge(
+            "s3q_queue_deliveries",
+            "Messages delivered since the queue opened, by priority.",
+            ["queue", "priority"],
             registry=r,
         )
         self.batch = Gauge(
@@ -264,6 +271,10 @@ class BrokerMetrics:
             self.commits.labels(name).set(stats.commits)
             self.waits.labels(name).set(stats.commit_waits)
             self.buffered.labels(name).set(stats.buffered_answers)
+            shown = self._priorities.setdefault(name, set())
+            for priority, count in stats.deliveries_by_priority.items():
+                self.deliveries.labels(name, str(priority)).set(count)
+                shown.add(str(priority))
             self.batch.labels(name).set(stats.mean_ops_per_commit)
             for kind, value in zip(REQUEST_KINDS, by_kind(queue.requests), strict=True):
                 self.requests.labels(name, kind).set(value)
@@ -282,6 +293,7 @@ class BrokerMetrics:
         series: list[tuple[Any, tuple[str, ...]]] = [
             *((self.depth, (name, status)) for status in STATUSES),
             *((self.requests, (name, kind)) for kind in REQUEST_KINDS),
+            *((self.deliveries, (name, p)) for p in self._priorities.pop(name, ())),
             *(
                 (m, (name,))
                 for m in (
