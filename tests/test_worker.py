@@ -661,3 +661,12 @@ def test_worker_on_a_broker_queue_retries_and_dead_letters(tmp_path: Path) -> No
                 assert (stats.completed, stats.dead, stats.processing) == (3, 1, 0)
 
         asyncio.run(main())
+
+
+def test_the_worker_is_importable_from_the_top_level() -> None:
+    """``s3q.Worker`` and ``s3q.handler`` are the worker module's, imported on first use."""
+    import s3q.worker
+
+    assert s3q.Worker is s3q.worker.Worker and s3q.handler is s3q.worker.handler
+    with pytest.raises(AttributeError, match="no attribute 'Workers'"):
+        s3q.Workers  # noqa: B018

@@ -1,5 +1,7 @@
 """s3q: a durable message queue whose whole state lives in object storage."""
 
+from typing import TYPE_CHECKING, Any
+
 from .api import AsyncQueue, Queue, open, open_async
 from .collector import CompactionReport
 from .config import QueueConfig
@@ -22,6 +24,9 @@ from .errors import (
     WriterFenced,
 )
 from .message import Message, MessageStatus, QueueStats
+
+if TYPE_CHECKING:
+    from .worker import Worker, handler
 
 __version__ = "0.1.0"
 
@@ -48,7 +53,18 @@ __all__ = [
     "TransientError",
     "Unavailable",
     "UnsupportedFormat",
+    "Worker",
     "WriterFenced",
+    "handler",
     "open",
     "open_async",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``s3q.Worker`` and ``s3q.handler``, imported on first use (``s3q.worker``)."""
+    if name in ("Worker", "handler"):
+        from . import worker
+
+        return getattr(worker, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import wraps
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -41,7 +40,7 @@ from .broker.limits import (
 from .config import MAX_WINDOW
 from .errors import InvalidArgument, S3QError, StoreError
 from .prices import S3, Prices
-from .store import queue_url
+from .store import default_store, queue_url
 from .validate import item_of
 
 if TYPE_CHECKING:
@@ -53,14 +52,8 @@ console = Console()
 if not console.is_terminal:
     console = Console(width=160)  # piped output: do not squeeze tables to 80 columns
 
-DEFAULT_STORE = "s3q-data"
 BATCH = 1000  # messages per enqueue_batch call of `s3q enqueue`
 SHOWN_PAYLOAD = 2000  # characters of a payload shown by the human-readable listings
-
-
-def default_store() -> str:
-    """The embedded default store: ``$S3Q_STORE``, else ``./s3q-data``."""
-    return os.environ.get("S3Q_STORE") or str(Path(DEFAULT_STORE).absolute())
 
 
 def friendly_errors(command: F) -> F:

@@ -33,6 +33,7 @@ from .engine import MAX_DEQUEUE
 from .errors import InvalidArgument, QueueClosed, ReceiptExpired
 from .message import Message
 from .metrics import WorkerMetrics, serve_metrics
+from .store import default_store, queue_url
 
 __all__ = [
     "Completed",
@@ -988,7 +989,4 @@ def _queue_url(name: str, store: str | None) -> str:
     """A queue name under ``store`` (or the default store); a URL or absolute path stays."""
     if "://" in name or os.path.isabs(name):
         return name
-    from .cli import default_store  # the CLI owns the default store's location
-    from .store import queue_url
-
     return queue_url(store or default_store(), name)

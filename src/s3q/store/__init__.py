@@ -37,6 +37,7 @@ __all__ = [
     "RetryingStore",
     "Store",
     "TransientError",
+    "default_store",
     "open_store",
     "parent_url",
     "queue_name",
@@ -53,6 +54,15 @@ def queue_url(store: str, name: str) -> str:
         parts = urlsplit(store)
         return urlunsplit(parts._replace(path=f"{parts.path.rstrip('/')}/{name}"))
     return f"{store.rstrip('/')}/{name}"
+
+
+#: where queues live when no store is named: ``./s3q-data`` (the command line, workers)
+DEFAULT_STORE = "s3q-data"
+
+
+def default_store() -> str:
+    """The embedded default store: ``$S3Q_STORE``, else ``./s3q-data`` (absolute)."""
+    return os.environ.get("S3Q_STORE") or os.path.abspath(DEFAULT_STORE)
 
 
 def parent_url(url: str) -> str:
