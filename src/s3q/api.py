@@ -22,9 +22,9 @@ from .staging import StagedObject
 from .state import MAX_PER_GROUP
 from .store import open_store
 from .store.base import Counts
+from .surface import Target
 
 T = TypeVar("T")
-Target = Message | str  # a delivered message or its receipt
 
 
 async def open_async(url: str, **options: Any) -> AsyncQueue:

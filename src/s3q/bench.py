@@ -22,11 +22,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from .api import AsyncQueue, open_async
+from .api import open_async
 from .prices import S3
+from .surface import AsyncQueueSurface
 
 if TYPE_CHECKING:
-    from .client import AsyncRemoteQueue
+    pass
 
 
 @dataclass
@@ -104,7 +105,7 @@ def _peak_rss_mib() -> float:
 
 
 async def _produce(
-    q: AsyncQueue | AsyncRemoteQueue, meter: _Meter, quota: list[int], batch: int, payload: bytes
+    q: AsyncQueueSurface, meter: _Meter, quota: list[int], batch: int, payload: bytes
 ) -> None:
     while quota[0] > 0:
         n = min(batch, quota[0])
@@ -115,9 +116,7 @@ async def _produce(
             await meter.timed(q.enqueue_batch([payload] * n), n)
 
 
-async def _paced(
-    q: AsyncQueue | AsyncRemoteQueue, meter: _Meter, times: list[float], payload: bytes
-) -> None:
+async def _paced(q: AsyncQueueSurface, meter: _Meter, times: list[float], payload: bytes) -> None:
     """Single enqueues, each sent at its time (loop clock); latency counted from that time."""
     loop = asyncio.get_running_loop()
     for due in times:
@@ -129,9 +128,7 @@ async def _paced(
         meter.done += 1
 
 
-async def _consume(
-    q: AsyncQueue | AsyncRemoteQueue, meter: _Meter, target: int, batch: int
-) -> None:
+async def _consume(q: AsyncQueueSurface, meter: _Meter, target: int, batch: int) -> None:
     async def round_trip() -> int:
         msgs = await q.dequeue(max_messages=batch, wait=0.05)
         if msgs:
@@ -161,13 +158,13 @@ class _Embedded:
 
     def __init__(self, url: str, options: dict[str, Any]) -> None:
         self.url, self.options = url, options
-        self.queue: AsyncQueue | AsyncRemoteQueue
+        self.queue: AsyncQueueSurface
         self.pid: int | None = None  # the process that serves the queue, if not this one
 
     async def open(self) -> None:
         self.queue = await open_async(self.url, **self.options)
 
-    def for_task(self) -> AsyncQueue | AsyncRemoteQueue:
+    def for_task(self) -> AsyncQueueSurface:
         """The queue as one producer or consumer task sees it."""
         return self.queue
 
@@ -197,7 +194,7 @@ class _Served(_Embedded):
             self.broker = await asyncio.to_thread(self._start)
         self.queue = self.for_task()
 
-    def for_task(self) -> AsyncQueue | AsyncRemoteQueue:
+    def for_task(self) -> AsyncQueueSurface:
         """A client of its own: each task is one client of the broker, as in production."""
         from .client import connect_async
 
@@ -304,7 +301,7 @@ async def _phases(
             )
         )
 
-    def queues(count: int) -> list[AsyncQueue | AsyncRemoteQueue]:
+    def queues(count: int) -> list[AsyncQueueSurface]:
         return [target.for_task() for _ in range(count)]
 
     def producers(meter: _Meter, quota: list[int]) -> list[Awaitable[Any]]:

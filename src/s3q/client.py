@@ -52,6 +52,7 @@ from .config import Setting
 from .errors import InvalidArgument, QueueClosed, S3QError, StoreError, Unavailable
 from .message import Message, MessageStatus, QueueStats
 from .staging import StagedObject
+from .surface import Target
 
 __all__ = [
     "TOKEN_ENV",
@@ -75,7 +76,6 @@ __all__ = [
 TOKEN_ENV = "S3Q_TOKEN"
 
 T = TypeVar("T")
-Target = Message | str
 
 RETRIES = 4  # attempts after the first
 BACKOFF = 0.1  # seconds before the first retry, doubled each time, jittered

@@ -34,6 +34,7 @@ from .errors import InvalidArgument, QueueClosed, ReceiptExpired
 from .message import Message
 from .metrics import WorkerMetrics, serve_metrics
 from .store import default_store, queue_url
+from .surface import AsyncQueueSurface
 
 __all__ = [
     "Completed",
@@ -486,7 +487,7 @@ class Worker:
 
     # -- the serving loop -------------------------------------------------------------------
 
-    async def _serve(self, aq: AsyncQueue | AsyncRemoteQueue) -> None:
+    async def _serve(self, aq: AsyncQueueSurface) -> None:
         with self._lock:
             self._loop = asyncio.get_running_loop()
             early = self._early_stop

@@ -41,12 +41,12 @@ from ..errors import (
 )
 from ..message import Message, MessageStatus, QueueStats
 from ..staging import StagedObject
+from ..surface import AsyncQueueSurface
 from . import peerauth
 from .server import is_loopback
 from .wire import BrokerUnreachable
 
 if TYPE_CHECKING:
-    from ..api import AsyncQueue
     from .registry import QueueRegistry
 
 T = TypeVar("T")
@@ -149,11 +149,11 @@ class ForwardedQueue:
             )
         return self._peer
 
-    async def _call(self, method: Callable[[AsyncQueue | AsyncRemoteQueue], Awaitable[T]]) -> T:
+    async def _call(self, method: Callable[[AsyncQueueSurface], Awaitable[T]]) -> T:
         """``method`` on the queue's leader: the one known, found again only after a failure."""
         loop = asyncio.get_running_loop()
         deadline: float | None = None
-        queue: AsyncQueue | AsyncRemoteQueue = self._registry.local(self.name) or self._remote()
+        queue: AsyncQueueSurface = self._registry.local(self.name) or self._remote()
         while True:
             try:
                 if isinstance(queue, AsyncRemoteQueue):

@@ -21,10 +21,10 @@ from typing import Any
 
 from starlette.requests import Request
 
-from ...api import AsyncQueue
 from ...config import Setting
 from ...errors import InvalidArgument, MessageNotFound, ReceiptExpired, S3QError
 from ...message import Message, MessageStatus
+from ...surface import AsyncQueueSurface
 from ..forward import ForwardedQueue
 from ..registry import QueueRegistry
 from ..wire import check_name
@@ -36,7 +36,7 @@ from .protocol import SqsError, invalid, within
 
 log = logging.getLogger("s3q.broker.sqs")
 
-AnyQueue = AsyncQueue | ForwardedQueue  # a queue this broker leads, or one another broker does
+AnyQueue = AsyncQueueSurface  # a queue this broker leads, or one another broker does
 
 MAX_BATCH = 10
 MAX_BATCH_BYTES = 1024 * 1024

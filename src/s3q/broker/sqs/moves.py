@@ -26,16 +26,15 @@ from typing import Any
 
 import msgspec
 
-from ...api import AsyncQueue
 from ...errors import S3QError
 from ...message import Message
-from ..forward import ForwardedQueue
+from ...surface import AsyncQueueSurface
 from . import messages, queues
 from .protocol import SqsError, invalid, within
 
 log = logging.getLogger("s3q.broker.sqs")
 
-AnyQueue = AsyncQueue | ForwardedQueue
+AnyQueue = AsyncQueueSurface
 BATCH = 10
 HOLD = 60.0  # seconds a message being moved stays leased in the source
 KEPT = 10  # tasks listed per source queue
