@@ -372,6 +372,16 @@ class Queue:
     def config(self) -> QueueConfig:
         return self._aq.config
 
+    @property
+    def async_queue(self) -> AsyncQueue:
+        """The :class:`AsyncQueue` behind this queue; await its methods only on :attr:`loop`."""
+        return self._aq
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop (on a thread of its own) this queue runs on; None once closed."""
+        return None if self._runner is None else self._runner.loop
+
     def enqueue(
         self,
         payload: bytes,

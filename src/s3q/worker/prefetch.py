@@ -1,0 +1,112 @@
+"""The prefetch buffer: leased messages waiting for a handler, and the task that fills it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from ..message import Message
+from ..surface import AsyncQueueSurface
+from .hooks import Hooks
+from .leases import Leases
+from .stop import Stop
+
+__all__ = ["ADAPTIVE_PREFETCH_MAX", "Prefetch"]
+
+ADAPTIVE_PREFETCH_MAX = 1000  # the most an adaptive buffer holds
+
+
+class Prefetch:
+    """Messages leased but not yet started, at most ``prefetch`` of them; None adapts the
+    window between ``2 * concurrency`` and ADAPTIVE_PREFETCH_MAX to keep the handlers busy."""
+
+    def __init__(
+        self,
+        aq: AsyncQueueSurface,
+        leases: Leases,
+        hooks: Hooks,
+        stop: Stop,
+        *,
+        prefetch: int | None,
+        concurrency: int,
+        visibility_timeout: float,
+        poll_wait: float,
+    ) -> None:
+        self._aq = aq
+        self._leases = leases
+        self._hooks = hooks
+        self._stop = stop
+        self._concurrency = concurrency
+        self._vt = visibility_timeout
+        self._poll_wait = poll_wait
+        low = 2 * concurrency
+        self.window = prefetch or low
+        self._range = (prefetch, prefetch) if prefetch else (low, max(low, ADAPTIVE_PREFETCH_MAX))
+        self._buffer: asyncio.Queue[Message | None] = asyncio.Queue()
+        self._space = asyncio.Event()  # the buffer fell to its low-water mark
+        self.busy = 0  # messages taken whose handler has not ended
+
+    async def fill(self) -> None:
+        """Lease messages into the buffer until the stop, keeping it above half the window."""
+        aq, buffer, vt, stop = self._aq, self._buffer, self._vt, self._stop
+        while not stop.stopping:
+            if buffer.qsize() > self.window // 2:
+                self._space.clear()
+                await self._space.wait()
+                continue
+            want = self.window - buffer.qsize()
+            started = time.monotonic()
+            try:
+                msgs = await aq.dequeue(want, vt, self._poll_wait)
+            except Exception as exc:
+                stop.fatal(exc)
+                return
+            if not msgs:
+                continue
+            self._leases.hold(msgs, started + vt)
+            self._hooks.fetched(len(msgs))
+            if stop.stopping:
+                await self._leases.give_back(msgs)
+                return
+            starved = buffer.empty() and self.busy < self._concurrency
+            for msg in msgs:
+                buffer.put_nowait(msg)
+            self._adapt(starved and len(msgs) == want, buffer.qsize())
+
+    def _adapt(self, starved: bool, buffered: int) -> None:
+        """Grow the window while handlers starve for messages; shrink it while it stays full."""
+        low, high = self._range
+        if starved:
+            self.window = min(high, self.window * 2)
+        elif buffered >= self.window // 4:
+            self.window = max(low, self.window // 2)
+
+    async def take(self) -> Message | None:
+        """The next message for a handler, counted busy until :meth:`done`; None: stop."""
+        buffer = self._buffer
+        while True:
+            msg = await buffer.get()
+            if msg is None:
+                return None
+            if buffer.qsize() <= self.window // 2:
+                self._space.set()
+            if self._leases.holds(msg):  # else given back meanwhile
+                self.busy += 1
+                return msg
+
+    def done(self) -> None:
+        """A handler of a taken message ended."""
+        self.busy -= 1
+
+    def close(self, takers: int) -> list[Message]:
+        """Wake the filler (it returns after a dequeue in flight), empty the buffer and wake
+        ``takers`` waiting in :meth:`take` with None; the messages that were not started."""
+        self._space.set()
+        buffered: list[Message] = []
+        while not self._buffer.empty():
+            msg = self._buffer.get_nowait()
+            if msg is not None:
+                buffered.append(msg)
+        for _ in range(takers):
+            self._buffer.put_nowait(None)
+        return buffered
