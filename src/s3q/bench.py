@@ -5,8 +5,10 @@ Phases: ``enqueue`` (producers enqueue N messages, in batches of ``batch``), ``d
 and with a ``rate``, ``paced enqueue`` (single enqueues sent on a fixed schedule, latency taken
 from each one's scheduled time, so a stall is not hidden by the senders waiting it out).
 
-The queue is embedded in the benchmark's process, or served by a broker (``server``): one
-started on the store in a child process, or one already running at a URL.
+The queue (``queue``, in ``store``) is embedded in the benchmark's process, or served by a
+broker (``server``): one started on the store in a child process, or one already running at a
+URL. The report is a table for people (:func:`print_report`) or a JSON document
+(:func:`summary`).
 """
 
 from __future__ import annotations
@@ -22,8 +24,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from rich.console import Console
+from rich.table import Table
+
 from .api import open_async
 from .prices import S3
+from .store import queue_url
 from .surface import AsyncQueueSurface
 
 if TYPE_CHECKING:
@@ -63,7 +69,7 @@ class Storage:
 
 @dataclass
 class BenchConfig:
-    store: str | None
+    store: str | None  # the store the queue lives in; None: a temporary directory
     messages: int
     size: int
     batch: int
@@ -71,7 +77,7 @@ class BenchConfig:
     consumers: int
     server: str | None = None  # "start": a broker in a child process; else a broker's URL
     rate: float | None = None  # paced single enqueues per second, in total
-    queue: str = "bench"  # the queue's name on a broker
+    queue: str = "bench"  # the queue's name in the store (or on the broker)
 
 
 class _Meter:
@@ -237,18 +243,18 @@ async def run(
     """Run every phase; ``progress(phase, done, total)`` is called a few times a second.
     Storage figures (reopen, objects at rest) only for an embedded queue."""
     tmp = None
-    url = config.store
-    if url is None and config.server in (None, "start"):
+    store = config.store
+    if store is None and config.server in (None, "start"):
         tmp = tempfile.mkdtemp(prefix="s3q-bench-")
-        url = f"file://{tmp}/bench"
+        store = f"file://{tmp}"
     options = _options(config)
     target: _Embedded
     if config.server is None:
-        assert url is not None
-        target = _Embedded(url, options)
+        assert store is not None
+        target = _Embedded(queue_url(store, config.queue), options)
     else:
         broker = None if config.server == "start" else config.server
-        target = _Served(broker, url or "", config.queue, options)
+        target = _Served(broker, store or "", config.queue, options)
     await target.open()
     try:
         return await _phases(config, target, progress)
@@ -351,4 +357,85 @@ async def _phases(
 
 
 def as_dicts(results: list[PhaseResult]) -> list[dict[str, Any]]:
+    """The phases' figures as plain dicts."""
     return [asdict(r) for r in results]
+
+
+def summary(
+    config: BenchConfig, results: list[PhaseResult], storage: Storage | None, command: str
+) -> dict[str, Any]:
+    """The report of ``s3q bench --json``: the command, its config, each phase, storage."""
+    return {
+        "command": command,
+        "config": vars(config),
+        "phases": as_dicts(results),
+        "storage": None if storage is None else vars(storage),
+    }
+
+
+def results_table(config: BenchConfig, results: list[PhaseResult]) -> Table:
+    """The phases' figures, one row each."""
+    where = "" if config.server is None else " through a broker"
+    table = Table(
+        title=f"s3q bench{where}: {config.messages:,} x {config.size} B, batch {config.batch}, "
+        f"{config.producers} producers, {config.consumers} consumers"
+    )
+    for col in (
+        "phase",
+        "msg/s",
+        "MiB/s",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "max ms",
+        "PUT/msg",
+        "GET/msg",
+        "$/M msgs (S3)",
+        "B written/msg",
+        "commits",
+        "peak RSS MiB",
+    ):
+        table.add_column(col, justify="left" if col == "phase" else "right")
+    for r in results:
+        lat = r.latency_ms
+        table.add_row(
+            r.phase,
+            f"{r.msg_per_s:,.0f}",
+            f"{r.mib_per_s:,.1f}",
+            f"{lat['p50']:.2f}",
+            f"{lat['p95']:.2f}",
+            f"{lat['p99']:.2f}",
+            f"{lat['max']:.2f}",
+            f"{r.puts_per_msg:.4f}",
+            f"{r.gets_per_msg:.4f}",
+            f"{r.dollars_per_million:,.3f}",
+            f"{r.bytes_written_per_msg:,.0f}",
+            f"{r.commits:,}",
+            f"{r.peak_rss_mib:,.0f}",
+        )
+    return table
+
+
+def storage_line(messages: int, storage: Storage) -> str:
+    """The reopen and storage-at-rest figures in one sentence."""
+    return (
+        f"reopen with {messages:,} pending: {storage.reopen_seconds:.2f} s "
+        f"(peak RSS {storage.reopen_rss_mib:,.0f} MiB); after all completed and one GC pass: "
+        f"{storage.objects_after_one_gc} objects, {storage.bytes_after_one_gc / 2**20:.2f} MiB; "
+        f"after two: {storage.objects_after_two_gc} objects, "
+        f"{storage.bytes_after_two_gc / 2**20:.2f} MiB"
+    )
+
+
+def print_report(
+    console: Console,
+    config: BenchConfig,
+    results: list[PhaseResult],
+    storage: Storage | None,
+    command: str,
+) -> None:
+    """The report for people: the table, the storage figures, the command that ran."""
+    console.print(results_table(config, results))
+    if storage is not None:
+        console.print(storage_line(config.messages, storage))
+    console.print(f"command: {command}")
