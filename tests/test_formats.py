@@ -20,8 +20,9 @@ import pytest
 import s3q
 from s3q import ids
 from s3q.lease import LeaseRecord
-from s3q.ops import Lease
-from s3q.state import Rec
+from s3q.ops import Append, Lease
+from s3q.state import Rec, Snapshot
+from s3q.tenants import TenantSnap
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -160,10 +161,12 @@ def test_an_object_in_a_newer_format_is_refused_and_nothing_changes(
         assert q.stats().pending == 1
 
 
-def without_last_field(shape: type[msgspec.Struct], **config: Any) -> type[msgspec.Struct]:
-    """``shape`` as builds before its last (trailing, defaulted) field defined it."""
+def without_last_field(
+    shape: type[msgspec.Struct], drop: int = 1, **config: Any
+) -> type[msgspec.Struct]:
+    """``shape`` as builds before its last ``drop`` (trailing, defaulted) fields defined it."""
     fields: list[Any] = []
-    for f in msgspec.structs.fields(shape)[:-1]:
+    for f in msgspec.structs.fields(shape)[:-drop]:
         if f.required:
             fields.append((f.name, f.type))
         elif f.default is msgspec.NODEFAULT:
@@ -184,7 +187,7 @@ def test_the_time_of_a_lease_is_a_field_earlier_builds_of_format_3_skip() -> Non
     older = msgspec.msgpack.encode(old_lease([("m1", "m1~r", 130.0)]))
     assert msgspec.msgpack.decode(older, type=Lease) == Lease([("m1", "m1~r", 130.0)], 0.0)
 
-    old_rec = without_last_field(Rec, gc=False)
+    old_rec = without_last_field(Rec, drop=3, gc=False)  # (tenant and leased_at came later)
     rec = Rec("m1", 1, 0, 1.0, 1.0, 3, 0, 10, attempts=2, first_leased_at=100.0)
     back = msgspec.msgpack.decode(msgspec.msgpack.encode(rec), type=old_rec)
     assert (back.id, back.attempts, back.seg) == ("m1", 2, 3)  # type: ignore[attr-defined]
@@ -212,3 +215,27 @@ def test_a_writer_lease_naming_a_broker_lease_is_a_field_earlier_builds_skip() -
     brokered = LeaseRecord("pid 2 on h", "t2", 140.0, "http://h:2", "0123abcd")
     back = msgspec.json.decode(msgspec.json.encode(brokered), type=old_shape)
     assert (back.token, back.expires_at, back.address) == ("t2", 140.0, "http://h:2")  # type: ignore[attr-defined]
+
+
+def test_tenants_are_fields_earlier_builds_of_format_3_skip() -> None:
+    """Append.tenants, Rec.tenant and leased_at, RunSnap.tenant and the tenants of a Snapshot
+    came within format 3 as trailing fields: what this build writes decodes with the shapes of
+    the builds before, and what those wrote decodes here with no tenant."""
+    old_append = without_last_field(Append, tag="a", frozen=True)
+    new = Append(0, 1.0, 0, [3, 4], tenants=["acme", None])
+    back = msgspec.msgpack.decode(msgspec.msgpack.encode(new), type=old_append)
+    assert back.sizes == [3, 4]  # type: ignore[attr-defined]
+    older = msgspec.msgpack.encode(back)
+    assert msgspec.msgpack.decode(older, type=Append) == Append(0, 1.0, 0, [3, 4])
+
+    old_rec = without_last_field(Rec, drop=2, gc=False)
+    rec = Rec("m1", 1, 0, 1.0, 1.0, 3, 0, 10, first_leased_at=9.0, tenant="acme", leased_at=9.0)
+    back = msgspec.msgpack.decode(msgspec.msgpack.encode(rec), type=old_rec)
+    again = msgspec.msgpack.decode(msgspec.msgpack.encode(back), type=Rec)
+    assert (again.first_leased_at, again.tenant, again.leased_at) == (9.0, None, 0.0)
+
+    old_snapshot = without_last_field(Snapshot, drop=2)
+    snap = Snapshot(1, 0, 0, [], [], {}, [], tenants=[TenantSnap("acme", 5.0, 1.0, 5.0, True)])
+    back = msgspec.msgpack.decode(msgspec.msgpack.encode(snap), type=old_snapshot)
+    again = msgspec.msgpack.decode(msgspec.msgpack.encode(back), type=Snapshot)
+    assert (again.tenants, again.busy) == ([], (0.0, 0.0))

@@ -85,10 +85,12 @@ class AsyncQueue:
         attributes: dict[str, str] | None = None,
         *,
         durability: str | None = None,
+        tenant: str | None = None,
     ) -> str:
         """Add a message; its id once it is durable (the first id on a dedup hit).
         ``durability``: "buffered" to be answered before then, "durable", or None (the
-        queue's setting)."""
+        queue's setting). ``tenant``: who it is for; while a tenant is noisy (holds much of
+        what is in flight or of the processing time), other tenants' messages go first."""
         validate.durability(durability)
         item = validate.item(
             payload,
@@ -97,6 +99,7 @@ class AsyncQueue:
             dedup_id,
             group,
             attributes,
+            tenant,
             max_size=self.config.max_message_size,
             max_delay=self.config.max_delay,
         )

@@ -123,6 +123,8 @@ class Engine:
         self.staged_claims: set[str] = set()  # staged objects being committed: not orphans
         self.buffered_answers = 0  # messages whose enqueue was answered before it was durable
         self.deliveries: dict[int, int] = {}  # priority -> messages this writer delivered
+        self.deliveries_noisy = 0  # of them, to noisy tenants (``tenants``)
+        self.deliveries_quiet = 0  # and to the others
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -425,7 +427,11 @@ class Engine:
         if not fresh:  # all duplicates: answer once the originals are durable
             await self._answer_after(self.commit.latest(), 0, durability)
             return [a for a in answers if isinstance(a, str)]
-        together = _runs_together([it.priority for it in fresh], (it.group for it in fresh))
+        together = _runs_together(
+            [it.priority for it in fresh],
+            (it.group for it in fresh),
+            [it.tenant for it in fresh],
+        )
         if together is not None:
             order, where = together
             fresh = [fresh[i] for i in order]
@@ -445,6 +451,7 @@ class Engine:
             dedup_ids=_column([it.dedup_id for it in fresh], None),
             attributes=_column([it.attributes or None for it in fresh], None),
             blobs=fresh_blobs or None,
+            tenants=_column([it.tenant for it in fresh], None),
         )
         carried = [i for i in range(len(fresh)) if i not in fresh_blobs]
         payloads = [fresh[i].payload for i in carried]
@@ -590,8 +597,12 @@ class Engine:
         for obj, rows in zip(objects, kept, strict=True):
             every = range(len(obj)) if rows is None else rows
             first = batch.places(len(every))
-            p, g = obj.priorities, obj.groups
-            together = p and _runs_together([p[r] for r in every], g and (g[r] for r in every))
+            p, g, t = obj.priorities, obj.groups, obj.tenants
+            together = (p or t) and _runs_together(
+                [p[r] for r in every] if p else [0] * len(every),
+                g and (g[r] for r in every),
+                t and [t[r] for r in every],
+            )
             if together:
                 order, where = together
                 rows = [every[j] for j in order]
@@ -739,8 +750,13 @@ class Engine:
             # Other callers may have taken the members read back for while they were read:
             # read on while the head holds runs without tables and nothing was chosen.
             if chosen or not limit or not self.state.wanted(limit, self._fair):
+                tenants = self.state.tenants
                 for rec in chosen:
                     self.deliveries[rec.priority] = self.deliveries.get(rec.priority, 0) + 1
+                    if tenants.noisy(rec.tenant, now):
+                        self.deliveries_noisy += 1
+                    else:
+                        self.deliveries_quiet += 1
                 return chosen, batch
 
     def _bury(self, recs: list[Rec], now: float) -> Batch:
@@ -836,6 +852,7 @@ class Engine:
         await self._sweep()
         now = self.clock()
         counts = self.state.counts(now, self.config.completed_retention)
+        quiet = self.state.quiet_counts(now)
         store = self.store.counts
         return QueueStats(
             pending=counts[MessageStatus.PENDING],
@@ -859,6 +876,13 @@ class Engine:
             store_deletes=store.deletes,
             buffered_answers=self.buffered_answers,
             deliveries_by_priority=dict(sorted(self.deliveries.items())),
+            noisy_tenants=quiet.noisy_tenants,
+            quiet_visible=quiet.visible,
+            quiet_in_flight=quiet.in_flight,
+            quiet_delayed=quiet.delayed,
+            quiet_oldest_age=quiet.oldest_age,
+            deliveries_noisy=self.deliveries_noisy,
+            deliveries_quiet=self.deliveries_quiet,
         )
 
     async def peek(self, limit: int) -> list[Message]:
@@ -992,6 +1016,7 @@ class Engine:
             attributes=dict(rec.attributes or {}),
             last_error=rec.last_error,
             first_delivered_at=rec.first_leased_at or None,
+            tenant=rec.tenant,
         )
 
 
@@ -1015,15 +1040,23 @@ def _column(values: list[T], default: T) -> list[T] | None:
 
 
 def _runs_together(
-    priorities: list[int], groups: Iterable[str | None] | None
+    priorities: list[int],
+    groups: Iterable[str | None] | None,
+    tenants: list[str | None] | None = None,
 ) -> tuple[list[int], list[int]] | None:
-    """An order of new messages that puts those of one priority together (a run each, not one
-    per message when priorities alternate), and where each message goes in it; None when the
-    order stays. The order within a priority is kept, so delivery (by priority, then in order)
-    is unchanged; a batch with groups keeps its order, since a group is FIFO across priorities."""
-    if len(set(priorities)) < 2 or (groups and any(g is not None for g in groups)):
+    """An order of new messages that puts those of one priority and tenant together (a run
+    each, not one per message when they alternate), and where each message goes in it; None
+    when the order stays. The order within a priority and tenant is kept, so delivery (by
+    priority, then in order) is unchanged but for the order of one batch's tenants; a batch
+    with groups keeps its order, since a group is FIFO across priorities."""
+    kinds = set(priorities) if not tenants else set(zip(priorities, tenants, strict=True))
+    if len(kinds) < 2 or (groups and any(g is not None for g in groups)):
         return None
-    order = sorted(range(len(priorities)), key=lambda i: -priorities[i])
+    if tenants:
+        key = [(-p, t or "") for p, t in zip(priorities, tenants, strict=True)]
+        order = sorted(range(len(priorities)), key=key.__getitem__)
+    else:
+        order = sorted(range(len(priorities)), key=lambda i: -priorities[i])
     where = [0] * len(order)
     for place, i in enumerate(order):
         where[i] = place
@@ -1049,6 +1082,7 @@ def _staged_append(obj: StagedObject, rows: list[int] | None, first: int, now: f
         groups=pick(obj.groups),
         dedup_ids=pick(obj.dedup_ids),
         attributes=pick(obj.attributes),
+        tenants=pick(obj.tenants),
     )
 
 

@@ -35,6 +35,8 @@ class Message(msgspec.Struct, frozen=True):
     #: when the message was first delivered (a dequeue that counted an attempt); None if never,
     #: or if that delivery was made by a build that did not record it
     first_delivered_at: float | None = None
+    #: who the message is for: messages of a noisy tenant wait behind quiet tenants' ones
+    tenant: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,3 +69,14 @@ class QueueStats:
     buffered_answers: int = 0
     #: messages delivered since the queue opened, by priority (how ``delivery`` shares them)
     deliveries_by_priority: dict[int, int] = field(default_factory=dict)
+    #: tenant fairness (as SQS fair queues): tenants noisy now; messages of the others (quiet
+    #: tenants, and messages with no tenant) visible, in flight and delayed (or waiting to be
+    #: retried), and the age in seconds of the oldest visible one (0: none)
+    noisy_tenants: int = 0
+    quiet_visible: int = 0
+    quiet_in_flight: int = 0
+    quiet_delayed: int = 0
+    quiet_oldest_age: float = 0.0
+    #: messages delivered since the queue opened, of noisy tenants and of the others
+    deliveries_noisy: int = 0
+    deliveries_quiet: int = 0

@@ -77,6 +77,7 @@ class Append(Op, tag="a", frozen=True):
     dedup_ids: list[str | None] | None = None
     attributes: list[dict[str, str] | None] | None = None
     blobs: dict[int, str] | None = None
+    tenants: list[str | None] | None = None
 
     @property
     def weight(self) -> int:

@@ -34,6 +34,7 @@ class StagedObject(msgspec.Struct, kw_only=True):
     groups: list[str | None] | None = None
     dedup_ids: list[str | None] | None = None
     attributes: list[dict[str, str] | None] | None = None
+    tenants: list[str | None] | None = None
     origin: str = "the staged data"  # where the rows came from, for error messages
     first_row: int = 0  # the row number of the first message within ``origin``
 

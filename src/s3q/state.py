@@ -12,6 +12,7 @@ import itertools
 from array import array
 from collections import deque
 from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
 import msgspec
 
@@ -38,6 +39,7 @@ from .ops import (
     Release,
     Relocate,
 )
+from .tenants import Tenants, TenantSnap
 
 QUEUED, LEASED, DONE, DEAD = 0, 1, 2, 3
 MAX_TOKENS = 10_000  # commit tokens remembered (streaming sinks need only their last batches)
@@ -53,6 +55,16 @@ def _served(shares: dict[int, float], vtime: float, priority: int) -> tuple[floa
     the lowest tag goes next, so each gets deliveries in proportion to its weight."""
     start = max(shares.get(priority, 0.0), vtime)
     return start, start + 1.0 / (priority + 1)
+
+
+class QuietCounts(NamedTuple):
+    """What ``quiet_counts`` finds."""
+
+    noisy_tenants: int
+    visible: int
+    in_flight: int
+    delayed: int
+    oldest_age: float
 
 
 def _front(item: Rec | Run) -> int:
@@ -93,6 +105,8 @@ class Rec(msgspec.Struct, array_like=True, gc=False):
     backoff: bool = False  # visible_at was set by a failure, not by a delay
     stage: str | None = None  # the payload lies in this staged object, not in log object seg
     first_leased_at: float = 0.0  # when its first counted delivery was made (0: none, or unknown)
+    tenant: str | None = None  # who it is for (``tenants``): quiet tenants' messages go first
+    leased_at: float = 0.0  # when its latest lease began (0: unknown)
 
 
 class Table:
@@ -113,7 +127,7 @@ class Table:
 
 class Run:
     """Untouched messages: ``count`` consecutive places from ``place`` of one Append in log
-    object ``seq``, of one priority and enqueue time, visible at once and in no group.
+    object ``seq``, of one priority, tenant and enqueue time, visible at once and in no group.
 
     They leave from the front, as delivery is FIFO within a priority (a lease, live or
     replayed, always takes a run's front member): a member taken becomes a record (``Rec``) of
@@ -135,6 +149,7 @@ class Run:
         "stage",
         "table",
         "taken",
+        "tenant",
     )
 
     def __init__(
@@ -150,8 +165,10 @@ class Run:
         offset: int,
         stage: str | None,
         table: Table | None,
+        tenant: str | None = None,
     ) -> None:
         self.queue, self.seq, self.place, self.n, self.count = queue, seq, place, n, count
+        self.tenant = tenant
         self.priority, self.enqueued_at, self.stage = priority, enqueued_at, stage
         self.bytes = size  # payload bytes of the members not taken
         self.offset = offset  # of the front member's payload, when it lies in the log object
@@ -190,6 +207,7 @@ class Run:
             table.dedup_ids[k] if table.dedup_ids else None,
             (table.attributes[k] or None) if table.attributes else None,
             stage=self.stage,
+            tenant=self.tenant,
         )
 
     def offset_of(self, k: int) -> int:
@@ -212,9 +230,22 @@ class Run:
         dedup_ids = none if table.dedup_ids is None else table.dedup_ids[start:end]
         attributes = none if table.attributes is None else table.attributes[start:end]
         at, priority, seq, stage = self.enqueued_at, self.priority, self.seq, self.stage
+        tenant = self.tenant
         recs = [
             Rec(
-                mid, n, priority, at, at, seq, offset, size, None, dedup, attrs or None, stage=stage
+                mid,
+                n,
+                priority,
+                at,
+                at,
+                seq,
+                offset,
+                size,
+                None,
+                dedup,
+                attrs or None,
+                stage=stage,
+                tenant=tenant,
             )
             for mid, n, offset, size, dedup, attrs in zip(  # offsets and the rest run longer
                 ids.make_many(self.queue, seq, self.place + start, end - start),
@@ -278,6 +309,7 @@ class Run:
             None,
             len(self),
             self.bytes,
+            self.tenant,
         )
 
     @classmethod
@@ -295,6 +327,7 @@ class Run:
                 snap.offset,
                 snap.stage,
                 None,
+                snap.tenant,
             )
         # A checkpoint that held the table (the first builds of format 2).
         sizes = array("I")
@@ -347,6 +380,7 @@ class RunSnap(msgspec.Struct, array_like=True):
     attributes: list[dict[str, str] | None] | None  # (as ``sizes``)
     count: int = -1  # members (-1: as many as ``sizes`` holds)
     payload_bytes: int = 0  # of the members
+    tenant: str | None = None
 
 
 class Snapshot(msgspec.Struct, array_like=True):
@@ -367,6 +401,8 @@ class Snapshot(msgspec.Struct, array_like=True):
     completed: list[ChunkSnap] = []  # completed messages with no record (format 2)
     shares: dict[int, float] = {}  # fair delivery: each priority's next start tag
     vtime: float = 0.0  # fair delivery: the start tag of the latest delivery
+    tenants: list[TenantSnap] = []  # tenant fairness: what the messages do not tell
+    busy: tuple[float, float] = (0.0, 0.0)  # the queue's recent processing time, as of when
 
 
 class QueueState:
@@ -393,6 +429,11 @@ class QueueState:
         # each priority's next start tag, and the start tag of the latest delivery.
         self.shares: dict[int, float] = {}
         self.vtime = 0.0
+        # Tenant fairness: messages of noisy tenants met at the head of their priority wait
+        # aside, a heap per tenant (arrival number, version or -1 for a run, order, item).
+        self.tenants = Tenants()
+        self._aside: dict[int, dict[str, list[tuple[int, int, int, Rec | Run]]]] = {}
+        self._aside_order = itertools.count()
         self._timers: list[tuple[float, int, int, str]] = []  # (time, n, version, id)
         self._groups: dict[str, deque[str]] = {}
         self._dedup: dict[str, tuple[str, float]] = {}  # dedup_id -> (id, enqueued_at)
@@ -434,7 +475,10 @@ class QueueState:
         elif isinstance(op, Lease):
             for mid, receipt, until in op.leases:
                 rec = self._record(mid)
+                if rec.state != LEASED:
+                    self.tenants.leased(rec.tenant)
                 rec.state, rec.receipt, rec.lease_until = LEASED, receipt, until
+                rec.leased_at = op.at
                 if rec.attempts == 0:
                     rec.first_leased_at = op.at
                 rec.attempts += 1
@@ -447,6 +491,7 @@ class QueueState:
         elif isinstance(op, Release):
             for mid in op.ids:
                 rec = self.messages[mid]
+                self._delivery_ended(rec, 0.0, requeued=True)
                 rec.state, rec.receipt, rec.attempts = QUEUED, None, rec.attempts - 1
                 if rec.attempts == 0:
                     rec.first_leased_at = 0.0
@@ -458,6 +503,7 @@ class QueueState:
         elif isinstance(op, Fail):
             rec = self.messages[op.id]
             rec.last_error = op.error
+            self._delivery_ended(rec, op.at, requeued=op.retry_at is not None)
             if op.retry_at is None:
                 self._die(rec, op.at)
             else:
@@ -472,6 +518,7 @@ class QueueState:
             for mid in op.ids:
                 rec = self.messages[mid]
                 rec.last_error = op.error
+                self._delivery_ended(rec, 0.0, requeued=False)  # (no outcome: not timed)
                 self._die(rec, op.at)
         elif isinstance(op, Redrive):
             for mid in op.ids:
@@ -500,7 +547,7 @@ class QueueState:
     def _append(self, op: Append, seq: int) -> None:
         """Plain members (visible at once, in no group, payload not apart) form runs, one
         per stretch of one priority; the others become records."""
-        if not (op.delays or op.groups or op.blobs or op.priorities):  # all plain: one run
+        if not (op.delays or op.groups or op.blobs or op.priorities or op.tenants):  # one run
             self._add_run(op, seq, 0, len(op.sizes), 0, op.offset)
         else:
             self._append_mixed(op, seq)
@@ -510,22 +557,24 @@ class QueueState:
     def _append_mixed(self, op: Append, seq: int) -> None:
         at, first, key, offsets = op.enqueued_at, op.first, op.key, op.offsets
         priorities, delays, groups = op.priorities, op.delays, op.groups
-        dedup_ids, attributes, blobs = op.dedup_ids, op.attributes, op.blobs
+        dedup_ids, attributes, blobs, tenants = op.dedup_ids, op.attributes, op.blobs, op.tenants
         offset = op.offset  # of the next payload in this log object
         start, start_offset, priority = -1, 0, 0  # the stretch being gathered into a run
+        tenant: str | None = None  # (of the stretch)
         for i, size in enumerate(op.sizes):
             p = priorities[i] if priorities else 0
+            t = tenants[i] if tenants else None
             plain = not (
                 (delays and delays[i])
                 or (groups and groups[i] is not None)
                 or (blobs and i in blobs)
             )
-            if start >= 0 and (not plain or p != priority):
-                self._add_run(op, seq, start, i, priority, start_offset)
+            if start >= 0 and (not plain or p != priority or t != tenant):
+                self._add_run(op, seq, start, i, priority, start_offset, tenant)
                 start = -1
             if plain:
                 if start < 0:
-                    start, start_offset, priority = i, offset, p
+                    start, start_offset, priority, tenant = i, offset, p, t
                 if key is None:
                     offset += size
                 continue
@@ -550,12 +599,20 @@ class QueueState:
                 dedup_ids[i] if dedup_ids else None,
                 (attributes[i] or None) if attributes else None,
                 stage,
+                t,
             )
         if start >= 0:
-            self._add_run(op, seq, start, len(op.sizes), priority, start_offset)
+            self._add_run(op, seq, start, len(op.sizes), priority, start_offset, tenant)
 
     def _add_run(
-        self, op: Append, seq: int, start: int, end: int, priority: int, offset: int
+        self,
+        op: Append,
+        seq: int,
+        start: int,
+        end: int,
+        priority: int,
+        offset: int,
+        tenant: str | None = None,
     ) -> None:
         """Members ``start`` to ``end`` of ``op`` as a run (their payloads from ``offset``)."""
         count = end - start
@@ -576,8 +633,10 @@ class QueueState:
             offset,
             op.key,
             table if keep else None,
+            tenant,
         )
         self._n += count
+        self.tenants.arrived(tenant, count, op.enqueued_at)
         self.total_enqueued += count
         self.live += count
         self.untouched += count
@@ -661,19 +720,23 @@ class QueueState:
 
     def _fresh_runs(self, limit: int, fair: bool = False) -> Iterator[Run]:
         """The runs holding the first ``limit`` fresh messages, best priority first; with
-        ``fair``, those of each priority (any may have its turn)."""
-        left = limit
-        for priority in sorted(self._fresh, reverse=True):
+        ``fair``, those of each priority (any may have its turn). Those of noisy tenants do not
+        count (others' go first), nor do the heads of tenants' messages aside."""
+        left, noisy = limit, self.tenants.flagged
+        for priority in sorted({*self._fresh, *self._aside}, reverse=True):
             if fair:
                 left = limit
-            for item in self._fresh[priority]:
+            for head in self._aside_heads(priority):
+                if isinstance(head, Run):
+                    yield head
+            for item in self._fresh.get(priority, ()):
                 if left <= 0:
                     break
                 if isinstance(item, Run) and len(item):
                     yield item
-                    left -= len(item)
+                    left -= 0 if item.tenant in noisy else len(item)
                 elif isinstance(item, Rec) and item.version == 0:
-                    left -= 1
+                    left -= item.tenant not in noisy
 
     def _run_of(self, mid: str) -> tuple[Run, int] | None:
         """The run ``mid`` is an untaken member of, and its index there."""
@@ -725,6 +788,7 @@ class QueueState:
         dedup_id: str | None,
         attributes: dict[str, str] | None,
         stage: str | None,
+        tenant: str | None = None,
     ) -> None:
         self._n += 1
         rec = Rec(
@@ -740,10 +804,12 @@ class QueueState:
             dedup_id,
             attributes,
             stage=stage,
+            tenant=tenant,
         )
         self.messages[mid] = rec
         self.total_enqueued += 1
         self.live += 1
+        self.tenants.arrived(tenant, 1, enqueued_at)
         if offset >= 0 and stage is None:
             self.seg_bytes[seq] = self.seg_bytes.get(seq, 0) + size
         self._hold(rec)
@@ -794,6 +860,7 @@ class QueueState:
         messages, finished = self.messages, self._finished
         for mid in mids:
             rec = messages[mid]
+            self._delivery_ended(rec, at, requeued=False)
             rec.state, rec.finished_at, rec.receipt, rec.attributes = DONE, at, None, None
             rec.version += 1
             if rec.stage is None and rec.offset < 0:
@@ -816,6 +883,17 @@ class QueueState:
             self._release_many(seg, stage, count, size)
         if places:
             self.completed.add(at, places)
+
+    def _delivery_ended(self, rec: Rec, at: float, requeued: bool) -> None:
+        """Tenants' counts: ``rec`` leaves the queued or the leased at ``at`` (0: unknown),
+        ``requeued`` if it is queued again."""
+        if rec.state == LEASED:
+            held = 0.0
+            if at and rec.leased_at:
+                held = max(0.0, min(at, rec.lease_until) - rec.leased_at)
+            self.tenants.settled(rec.tenant, held, at, requeued)
+        elif rec.state == QUEUED and not requeued:
+            self.tenants.left(rec.tenant)
 
     def _die(self, rec: Rec, at: float) -> None:
         """``rec`` is a dead letter from ``at`` on."""
@@ -845,6 +923,7 @@ class QueueState:
         self._n += 1
         rec.n, rec.state, rec.attempts, rec.visible_at, rec.backoff = self._n, QUEUED, 0, at, False
         self.live += 1
+        self.tenants.arrived(rec.tenant, 1, at, sent=False)
         if rec.group is not None:
             self._groups.setdefault(rec.group, deque()).append(rec.id)
         self._schedule(rec)
@@ -870,6 +949,8 @@ class QueueState:
         self._fresh.clear()
         self._fresh_priorities.clear()
         self._timers.clear()
+        self.tenants.purged()
+        self._aside.clear()
 
     # -- snapshots (checkpoints) -----------------------------------------------------------------
 
@@ -891,6 +972,8 @@ class QueueState:
             completed=self.completed.to_snap(),
             shares=self.shares,
             vtime=self.vtime,
+            tenants=self.tenants.to_snap(),
+            busy=(self.tenants.busy, self.tenants.busy_at),
         )
 
     @classmethod
@@ -918,6 +1001,10 @@ class QueueState:
                 state.live += 1
                 if rec.group is not None:
                     state._groups.setdefault(rec.group, deque()).append(rec.id)
+                if rec.state == LEASED:
+                    state.tenants.restored_lease(rec.tenant)
+                else:
+                    state.tenants.arrived(rec.tenant, 1, 0.0, sent=False)
             state._hold(rec)
         if snap.dead is not None:  # the order they died in, ties included
             state.dead = dict.fromkeys(snap.dead)
@@ -945,7 +1032,9 @@ class QueueState:
             if run.table is not None:
                 state.tabled += count
             state._hold_many(run.seq, run.stage, count, run.bytes)
+            state.tenants.arrived(run.tenant, count, 0.0, sent=False)
             fresh.append(run)
+        state.tenants.restore(snap.tenants, snap.busy)
         fresh.sort(key=lambda item: item.n)
         for item in fresh:
             state._push_fresh(item)
@@ -1042,11 +1131,12 @@ class QueueState:
         if fair:
             return self._select_fair(now, limit, max_attempts, per_group), bury
         chosen: list[Rec] = []
+        given: dict[str, int] = {}
         while len(chosen) < limit:
             priority = self._top_priority()
             if priority is None:
                 break
-            got = self._fetch(priority, limit - len(chosen), now)
+            got = self._fetch(priority, limit - len(chosen), now, given)
             if got is None:
                 break  # a run's table is to be read back first (``wanted``)
             chosen.extend(got)
@@ -1064,10 +1154,13 @@ class QueueState:
         vtime, shares = self.vtime, dict(self.shares)
         active = {
             p
-            for p in {*self._fresh, *self._ready}
-            if self._fresh_head(p) is not None or self._ready_top(p) is not None
+            for p in {*self._fresh, *self._ready, *self._aside}
+            if self._fresh_head(p) is not None
+            or self._ready_top(p) is not None
+            or self._aside_heads(p)
         }
         taken: dict[int, deque[Rec]] = {}
+        given: dict[str, int] = {}
         stuck = False
         while len(chosen) < limit and active and not stuck:
             priority = min(active, key=lambda p: (max(shares.get(p, 0.0), vtime), -p))
@@ -1075,7 +1168,7 @@ class QueueState:
             if not buffer:
                 weights = sum(p + 1 for p in active)
                 want = -(-(limit - len(chosen)) * (priority + 1) // weights) + 1
-                got = self._fetch(priority, want, now)
+                got = self._fetch(priority, want, now, given)
                 stuck = got is None
                 if not got:
                     active.discard(priority)
@@ -1094,40 +1187,168 @@ class QueueState:
                 self._push_ready(rec, rec.n)
         return chosen
 
-    def _fetch(self, priority: int, count: int, now: float) -> list[Rec] | None:
+    def _fetch(
+        self, priority: int, count: int, now: float, given: dict[str, int] | None = None
+    ) -> list[Rec] | None:
         """Up to ``count`` deliverable messages of ``priority``, in order, taken from the ready
         structures; a group's head ends the list (its followers go with it). None if a run's
-        table must be read back first."""
+        table must be read back first.
+
+        With tenants noisy (``tenants``), a message of a noisy tenant met first goes aside
+        instead; quiet tenants' messages go first, in order (those aside whose tenant is quiet
+        again among them), then noisy ones, the tenant with the fewest in flight first (counting
+        ``given``: the deliveries chosen so far, by tenant, which this adds to)."""
         out: list[Rec] = []
+        lanes = None
+        if self._aside or self.tenants.flagged:
+            lanes = self._aside.setdefault(priority, {})
         while len(out) < count:
             fresh, top = self._fresh_head(priority), self._ready_top(priority)
-            if fresh is None and top is None:
+            from_fresh = fresh is not None and (top is None or _front(fresh) < top[0])
+            head = fresh if from_fresh else None if top is None else self.messages[top[2]]
+            bound = top[0] if from_fresh and top is not None else None  # a run stops there
+            if lanes is not None:
+                if head is not None and self.tenants.noisy(head.tenant, now):
+                    self._set_aside(priority, head, from_fresh)
+                    continue
+                front = None if head is None else _front(head)
+                quiet = self._quiet_lane(lanes, now)
+                aside: tuple[str, int] | None = None  # (tenant, count) to take from its lane
+                if quiet is not None and (front is None or quiet[0] < front):
+                    aside = quiet[1], count - len(out)
+                    if quiet[2] is not None and (front is None or quiet[2] < front):
+                        front = quiet[2]  # (the next lane's message is next after)
+                elif head is None:
+                    aside = self._noisiest_last(lanes, given)
+                    if aside is None:
+                        break
+                elif quiet is not None and (bound is None or quiet[0] < bound):
+                    bound = quiet[0]  # the head goes, up to the earliest quiet lane
+                if aside is not None:
+                    name, room = aside
+                    taken = self._take_aside(lanes, name, min(room, count - len(out)), front, now)
+                    if taken is None:
+                        return out or None
+                    if given is not None:
+                        given[name] = given.get(name, 0) + len(taken)
+                    out.extend(taken)
+                    if out and out[-1].group is not None:
+                        break
+                    continue
+            if head is None:
                 break
-            if fresh is not None and (top is None or _front(fresh) < top[0]):
+            if from_fresh:
+                assert fresh is not None
                 if isinstance(fresh, Run):
                     if fresh.table is None:
                         return out or None
                     room = count - len(out)
-                    out.extend(
-                        self._take_many(
-                            fresh, room if top is None else min(room, top[0] - fresh.front())
-                        )
-                    )
+                    if bound is not None:
+                        room = min(room, bound - fresh.front())
+                    out.extend(self._take_many(fresh, room))
                     continue
                 self._fresh[priority].popleft()
                 out.append(fresh)
             else:
-                assert top is not None
-                heapq.heappop(self._ready[priority])
-                rec = self.messages[top[2]]
-                if rec.group is not None and (until := self._held_behind(rec, now)) is not None:
-                    # messages after it are still leased: it waits for them to be done or back
-                    heapq.heappush(self._timers, (until, rec.n, rec.version, rec.id))
+                rec = self.messages[heapq.heappop(self._ready[priority])[2]]
+                if not self._deliverable_head(rec, now):
                     continue
                 out.append(rec)
             if out[-1].group is not None:
                 break
+        if lanes is not None and not lanes:
+            del self._aside[priority]
         return out
+
+    def _deliverable_head(self, rec: Rec, now: float) -> bool:
+        """Whether ``rec``, out of the ready structures, is to be delivered: a group's head
+        waits (on a timer) while messages after it are still leased, until they are done or
+        back."""
+        if rec.group is not None and (until := self._held_behind(rec, now)) is not None:
+            heapq.heappush(self._timers, (until, rec.n, rec.version, rec.id))
+            return False
+        return True
+
+    # -- tenant fairness: noisy tenants' messages wait aside ---------------------------------------
+
+    def _set_aside(self, priority: int, item: Rec | Run, fresh: bool) -> None:
+        """Move the head of ``priority``'s ready structures (a noisy tenant's) aside."""
+        if fresh:
+            self._fresh[priority].popleft()
+        else:
+            heapq.heappop(self._ready[priority])
+        assert item.tenant is not None
+        lane = self._aside.setdefault(priority, {}).setdefault(item.tenant, [])
+        version = -1 if isinstance(item, Run) else item.version
+        heapq.heappush(lane, (_front(item), version, next(self._aside_order), item))
+
+    def _lane_head(self, lane: list[tuple[int, int, int, Rec | Run]]) -> int | None:
+        """The arrival number of the first valid entry of ``lane``, dropping stale ones."""
+        while lane:
+            n, version, _, item = lane[0]
+            if isinstance(item, Run):
+                if len(item) and item.front() == n:
+                    return n
+            elif item.version == version:
+                return n
+            heapq.heappop(lane)
+        return None
+
+    def _quiet_lane(
+        self, lanes: dict[str, list[tuple[int, int, int, Rec | Run]]], now: float
+    ) -> tuple[int, str, int | None] | None:
+        """The lane of a tenant quiet again with the earliest message: (its number, tenant,
+        the number of the next lane's earliest); lanes left empty are dropped."""
+        heads: list[tuple[int, str]] = []
+        for name in list(lanes):
+            n = self._lane_head(lanes[name])
+            if n is None:
+                del lanes[name]
+            elif not self.tenants.noisy(name, now):
+                heads.append((n, name))
+        if not heads:
+            return None
+        heads.sort()
+        return heads[0][0], heads[0][1], heads[1][0] if len(heads) > 1 else None
+
+    def _noisiest_last(
+        self, lanes: dict[str, list[tuple[int, int, int, Rec | Run]]], given: dict[str, int] | None
+    ) -> tuple[str, int] | None:
+        """The noisy tenant to deliver from (the fewest in flight, then the earliest message),
+        and how many to take before another has as few."""
+        given = given or {}
+        ranked = sorted(
+            (self.tenants.in_flight_of(name) + given.get(name, 0), n, name)
+            for name, lane in lanes.items()
+            if (n := self._lane_head(lane)) is not None
+        )
+        if not ranked:
+            return None
+        flight, _, name = ranked[0]
+        return name, (max(1, ranked[1][0] - flight) if len(ranked) > 1 else 1 << 30)
+
+    def _take_aside(
+        self,
+        lanes: dict[str, list[tuple[int, int, int, Rec | Run]]],
+        name: str,
+        count: int,
+        bound: int | None,
+        now: float,
+    ) -> list[Rec] | None:
+        """Up to ``count`` messages from the front of ``name``'s lane (a run's, up to arrival
+        number ``bound``); None if a run's table must be read back first."""
+        lane = lanes[name]
+        _, _, _, item = heapq.heappop(lane)
+        if isinstance(item, Run):
+            if item.table is None:
+                heapq.heappush(lane, (item.front(), -1, next(self._aside_order), item))
+                return None
+            room = count if bound is None else max(1, min(count, bound - item.front()))
+            taken = self._take_many(item, room)
+            if len(item):
+                heapq.heappush(lane, (item.front(), -1, next(self._aside_order), item))
+            return taken
+        return [item] if self._deliverable_head(item, now) else []
 
     def _push_ready(self, rec: Rec, n: int) -> None:
         """Make ``rec`` deliverable from the ready heap of its priority (by arrival ``n``)."""
@@ -1141,9 +1362,30 @@ class QueueState:
         """The highest priority with a message to deliver."""
         fresh = self._best_fresh()
         ready = self._best_ready_priority()
-        if fresh is None:
-            return ready
-        return fresh.priority if ready is None else max(fresh.priority, ready)
+        if fresh is not None:
+            ready = fresh.priority if ready is None else max(fresh.priority, ready)
+        aside = self._aside_priority() if self._aside else None
+        return ready if aside is None or (ready is not None and ready >= aside) else aside
+
+    def _aside_heads(self, priority: int) -> list[Rec | Run]:
+        """The first message (or run) of each lane of ``priority``."""
+        heads = []
+        for lane in self._aside.get(priority, {}).values():
+            if self._lane_head(lane) is not None:
+                heads.append(lane[0][3])
+        return heads
+
+    def _aside_priority(self) -> int | None:
+        """The highest priority with messages aside, forgetting lanes left with none."""
+        for priority in sorted(self._aside, reverse=True):
+            lanes = self._aside[priority]
+            for name in list(lanes):
+                if self._lane_head(lanes[name]) is None:
+                    del lanes[name]
+            if lanes:
+                return priority
+            del self._aside[priority]
+        return None
 
     def _fresh_head(self, priority: int) -> Rec | Run | None:
         """The next fresh record or run of ``priority``, dropping stale entries."""
@@ -1262,6 +1504,39 @@ class QueueState:
         counts[MessageStatus.COMPLETED] += self.completed.count_since(now - retention)
         return counts
 
+    def quiet_counts(self, now: float) -> QuietCounts:
+        """Tenant fairness at ``now``, as SQS fair queues report it: the tenants noisy, and the
+        messages of the others (quiet tenants, and messages with no tenant)."""
+        noisy = set(self.tenants.noisy_names(now))
+        visible = in_flight = delayed = 0
+        oldest = now
+        noisy_records = 0  # queued records of noisy tenants (the rest of them are in runs)
+        for rec in self.messages.values():
+            if rec.state == LEASED:
+                in_flight += rec.tenant not in noisy
+                continue
+            if rec.state != QUEUED:
+                continue
+            if rec.tenant in noisy:
+                noisy_records += 1
+            elif rec.visible_at > now:
+                delayed += 1
+            else:
+                visible += 1
+                oldest = min(oldest, rec.enqueued_at)
+        noisy_waiting = sum(self.tenants.by_name[name].waiting for name in noisy)
+        visible += self.untouched - (noisy_waiting - noisy_records)
+        for fifo in self._fresh.values():
+            for item in fifo:
+                if isinstance(item, Run) and len(item) and item.tenant not in noisy:
+                    oldest = min(oldest, item.enqueued_at)
+                    break
+        for lanes in self._aside.values():
+            for name, lane in lanes.items():
+                if name not in noisy and self._lane_head(lane) is not None:
+                    oldest = min(oldest, lane[0][3].enqueued_at)
+        return QuietCounts(len(noisy), visible, in_flight, delayed, now - oldest)
+
     def completed_at(self, mid: str) -> float | None:
         """When ``mid`` was completed, if it is a completed message with no record."""
         where = ids.where(mid, self.queue)
@@ -1278,21 +1553,25 @@ class QueueState:
         eligible = (
             rec for rec in heads if rec.group is None or self._groups[rec.group][0] == rec.id
         )
-        untouched = (
-            rec
-            for run in self._fresh_runs(limit, fair)
-            for rec in itertools.islice(run.members(), limit)
-        )
+        runs = {id(run): run for run in self._fresh_runs(limit, fair)}
+        for lanes in self._aside.values():
+            for lane in lanes.values():
+                runs.update((id(e[3]), e[3]) for e in lane if isinstance(e[3], Run) and len(e[3]))
+        untouched = (rec for run in runs.values() for rec in itertools.islice(run.members(), limit))
+        noisy = set(self.tenants.noisy_names(now))
+
+        def order(rec: Rec) -> tuple[bool, int]:  # quiet tenants first
+            return rec.tenant in noisy, rec.n
+
         if not fair:
             return heapq.nsmallest(
-                limit, itertools.chain(eligible, untouched), key=lambda rec: (-rec.priority, rec.n)
+                limit, itertools.chain(eligible, untouched), key=lambda r: (-r.priority, *order(r))
             )
         by_priority: dict[int, list[Rec]] = {}
         for rec in itertools.chain(eligible, untouched):
             by_priority.setdefault(rec.priority, []).append(rec)
         waiting = {
-            p: deque(heapq.nsmallest(limit, recs, key=lambda r: r.n))
-            for p, recs in by_priority.items()
+            p: deque(heapq.nsmallest(limit, recs, key=order)) for p, recs in by_priority.items()
         }
         out: list[Rec] = []
         vtime, shares = self.vtime, dict(self.shares)

@@ -21,14 +21,14 @@ from .errors import InvalidArgument, InvalidPriority, MessageTooLarge
 from .message import Message
 from .staging import StagedObject
 
-MAX_NAME = 128  # dedup ids and group names
+MAX_NAME = 128  # dedup ids, group and tenant names
 MAX_ERROR = 8192  # characters of a failure's error text kept
 
 
 class Item:
     """One message to enqueue, checked."""
 
-    __slots__ = ("attributes", "dedup_id", "delay", "group", "payload", "priority")
+    __slots__ = ("attributes", "dedup_id", "delay", "group", "payload", "priority", "tenant")
 
     def __init__(
         self,
@@ -38,8 +38,10 @@ class Item:
         dedup_id: str | None,
         group: str | None,
         attributes: dict[str, str] | None,
+        tenant: str | None = None,
     ) -> None:
         self.payload = payload
+        self.tenant = tenant
         self.priority = priority
         self.delay = delay
         self.dedup_id = dedup_id
@@ -54,6 +56,7 @@ def item(
     dedup_id: object = None,
     group: object = None,
     attributes: object = None,
+    tenant: object = None,
     *,
     max_size: int,
     max_delay: float = MAX_DELAY,
@@ -81,6 +84,7 @@ def item(
         name("dedup_id", dedup_id),
         name("group", group),
         checked,
+        name("tenant", tenant),
     )
 
 
@@ -101,12 +105,15 @@ def delay_of(value: object, max_delay: float) -> float:
     return delay
 
 
+ITEM_KEYS = frozenset(("payload", "priority", "delay", "dedup_id", "group", "attributes", "tenant"))
+
+
 def item_of(entry: object, max_size: int, max_delay: float = MAX_DELAY) -> Item:
     """An element of ``enqueue_batch``: a payload, or a mapping of ``enqueue``'s keywords."""
     if type(entry) is bytes and len(entry) <= max_size:  # the common case, checked cheaply
         return Item(entry, 0, 0.0, None, None, None)
     if isinstance(entry, Mapping):
-        unknown = set(entry) - {"payload", "priority", "delay", "dedup_id", "group", "attributes"}
+        unknown = set(entry) - ITEM_KEYS
         if unknown:
             raise InvalidArgument(f"unknown key(s) in batch item: {', '.join(sorted(unknown))}")
         if "payload" not in entry:
@@ -228,7 +235,7 @@ def staged(obj: StagedObject, max_size: int, max_delay: float = MAX_DELAY) -> No
     n = len(obj.offsets)
     if not obj.key.startswith(staging.PREFIX) or ".." in obj.key.split("/"):
         raise InvalidArgument(f"staged object key must start with {staging.PREFIX!r}: {obj.key!r}")
-    for column in ("sizes", "priorities", "delays", "groups", "dedup_ids", "attributes"):
+    for column in ("sizes", "priorities", "delays", "groups", "dedup_ids", "attributes", "tenants"):
         values = getattr(obj, column)
         if values is not None and len(values) != n:
             raise InvalidArgument(
@@ -251,6 +258,7 @@ def staged(obj: StagedObject, max_size: int, max_delay: float = MAX_DELAY) -> No
     checks = (
         ("delays", lambda v: delay_of(v, max_delay)),
         ("groups", lambda v: name("group", v)),
+        ("tenants", lambda v: name("tenant", v)),
         ("dedup_ids", lambda v: name("dedup_id", v)),
         ("attributes", attributes_of),
     )

@@ -1,0 +1,176 @@
+"""Tenant fairness: which tenants are noisy, folded from the log like the rest of the index.
+
+A message's ``tenant`` names who it is for (SQS calls it the ``MessageGroupId`` of a message on
+a fair queue); a message without one is a tenant of its own and always quiet. A tenant turns
+noisy when it holds more than ``SHARE`` of the queue's messages in flight and at least
+``MIN_IN_FLIGHT`` of them, or more than ``SHARE`` of its recent processing time (time between
+a delivery and its outcome, decaying with a half-life of ``HALF_LIFE`` seconds). It stays noisy
+until its backlog is drained or it has sent nothing for ``QUIET_AFTER`` seconds. Delivery
+prefers quiet tenants' messages (``state``); noisy ones are never dropped, only later.
+
+Everything here is a function of the operations folded and the times they carry: a reopened
+queue knows the same noisy tenants.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+SHARE = 0.1  # of in-flight messages or of recent processing time
+MIN_IN_FLIGHT = 30
+QUIET_AFTER = 300.0  # seconds without sending after which a noisy tenant is quiet again
+HALF_LIFE = 60.0  # seconds: how fast past processing time stops counting
+
+
+class TenantSnap(msgspec.Struct, array_like=True):
+    """What a checkpoint keeps of a tenant (its counts are rebuilt from the messages)."""
+
+    name: str
+    last_sent: float
+    busy: float
+    busy_at: float
+    noisy: bool
+
+
+class Tenant:
+    """One tenant's counts."""
+
+    __slots__ = ("busy", "busy_at", "in_flight", "last_sent", "waiting")
+
+    def __init__(self) -> None:
+        self.waiting = 0  # queued: visible, delayed or waiting to be retried
+        self.in_flight = 0  # leased
+        self.last_sent = 0.0  # when its latest message was enqueued
+        self.busy = 0.0  # recent processing time, as of ``busy_at``
+        self.busy_at = 0.0
+
+
+def _decayed(value: float, since: float, at: float) -> float:
+    return value * 0.5 ** ((at - since) / HALF_LIFE) if at > since else value
+
+
+class Tenants:
+    """Every tenant with messages (or noisy), and the queue's totals they are judged against."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, Tenant] = {}
+        self.flagged: set[str] = set()  # noisy (unless silent for QUIET_AFTER: ``noisy``)
+        self.in_flight = 0  # every leased message of the queue, tenants' or not
+        self.busy = 0.0  # the queue's recent processing time, as of ``busy_at``
+        self.busy_at = 0.0
+
+    def __bool__(self) -> bool:
+        return bool(self.by_name)
+
+    def noisy(self, name: str | None, now: float) -> bool:
+        """Whether ``name``'s messages wait behind quiet ones at ``now``."""
+        if name is None or name not in self.flagged:
+            return False
+        return now - self.by_name[name].last_sent < QUIET_AFTER
+
+    def noisy_names(self, now: float) -> list[str]:
+        """The tenants noisy at ``now``."""
+        return [name for name in self.flagged if self.noisy(name, now)]
+
+    def in_flight_of(self, name: str) -> int:
+        tenant = self.by_name.get(name)
+        return 0 if tenant is None else tenant.in_flight
+
+    # -- folding ---------------------------------------------------------------------------------
+
+    def arrived(self, name: str | None, count: int, at: float, sent: bool = True) -> None:
+        """``count`` messages of ``name`` queued at ``at`` (``sent``: new ones, not redriven)."""
+        if name is None:
+            return
+        tenant = self.by_name.get(name)
+        if tenant is None:
+            tenant = self.by_name[name] = Tenant()
+        if sent:
+            if at - tenant.last_sent >= QUIET_AFTER:
+                self.flagged.discard(name)
+            tenant.last_sent = max(tenant.last_sent, at)
+        tenant.waiting += count
+
+    def leased(self, name: str | None) -> None:
+        """A queued message of ``name`` was delivered."""
+        self.in_flight += 1
+        if name is None:
+            return
+        tenant = self.by_name[name]
+        tenant.waiting -= 1
+        tenant.in_flight += 1
+        if not tenant.waiting:
+            self.flagged.discard(name)  # drained
+        elif tenant.in_flight >= MIN_IN_FLIGHT and tenant.in_flight > SHARE * self.in_flight:
+            self.flagged.add(name)
+
+    def settled(self, name: str | None, held: float, at: float, queued: bool) -> None:
+        """A delivery of ``name`` ended at ``at`` after ``held`` seconds (its processing time;
+        0: not counted), the message queued again if ``queued``, else gone."""
+        self.in_flight -= 1
+        if held > 0:
+            self.busy = _decayed(self.busy, self.busy_at, at) + held
+            self.busy_at = max(self.busy_at, at)
+        if name is None:
+            return
+        tenant = self.by_name[name]
+        tenant.in_flight -= 1
+        if queued:
+            tenant.waiting += 1
+        if held > 0:
+            tenant.busy = _decayed(tenant.busy, tenant.busy_at, at) + held
+            tenant.busy_at = max(tenant.busy_at, at)
+            if tenant.busy > SHARE * self.busy and tenant.waiting:
+                self.flagged.add(name)
+        self._check_drained(name, tenant)
+
+    def left(self, name: str | None, count: int = 1) -> None:
+        """``count`` queued messages of ``name`` left undelivered (completed, dead, purged)."""
+        if name is None:
+            return
+        tenant = self.by_name[name]
+        tenant.waiting -= count
+        self._check_drained(name, tenant)
+
+    def purged(self) -> None:
+        """Every message not completed is gone."""
+        self.by_name.clear()
+        self.flagged.clear()
+        self.in_flight = 0
+
+    def _check_drained(self, name: str, tenant: Tenant) -> None:
+        """A tenant with nothing waiting is quiet again, and forgotten with nothing in flight."""
+        if tenant.waiting:
+            return
+        self.flagged.discard(name)
+        if not tenant.in_flight:
+            del self.by_name[name]
+
+    # -- checkpoints -----------------------------------------------------------------------------
+
+    def to_snap(self) -> list[TenantSnap]:
+        return [
+            TenantSnap(name, t.last_sent, t.busy, t.busy_at, name in self.flagged)
+            for name, t in self.by_name.items()
+        ]
+
+    def restore(self, snaps: list[TenantSnap], busy: tuple[float, float]) -> None:
+        """Take back what ``to_snap`` kept, once the counts are rebuilt (``arrived`` and
+        ``restored_lease`` of every message)."""
+        self.busy, self.busy_at = busy
+        for snap in snaps:
+            tenant = self.by_name.get(snap.name)
+            if tenant is None:
+                continue
+            tenant.last_sent, tenant.busy, tenant.busy_at = snap.last_sent, snap.busy, snap.busy_at
+            if snap.noisy and tenant.waiting:
+                self.flagged.add(snap.name)
+
+    def restored_lease(self, name: str | None) -> None:
+        """A leased message of ``name`` in a checkpoint."""
+        self.in_flight += 1
+        if name is not None:
+            tenant = self.by_name.get(name)
+            if tenant is None:
+                tenant = self.by_name[name] = Tenant()
+            tenant.in_flight += 1
