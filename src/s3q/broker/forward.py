@@ -16,6 +16,9 @@ a ``StoreError``, as with an embedded queue whose commit failed: its outcome is 
 
 A lease is only as trustworthy as the store, so calls go only to the configured peers
 (:class:`Peers`), and carry a signature of themselves (:mod:`.peerauth`), never the token.
+
+A forwarded queue sees the broker it belongs to through :class:`Cluster`, the few things it
+needs of it (the queue registry is one): this module does not import the registry.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from ..client import AsyncClient, AsyncRemoteQueue
@@ -43,11 +46,8 @@ from ..message import Message, MessageStatus, QueueStats
 from ..staging import StagedObject
 from ..surface import AsyncQueueSurface
 from . import peerauth
-from .server import is_loopback
+from .peerauth import is_loopback
 from .wire import BrokerUnreachable
-
-if TYPE_CHECKING:
-    from .registry import QueueRegistry
 
 T = TypeVar("T")
 Target = Message | str
@@ -127,11 +127,40 @@ class Peers:
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
 
 
+class Cluster(Protocol):
+    """What a :class:`ForwardedQueue` needs of the broker it belongs to (its queue registry)."""
+
+    @property
+    def peers(self) -> Peers:
+        """The brokers calls may be forwarded to, and a connection to each."""
+
+    @property
+    def failover_timeout(self) -> float:
+        """Seconds a call waits for another broker to take over a queue whose leader is away."""
+
+    @property
+    def lease_ttl(self) -> float:
+        """The writer lease length: how long a leader that stopped answering keeps its queue."""
+
+    def local(self, name: str) -> AsyncQueueSurface | None:
+        """Queue ``name`` if this broker leads it."""
+
+    async def leader(self, name: str, deadline: float) -> AsyncQueueSurface | str:
+        """This broker's queue ``name``, or the address of the broker that leads it; waits for
+        a leader that is down until ``deadline`` (loop time)."""
+
+    async def take_over(self, name: str) -> AsyncQueueSurface:
+        """Open queue ``name`` here: QueueLocked while another writer's lease runs."""
+
+    def unreachable(self, address: str, error: Exception) -> None:
+        """The broker at ``address`` did not serve a forwarded call."""
+
+
 class ForwardedQueue:
     """A queue led by another broker of the cluster; the coroutines of :class:`s3q.AsyncQueue`."""
 
-    def __init__(self, registry: QueueRegistry, name: str, leader: str) -> None:
-        self._registry = registry
+    def __init__(self, cluster: Cluster, name: str, leader: str) -> None:
+        self._cluster = cluster
         self.name = name
         self.leader = leader  # the address calls go to now
         self._peer: AsyncRemoteQueue | None = None
@@ -144,7 +173,7 @@ class ForwardedQueue:
     def _remote(self) -> AsyncRemoteQueue:
         if self._peer is None or self._peer_of != self.leader:
             self._peer, self._peer_of = (
-                self._registry.peers.queue(self.leader, self.name),
+                self._cluster.peers.queue(self.leader, self.name),
                 self.leader,
             )
         return self._peer
@@ -153,7 +182,7 @@ class ForwardedQueue:
         """``method`` on the queue's leader: the one known, found again only after a failure."""
         loop = asyncio.get_running_loop()
         deadline: float | None = None
-        queue: AsyncQueueSurface = self._registry.local(self.name) or self._remote()
+        queue: AsyncQueueSurface = self._cluster.local(self.name) or self._remote()
         while True:
             try:
                 if isinstance(queue, AsyncRemoteQueue):
@@ -165,16 +194,16 @@ class ForwardedQueue:
                 # nothing was done: find the leader again (a dead one's lease lapses; one that
                 # answered has handed the queue on, or is stopping, but serves its other queues)
                 if isinstance(exc, BrokerUnreachable):
-                    self._registry.unreachable(self.leader, exc)
+                    self._cluster.unreachable(self.leader, exc)
                 if deadline is None:
-                    deadline = loop.time() + self._registry.failover_timeout
+                    deadline = loop.time() + self._cluster.failover_timeout
                 elif loop.time() >= deadline:
                     raise Unavailable(
                         f"queue {self.name}: its broker {self.leader} cannot be reached and no "
                         "other broker has taken the queue over yet; try again"
                     ) from exc
             await asyncio.sleep(RETRY_PAUSE)
-            target = await self._registry.leader(self.name, deadline)
+            target = await self._cluster.leader(self.name, deadline)
             if isinstance(target, str):
                 self.leader = target
                 queue = self._remote()
@@ -187,12 +216,12 @@ class ForwardedQueue:
         takes the queue over, and the call ends in OutcomeUnknown (the leader may have
         applied it before it stopped), instead of waiting out the peer timeout."""
         task = asyncio.ensure_future(call)
-        ttl = self._registry.lease_ttl
+        ttl = self._cluster.lease_ttl
         try:
             await asyncio.wait([task], timeout=ttl / 3)
             while not task.done():
                 try:
-                    await self._registry.take_over(self.name)
+                    await self._cluster.take_over(self.name)
                 except (QueueLocked, StoreError):  # its lease runs, or the store is away
                     await asyncio.wait([task], timeout=ttl / 6)
                     continue

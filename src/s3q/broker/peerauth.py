@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import ipaddress
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -27,6 +28,7 @@ from .wire import AuthError
 AUTH_SCHEME = "S3Q-HMAC-SHA256"
 WINDOW = 60.0  # seconds a signature is good for, either side of the receiver's clock
 _VERSION = "s3q-peer-1"
+LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 
 
 @functools.lru_cache(maxsize=256)
@@ -47,6 +49,16 @@ def normalize(url: str) -> str:
     if port is None:
         port = 443 if scheme == "https" else 80
     return f"{scheme}://{host}:{port}{parts.path.rstrip('/')}"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only listens on this machine (a broker's own, or a peer's)."""
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _canonical(

@@ -37,7 +37,8 @@ class QueueRegistry:
     A queue another broker of the cluster leads (its writer lease names that broker's
     ``address``) is a :class:`~s3q.broker.forward.ForwardedQueue` to it, if that broker is
     among ``peers`` (see :class:`~s3q.broker.forward.Peers` for the default); ``token`` signs
-    the calls forwarded. Must be used from the server's one loop.
+    the calls forwarded. A forwarded queue sees the registry only as its
+    :class:`~s3q.broker.forward.Cluster`. Must be used from the server's one loop.
     """
 
     def __init__(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import os
 import socket
 import subprocess
@@ -24,6 +23,7 @@ from .limits import (
     DEFAULT_MAX_BODY,
     DEFAULT_MAX_CONNECTIONS,
 )
+from .peerauth import is_loopback
 
 if TYPE_CHECKING:
     from .registry import QueueRegistry
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 TOKENS_ENV = "S3Q_TOKENS"
 
 SQS_CREDENTIALS_ENV = "S3Q_SQS_CREDENTIALS"
-LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 
 
 def load_tokens(
@@ -68,16 +67,6 @@ def load_sqs_keys(
             raise InvalidConfig("SQS credentials must be ACCESS_KEY_ID:SECRET entries")
         keys[key_id] = secret
     return keys
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` only listens on this machine."""
-    if host.lower() in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def check_exposure(host: str, tokens: set[str] | None) -> None:

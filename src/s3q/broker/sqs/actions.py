@@ -4,6 +4,7 @@ Semantics (see docs/sqs.md): MessageGroupId is the s3q group (FIFO queues), a de
 the s3q dedup id, ApproximateReceiveCount the attempts, SentTimestamp the enqueue time, and a
 receipt handle wraps the s3q receipt. Dead letters of a queue with a RedrivePolicy are moved
 to its dead-letter queue lazily: on ReceiveMessage and GetQueueAttributes of either queue.
+Messages are translated in :mod:`.messages`, dead letters moved in :mod:`.moves`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import hashlib
 import logging
 import re
 import time
@@ -21,17 +21,15 @@ from typing import Any
 
 from starlette.requests import Request
 
-from ...config import Setting
-from ...errors import InvalidArgument, MessageNotFound, ReceiptExpired, S3QError
-from ...message import Message, MessageStatus
+from ...errors import InvalidArgument, MessageNotFound, ReceiptExpired
+from ...message import MessageStatus
 from ...surface import AsyncQueueSurface
 from ..forward import ForwardedQueue
 from ..registry import QueueRegistry
 from ..wire import check_name
 from . import handles, messages, queues, shapes
 from .catalog import Catalog, Entry
-from .digest import md5_of_attributes, md5_of_body
-from .moves import MoveTasks
+from .moves import MoveTasks, Redrives
 from .protocol import SqsError, invalid, within
 
 log = logging.getLogger("s3q.broker.sqs")
@@ -41,7 +39,6 @@ AnyQueue = AsyncQueueSurface  # a queue this broker leads, or one another broker
 MAX_BATCH = 10
 MAX_BATCH_BYTES = 1024 * 1024
 MAX_LIST = 1000
-MAX_MOVE = 1000  # dead letters moved to a dead-letter queue at a time
 MAX_VISIBILITY = 43200  # seconds: a visibility timeout, and a lease from its receive
 #: a receive with visibility timeout 0 leases for this long, and ends the lease once durable
 #: (a lease shorter than its commit would lapse before the answer, and the message be left out)
@@ -70,9 +67,11 @@ class Service:
     catalog: Catalog
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     moves: MoveTasks = field(init=False)
+    redrives: Redrives = field(init=False)
 
     def __post_init__(self) -> None:
         self.moves = MoveTasks(self.registry.get, self._exists, self._is_dead_letter_queue)
+        self.redrives = Redrives(self.catalog, self.registry.get)
 
     async def _exists(self, name: str) -> bool:
         return await self.catalog.get(name) is not None
@@ -212,7 +211,7 @@ class Service:
         settings = await queue.configure()
         values = queues.current(name, settings)
         if "All" in wanted or wanted & queues.COUNTS:
-            await self._redrive(name, settings)
+            await self.redrives.redrive(name, settings)
             stats = await queue.stats()
             values["ApproximateNumberOfMessages"] = str(stats.pending)
             values["ApproximateNumberOfMessagesNotVisible"] = str(stats.processing)
@@ -279,89 +278,11 @@ class Service:
 
     # -- sending ---------------------------------------------------------------------------------
 
-    def _item(
-        self, name: str, settings: dict[str, Setting], fields: shapes.MessageFields
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """What to enqueue for one message, and the digests to answer with."""
-        body = fields.MessageBody
-        messages.check_body(body)
-        attributes, system = fields.MessageAttributes, fields.MessageSystemAttributes
-        messages.check_attributes(attributes)
-        messages.check_attributes(system, system=True)
-        limit = settings.get("max_message_size")
-        if isinstance(limit, int) and messages.size_of(body, attributes) > limit:
-            raise invalid(
-                f"One or more parameters are invalid. Reason: Message must be shorter than "
-                f"{limit} bytes."
-            )
-        values = queues.current(name, settings)
-        fifo = queues.is_fifo(name)
-        delay = fields.DelaySeconds
-        if delay is not None:
-            if not 0 <= delay <= 900:
-                raise invalid(
-                    f"Value {delay} for parameter DelaySeconds is invalid. Reason: must be >= 0 "
-                    "and <= 900."
-                )
-            if fifo and delay:  # 0 is valid: the queue's own delay applies
-                raise invalid(
-                    f"Value {delay} for parameter DelaySeconds is invalid. Reason: The request "
-                    "include parameter that is not valid for this queue type."
-                )
-        if delay is None or fifo:
-            delay = int(values.get("DelaySeconds", "0"))
-        group = dedup = None
-        extra: dict[str, str] = {}
-        if fifo:
-            if fields.MessageGroupId is None:
-                raise SqsError(
-                    "MissingParameter", "The request must contain the parameter MessageGroupId."
-                )
-            group = messages.check_id_text("MessageGroupId", fields.MessageGroupId)
-            if fields.MessageDeduplicationId is not None:
-                dedup = messages.check_id_text(
-                    "MessageDeduplicationId", fields.MessageDeduplicationId
-                )
-            elif values.get("ContentBasedDeduplication") == "true":
-                dedup = hashlib.sha256(body.encode("utf-8")).hexdigest()
-            else:
-                raise SqsError(
-                    "InvalidParameterValue",
-                    "The queue should either have ContentBasedDeduplication enabled or "
-                    "MessageDeduplicationId provided explicitly",
-                    whole_request=True,
-                )
-        else:
-            if fields.MessageDeduplicationId is not None:
-                raise invalid(
-                    f"Value {fields.MessageDeduplicationId} for parameter MessageDeduplicationId "
-                    "is invalid. Reason: The request includes a parameter that is not valid for "
-                    "this queue type."
-                )
-            if fields.MessageGroupId is not None:
-                extra[messages.GROUP] = messages.check_id_text(
-                    "MessageGroupId", fields.MessageGroupId
-                )
-        item = {
-            "payload": body.encode("utf-8"),
-            "priority": messages.priority_of(attributes),
-            "delay": float(delay),
-            "dedup_id": dedup,
-            "group": group,
-            "attributes": messages.stored_attributes(attributes, system, extra),
-        }
-        answer: dict[str, Any] = {"MD5OfMessageBody": md5_of_body(body)}
-        if attributes:
-            answer["MD5OfMessageAttributes"] = md5_of_attributes(attributes)
-        if system:
-            answer["MD5OfMessageSystemAttributes"] = md5_of_attributes(system)
-        return item, answer
-
     async def send_message(self, call: Call, req: shapes.SendMessage) -> Any:
         name, queue = await self._by_url(call, req.QueueUrl)
-        item, answer = self._item(name, await queue.configure(), req)
+        item, answer = messages.sent(name, await queue.configure(), req)
         [mid] = await queue.enqueue_batch([item])
-        return {**answer, "MessageId": mid, **_sequence(name, mid)}
+        return {**answer, "MessageId": mid, **messages.sequence(name, mid)}
 
     async def send_message_batch(self, call: Call, req: shapes.SendMessageBatch) -> Any:
         name, queue = await self._by_url(call, req.QueueUrl)
@@ -377,7 +298,7 @@ class Service:
         ready: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
         for entry in req.Entries:
             try:
-                item, answer = self._item(name, settings, entry)
+                item, answer = messages.sent(name, settings, entry)
             except SqsError as exc:
                 if exc.name == "MissingParameter" or exc.whole_request:
                     # as SQS: a FIFO entry without its group or dedup id fails the request
@@ -387,7 +308,7 @@ class Service:
                 ready.append((entry.Id, item, answer))
         ids = await queue.enqueue_batch([item for _, item, _ in ready]) if ready else []
         successful = [
-            {"Id": eid, "MessageId": mid, **answer, **_sequence(name, mid)}
+            {"Id": eid, "MessageId": mid, **answer, **messages.sequence(name, mid)}
             for (eid, _, answer), mid in zip(ready, ids, strict=True)
         ]
         return {"Successful": successful, "Failed": failed}
@@ -410,7 +331,7 @@ class Service:
         if req.VisibilityTimeout is not None:
             seconds = within("VisibilityTimeout", req.VisibilityTimeout, 0, MAX_VISIBILITY, 0)
             visibility = float(seconds) or queues.MIN_VISIBILITY
-        await self._redrive(name, settings)
+        await self.redrives.redrive(name, settings)
         together = count if queues.is_fifo(name) else 1  # a FIFO group's messages, in order
         default = settings["visibility_timeout"]
         effective = (
@@ -426,58 +347,15 @@ class Service:
             found = await queue.dequeue(count, visibility, float(wait), per_group=together)
         target = queues.dead_letter_target(name, settings)
         if target is not None:  # this receive may have made messages dead: move them now
-            await self._move(name, target)
+            await self.redrives.move(name, target)
         if found and await call.request.is_disconnected():
             await queue.release(found)  # a long poll whose client left: give the leases back
             return {}
         system = set(req.AttributeNames) | set(req.MessageSystemAttributeNames)
         now = time.time()
-        received = [self._received(name, m, now, system, req.MessageAttributeNames) for m in found]
+        names = req.MessageAttributeNames
+        received = [messages.received(name, m, now, system, names) for m in found]
         return {"Messages": received} if received else {}
-
-    def _received(
-        self,
-        name: str,
-        message: Message,
-        now: float,
-        system: set[str],
-        attribute_names: list[str],
-    ) -> dict[str, Any]:
-        body = message.payload.decode("utf-8", errors="replace")
-        first = message.first_delivered_at
-        answer: dict[str, Any] = {
-            "MessageId": message.id,
-            "ReceiptHandle": handles.encode(name, message, now),
-            "MD5OfBody": md5_of_body(body),
-            "Body": body,
-        }
-        everything = "All" in system
-        known: dict[str, str | None] = {
-            "SenderId": queues.ACCOUNT,
-            "SentTimestamp": str(int(message.enqueued_at * 1000)),
-            "ApproximateReceiveCount": str(message.attempts),
-            "ApproximateFirstReceiveTimestamp": None if first is None else str(int(first * 1000)),
-            "AWSTraceHeader": messages.system_attribute(message, "AWSTraceHeader"),
-            "DeadLetterQueueSourceArn": messages.system_attribute(
-                message, "DeadLetterQueueSourceArn"
-            ),
-        }
-        if queues.is_fifo(name):
-            known["MessageGroupId"] = message.group
-            known["MessageDeduplicationId"] = message.dedup_id
-            known["SequenceNumber"] = _sequence(name, message.id).get("SequenceNumber")
-        else:
-            known["MessageGroupId"] = message.attributes.get(messages.GROUP)
-        attributes = {
-            k: v for k, v in known.items() if v is not None and (everything or k in system)
-        }
-        if attributes:
-            answer["Attributes"] = attributes
-        chosen = messages.select(messages.user_attributes(message), attribute_names)
-        if chosen:
-            answer["MessageAttributes"] = chosen
-            answer["MD5OfMessageAttributes"] = md5_of_attributes(chosen)
-        return answer
 
     # -- acknowledging and leases ----------------------------------------------------------------
 
@@ -601,62 +479,6 @@ class Service:
 
     async def list_message_move_tasks(self, call: Call, req: shapes.ListMoves) -> Any:
         return {"Results": await self.moves.listed(req.SourceArn, req.MaxResults)}
-
-    # -- dead-letter queues ----------------------------------------------------------------------
-
-    async def _redrive(self, name: str, settings: dict[str, Setting]) -> None:
-        """Move dead letters into their dead-letter queues: those of ``name`` if it has a
-        RedrivePolicy, and those of the queues whose dead-letter queue it is."""
-        await self.catalog.entries()
-        moves = [(source, name) for source in self.catalog.sources(name)]
-        target = queues.dead_letter_target(name, settings)
-        if target is not None:
-            moves.append((name, target))
-        for source, into in moves:
-            await self._move(source, into)
-
-    async def _move(self, source: str, target: str) -> None:
-        try:
-            await self._move_now(source, target)
-        except S3QError as exc:  # e.g. too large for the target: they wait in the source
-            log.warning("moving dead letters from %s to %s failed: %s", source, target, exc)
-
-    async def _move_now(self, source: str, target: str) -> None:
-        async with self._lock("redrive:" + source):
-            if await self.catalog.get(target) is None or await self.catalog.get(source) is None:
-                return
-            queue = await self.registry.get(source)
-            dead = await queue.dead_letters(MAX_MOVE)
-            if not dead:
-                return
-            origin = messages.system_value(queues.arn(source))
-            items = [
-                {
-                    "payload": m.payload,
-                    "priority": m.priority,
-                    "group": m.group,
-                    # a move retried after a crash enqueues nothing twice (within 5 minutes)
-                    "dedup_id": f"dlq:{source}:{m.id}",
-                    "attributes": {
-                        **m.attributes,
-                        messages.SYSTEM + "DeadLetterQueueSourceArn": origin,
-                    },
-                }
-                for m in dead
-            ]
-            await (await self.registry.get(target)).enqueue_batch(items)
-            await queue.discard([m.id for m in dead])
-            log.info("moved %d dead letter(s) from %s to %s", len(dead), source, target)
-
-
-def _sequence(name: str, mid: str) -> dict[str, str]:
-    """A FIFO message's SequenceNumber: its id (ids sort in enqueue order) as a number."""
-    if not queues.is_fifo(name):
-        return {}
-    try:
-        return {"SequenceNumber": str(int(mid, 16))}
-    except ValueError:
-        return {}
 
 
 def _check_batch(

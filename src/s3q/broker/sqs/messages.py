@@ -6,17 +6,25 @@ the value on the next line (a Binary value in base64); ``sqs.sys.<Name>`` holds 
 attribute (``AWSTraceHeader``) the same way. Attributes set by the native API (other keys) are
 shown to SQS clients as String attributes. The attribute ``s3q.priority`` (a Number, 0-255)
 sets the message's priority and is kept like any other.
+
+A message sent becomes an item for ``enqueue_batch`` and the digests SendMessage answers with
+(:func:`sent`); a message received, the entry ReceiveMessage answers with (:func:`received`).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import re
+from typing import Any
 
+from ...config import Setting
 from ...message import Message
+from . import handles, queues
+from .digest import md5_of_attributes, md5_of_body
 from .protocol import SqsError, invalid
-from .shapes import Attributes, AttributeValue
+from .shapes import Attributes, AttributeValue, MessageFields
 
 ATTRIBUTE = "sqs.attr."
 SYSTEM = "sqs.sys."
@@ -195,3 +203,131 @@ def select(attributes: Attributes, names: list[str]) -> Attributes:
 def system_value(text: str) -> str:
     """The stored form of a String system attribute (e.g. DeadLetterQueueSourceArn)."""
     return _encode(AttributeValue(DataType="String", StringValue=text))
+
+
+def sent(
+    name: str, settings: dict[str, Setting], fields: MessageFields
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What to enqueue for one message sent to queue ``name`` (an ``enqueue_batch`` item),
+    and the digests to answer with."""
+    body = fields.MessageBody
+    check_body(body)
+    attributes, system = fields.MessageAttributes, fields.MessageSystemAttributes
+    check_attributes(attributes)
+    check_attributes(system, system=True)
+    limit = settings.get("max_message_size")
+    if isinstance(limit, int) and size_of(body, attributes) > limit:
+        raise invalid(
+            f"One or more parameters are invalid. Reason: Message must be shorter than "
+            f"{limit} bytes."
+        )
+    values = queues.current(name, settings)
+    fifo = queues.is_fifo(name)
+    delay = fields.DelaySeconds
+    if delay is not None:
+        if not 0 <= delay <= 900:
+            raise invalid(
+                f"Value {delay} for parameter DelaySeconds is invalid. Reason: must be >= 0 "
+                "and <= 900."
+            )
+        if fifo and delay:  # 0 is valid: the queue's own delay applies
+            raise invalid(
+                f"Value {delay} for parameter DelaySeconds is invalid. Reason: The request "
+                "include parameter that is not valid for this queue type."
+            )
+    if delay is None or fifo:
+        delay = int(values.get("DelaySeconds", "0"))
+    group = dedup = None
+    extra: dict[str, str] = {}
+    if fifo:
+        if fields.MessageGroupId is None:
+            raise SqsError(
+                "MissingParameter", "The request must contain the parameter MessageGroupId."
+            )
+        group = check_id_text("MessageGroupId", fields.MessageGroupId)
+        if fields.MessageDeduplicationId is not None:
+            dedup = check_id_text("MessageDeduplicationId", fields.MessageDeduplicationId)
+        elif values.get("ContentBasedDeduplication") == "true":
+            dedup = hashlib.sha256(body.encode("utf-8")).hexdigest()
+        else:
+            raise SqsError(
+                "InvalidParameterValue",
+                "The queue should either have ContentBasedDeduplication enabled or "
+                "MessageDeduplicationId provided explicitly",
+                whole_request=True,
+            )
+    else:
+        if fields.MessageDeduplicationId is not None:
+            raise invalid(
+                f"Value {fields.MessageDeduplicationId} for parameter MessageDeduplicationId "
+                "is invalid. Reason: The request includes a parameter that is not valid for "
+                "this queue type."
+            )
+        if fields.MessageGroupId is not None:
+            extra[GROUP] = check_id_text("MessageGroupId", fields.MessageGroupId)
+    item = {
+        "payload": body.encode("utf-8"),
+        "priority": priority_of(attributes),
+        "delay": float(delay),
+        "dedup_id": dedup,
+        "group": group,
+        "attributes": stored_attributes(attributes, system, extra),
+    }
+    answer: dict[str, Any] = {"MD5OfMessageBody": md5_of_body(body)}
+    if attributes:
+        answer["MD5OfMessageAttributes"] = md5_of_attributes(attributes)
+    if system:
+        answer["MD5OfMessageSystemAttributes"] = md5_of_attributes(system)
+    return item, answer
+
+
+def received(
+    name: str,
+    message: Message,
+    now: float,
+    system: set[str],
+    attribute_names: list[str],
+) -> dict[str, Any]:
+    """``message`` of queue ``name`` as ReceiveMessage answers it, at ``now``: ``system``, the
+    system attributes asked for; ``attribute_names``, the message attributes."""
+    body = message.payload.decode("utf-8", errors="replace")
+    first = message.first_delivered_at
+    answer: dict[str, Any] = {
+        "MessageId": message.id,
+        "ReceiptHandle": handles.encode(name, message, now),
+        "MD5OfBody": md5_of_body(body),
+        "Body": body,
+    }
+    everything = "All" in system
+    known: dict[str, str | None] = {
+        "SenderId": queues.ACCOUNT,
+        "SentTimestamp": str(int(message.enqueued_at * 1000)),
+        "ApproximateReceiveCount": str(message.attempts),
+        "ApproximateFirstReceiveTimestamp": None if first is None else str(int(first * 1000)),
+        "AWSTraceHeader": system_attribute(message, "AWSTraceHeader"),
+        "DeadLetterQueueSourceArn": system_attribute(message, "DeadLetterQueueSourceArn"),
+    }
+    if queues.is_fifo(name):
+        known["MessageGroupId"] = message.group
+        known["MessageDeduplicationId"] = message.dedup_id
+        known["SequenceNumber"] = sequence(name, message.id).get("SequenceNumber")
+    else:
+        known["MessageGroupId"] = message.attributes.get(GROUP)
+    attributes = {k: v for k, v in known.items() if v is not None and (everything or k in system)}
+    if attributes:
+        answer["Attributes"] = attributes
+    chosen = select(user_attributes(message), attribute_names)
+    if chosen:
+        answer["MessageAttributes"] = chosen
+        answer["MD5OfMessageAttributes"] = md5_of_attributes(chosen)
+    return answer
+
+
+def sequence(name: str, mid: str) -> dict[str, str]:
+    """A FIFO message's SequenceNumber: its id (ids sort in enqueue order) as a number."""
+    if not queues.is_fifo(name):
+        return {}
+    try:
+        return {"SequenceNumber": str(int(mid, 16))}
+    except ValueError:
+        return {}

@@ -1,14 +1,20 @@
-"""Message-move tasks: dead letters moved out of a dead-letter queue, as SQS's
-StartMessageMoveTask, CancelMessageMoveTask and ListMessageMoveTasks do.
+"""Dead letters moved: into a queue's dead-letter queue, as its RedrivePolicy asks, and out of
+it again by message-move tasks, as SQS's StartMessageMoveTask, CancelMessageMoveTask and
+ListMessageMoveTasks do.
 
-A task runs in the broker that started it, one per source queue at a time: it takes up to ten
-messages at a time from the dead-letter queue (a lease, so a broker that dies mid-move leaves
-them to come back), enqueues each into its destination (the queue named, or the queue it died
-in, from its ``DeadLetterQueueSourceArn``) and completes it. The enqueue carries a dedup id
-derived from the message's id, so a batch moved again after a crash is not enqueued twice
-(within the destination's dedup window). It stops once it moved as many messages as the queue
-held when it started, or when the queue has none left. Tasks are remembered by the broker
-that ran them (the ten newest per source queue), not in the store.
+Into (:class:`Redrives`): lazily, on ReceiveMessage and GetQueueAttributes of either queue, up
+to a thousand at a time, each marked with the DeadLetterQueueSourceArn of the queue it died in
+and enqueued with a dedup id derived from its id, so a move retried after a crash enqueues
+nothing twice (within the dead-letter queue's dedup window).
+
+Out of (:class:`MoveTasks`): a task runs in the broker that started it, one per source queue
+at a time: it takes up to ten messages at a time from the dead-letter queue (a lease, so a
+broker that dies mid-move leaves them to come back), enqueues each into its destination (the
+queue named, or the queue it died in, from its ``DeadLetterQueueSourceArn``) and completes it.
+The enqueue carries a dedup id derived from the message's id, so a batch moved again after a
+crash is not enqueued twice (within the destination's dedup window). It stops once it moved as
+many messages as the queue held when it started, or when the queue has none left. Tasks are
+remembered by the broker that ran them (the ten newest per source queue), not in the store.
 """
 
 from __future__ import annotations
@@ -26,10 +32,12 @@ from typing import Any
 
 import msgspec
 
+from ...config import Setting
 from ...errors import S3QError
 from ...message import Message
 from ...surface import AsyncQueueSurface
 from . import messages, queues
+from .catalog import Catalog
 from .protocol import SqsError, invalid, within
 
 log = logging.getLogger("s3q.broker.sqs")
@@ -39,7 +47,61 @@ BATCH = 10
 HOLD = 60.0  # seconds a message being moved stays leased in the source
 KEPT = 10  # tasks listed per source queue
 MAX_RATE = 500  # MaxNumberOfMessagesPerSecond, as SQS
+MAX_MOVE = 1000  # dead letters moved to a dead-letter queue at a time
 SOURCE_ATTRIBUTE = messages.SYSTEM + "DeadLetterQueueSourceArn"
+
+
+@dataclass
+class Redrives:
+    """Dead letters moved into their dead-letter queues, as each queue's RedrivePolicy asks:
+    lazily, on ReceiveMessage and GetQueueAttributes of either queue."""
+
+    catalog: Catalog
+    queue: Callable[[str], Awaitable[AnyQueue]]  # a queue by name
+    _locks: dict[str, asyncio.Lock] = field(default_factory=dict)  # by source queue
+
+    async def redrive(self, name: str, settings: dict[str, Setting]) -> None:
+        """Move dead letters into their dead-letter queues: those of ``name`` if it has a
+        RedrivePolicy, and those of the queues whose dead-letter queue it is."""
+        await self.catalog.entries()
+        moves = [(source, name) for source in self.catalog.sources(name)]
+        target = queues.dead_letter_target(name, settings)
+        if target is not None:
+            moves.append((name, target))
+        for source, into in moves:
+            await self.move(source, into)
+
+    async def move(self, source: str, target: str) -> None:
+        """Move the dead letters of ``source`` into ``target``; a failure is logged, and they
+        wait in ``source``."""
+        try:
+            await self._move_now(source, target)
+        except S3QError as exc:  # e.g. too large for the target: they wait in the source
+            log.warning("moving dead letters from %s to %s failed: %s", source, target, exc)
+
+    async def _move_now(self, source: str, target: str) -> None:
+        async with self._locks.setdefault(source, asyncio.Lock()):
+            if await self.catalog.get(target) is None or await self.catalog.get(source) is None:
+                return
+            queue = await self.queue(source)
+            dead = await queue.dead_letters(MAX_MOVE)
+            if not dead:
+                return
+            origin = messages.system_value(queues.arn(source))
+            items = [
+                {
+                    "payload": m.payload,
+                    "priority": m.priority,
+                    "group": m.group,
+                    # a move retried after a crash enqueues nothing twice (within 5 minutes)
+                    "dedup_id": f"dlq:{source}:{m.id}",
+                    "attributes": {**m.attributes, SOURCE_ATTRIBUTE: origin},
+                }
+                for m in dead
+            ]
+            await (await self.queue(target)).enqueue_batch(items)
+            await queue.discard([m.id for m in dead])
+            log.info("moved %d dead letter(s) from %s to %s", len(dead), source, target)
 
 
 class Failed(Exception):
