@@ -12,6 +12,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from . import validate
+from .blocking import blocking
 from .collector import CompactionReport
 from .config import MAX_VISIBILITY, PERSISTED, QueueConfig, Setting, split_options
 from .engine import MAX_DEQUEUE, Engine
@@ -224,7 +225,7 @@ class AsyncQueue:
         MessageNotFound, and nothing removed, if one of ``ids`` is not a dead letter."""
         return await self._engine.discard(_ids(ids, "discard"))
 
-    async def configure(self, **settings: Any) -> dict[str, Setting]:
+    async def configure(self, /, **settings: Any) -> dict[str, Setting]:
         """Change queue settings (those of ``s3q.config.PERSISTED``: ``max_attempts``,
         ``visibility_timeout``, ``max_message_size``, ``attributes``, …) of the open queue, in
         force at once and saved with it; the saved settings now in force (call it with no
@@ -353,7 +354,8 @@ def open(url: str, **options: Any) -> Queue:
 
 
 class Queue:
-    """A queue opened by :func:`open`; the same methods as :class:`AsyncQueue`, blocking."""
+    """A queue opened by :func:`open`; the same methods as :class:`AsyncQueue`, blocking (each
+    runs the coroutine of :attr:`async_queue` on the queue's event-loop thread)."""
 
     def __init__(self, aq: AsyncQueue, runner: _LoopThread) -> None:
         self._aq = aq
@@ -385,129 +387,28 @@ class Queue:
         """The event loop (on a thread of its own) this queue runs on; None once closed."""
         return None if self._runner is None else self._runner.loop
 
-    def enqueue(
-        self,
-        payload: bytes,
-        priority: int = 0,
-        delay: float = 0.0,
-        dedup_id: str | None = None,
-        group: str | None = None,
-        attributes: dict[str, str] | None = None,
-        *,
-        durability: str | None = None,
-    ) -> str:
-        """Add a message; its id once it is durable (the first id on a dedup hit).
-        ``durability``: "buffered" to be answered before then, "durable", or None (the
-        queue's setting)."""
-        return self._run(
-            self._aq.enqueue(
-                payload, priority, delay, dedup_id, group, attributes, durability=durability
-            )
-        )
-
-    def enqueue_batch(
-        self, items: Iterable[bytes | dict[str, Any]], *, durability: str | None = None
-    ) -> list[str]:
-        """Add many messages in one commit: payloads, or dicts of ``enqueue``'s keywords
-        (``durability`` as ``enqueue``'s, for the whole batch)."""
-        return self._run(self._aq.enqueue_batch(items, durability=durability))
-
-    def enqueue_staged(
-        self, objects: Iterable[StagedObject], token: str | None = None
-    ) -> Sequence[str] | None:
-        """Commit the messages of staged objects in one log object; see AsyncQueue."""
-        return self._run(self._aq.enqueue_staged(objects, token))
-
-    def lease(
-        self, max_messages: int = 1, visibility_timeout: float | None = None
-    ) -> list[Located]:
-        """Lease messages without reading their payloads; see AsyncQueue."""
-        return self._run(self._aq.lease(max_messages, visibility_timeout))
-
-    def locate(self, ids: Iterable[str]) -> dict[str, Located]:
-        """The messages named that are not completed, and where their payloads lie now."""
-        return self._run(self._aq.locate(ids))
-
-    def dequeue(
-        self,
-        max_messages: int = 1,
-        visibility_timeout: float | None = None,
-        wait: float = 0.0,
-        *,
-        per_group: int = 1,
-    ) -> list[Message]:
-        """Lease up to ``max_messages``, waiting up to ``wait`` seconds for the first.
-        ``per_group``: a group's messages delivered together, in order (1 to 10; 1: one at a
-        time); while any of them is leased, the group's later messages wait."""
-        return self._run(
-            self._aq.dequeue(max_messages, visibility_timeout, wait, per_group=per_group)
-        )
-
-    def complete(self, target: Target) -> None:
-        """Acknowledge a delivered message: it is done."""
-        self._run(self._aq.complete(target))
-
-    def complete_batch(self, targets: Iterable[Target]) -> None:
-        """Acknowledge many delivered messages in one commit (all or none)."""
-        self._run(self._aq.complete_batch(targets))
-
-    def fail(self, target: Target, error: str | None = None) -> float | None:
-        """Give a delivered message back: retried after a backoff, or dead if out of attempts.
-        When it will be retried (unix seconds), or None if it is now dead."""
-        return self._run(self._aq.fail(target, error))
-
-    def release(self, targets: Target | Iterable[Target]) -> None:
-        """Give delivered messages back unprocessed: visible at once, the delivery uncounted
-        (for a consumer shutting down with messages it never started)."""
-        self._run(self._aq.release(targets))
-
-    def extend(self, target: Target, seconds: float, *, revive: bool = False) -> None:
-        """Make a lease end ``seconds`` from now (0: the message is visible again at once).
-        ``revive``: also a lease that has run out, if nobody was delivered the message since
-        (as SQS's ChangeMessageVisibility); otherwise that is ReceiptExpired."""
-        self._run(self._aq.extend(target, seconds, revive=revive))
-
-    def status(self, id: str) -> MessageStatus:
-        """Where message ``id`` stands; MessageNotFound if unknown or past retention."""
-        return self._run(self._aq.status(id))
-
-    def stats(self) -> QueueStats:
-        """Counts by status and the writer's commit figures."""
-        return self._run(self._aq.stats())
-
-    def peek(self, limit: int = 10) -> list[Message]:
-        """The next ``limit`` messages a dequeue would deliver, without leasing them."""
-        return self._run(self._aq.peek(limit))
-
-    def dead_letters(self, limit: int = 100) -> list[Message]:
-        """Up to ``limit`` dead messages, oldest first, with their last error."""
-        return self._run(self._aq.dead_letters(limit))
-
-    def redrive(self, ids: Iterable[str] | None = None) -> int:
-        """Move dead messages (all, or those named) back to pending; how many moved."""
-        return self._run(self._aq.redrive(ids))
-
-    def discard(self, ids: Iterable[str]) -> int:
-        """Remove dead letters for good (e.g. once copied to another queue); how many.
-        MessageNotFound, and nothing removed, if one of ``ids`` is not a dead letter."""
-        return self._run(self._aq.discard(ids))
-
-    def configure(self, **settings: Any) -> dict[str, Setting]:
-        """Change queue settings (those of ``s3q.config.PERSISTED``) of the open queue, in
-        force at once and saved with it; the saved settings now in force."""
-        return self._run(self._aq.configure(**settings))
-
-    def cleanup(self) -> int:
-        """Forget completed messages past ``completed_retention``; how many were forgotten."""
-        return self._run(self._aq.cleanup())
-
-    def purge(self) -> int:
-        """Remove every message not completed; how many were removed."""
-        return self._run(self._aq.purge())
-
-    def compact(self) -> CompactionReport:
-        """Checkpoint now and collect garbage (both also happen on their own)."""
-        return self._run(self._aq.compact())
+    # the coroutines of AsyncQueue, blocking (s3q.blocking): parameters, results, docstrings
+    enqueue = blocking(AsyncQueue.enqueue)
+    enqueue_batch = blocking(AsyncQueue.enqueue_batch)
+    enqueue_staged = blocking(AsyncQueue.enqueue_staged)
+    lease = blocking(AsyncQueue.lease)
+    locate = blocking(AsyncQueue.locate)
+    dequeue = blocking(AsyncQueue.dequeue)
+    complete = blocking(AsyncQueue.complete)
+    complete_batch = blocking(AsyncQueue.complete_batch)
+    fail = blocking(AsyncQueue.fail)
+    release = blocking(AsyncQueue.release)
+    extend = blocking(AsyncQueue.extend)
+    status = blocking(AsyncQueue.status)
+    stats = blocking(AsyncQueue.stats)
+    peek = blocking(AsyncQueue.peek)
+    dead_letters = blocking(AsyncQueue.dead_letters)
+    redrive = blocking(AsyncQueue.redrive)
+    discard = blocking(AsyncQueue.discard)
+    configure = blocking(AsyncQueue.configure)
+    cleanup = blocking(AsyncQueue.cleanup)
+    purge = blocking(AsyncQueue.purge)
+    compact = blocking(AsyncQueue.compact)
 
     def close(self) -> None:
         """Finish pending commits and release the queue. Closing twice is fine."""

@@ -21,7 +21,7 @@ import hashlib
 import random
 import ssl
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Generic, TypeVar
@@ -33,6 +33,7 @@ import httpx
 import msgspec
 
 from . import validate
+from .blocking import blocking, run_in_place
 from .broker.wire import (
     API_PREFIX,
     MSGPACK,
@@ -437,6 +438,154 @@ class _Protocol:
         return _Call("POST", f"{self.base}/compact", CompactionReport, None, {})
 
 
+class _RemoteQueueBase:
+    """The coroutines of a queue a broker serves, whatever makes its requests (``_send``):
+    :class:`AsyncRemoteQueue` awaits them over aiohttp; :class:`RemoteQueue` runs the
+    coroutines of an :class:`_InPlaceQueue`, whose requests block in place (httpx), to their
+    end without an event loop (:func:`s3q.blocking.run_in_place`)."""
+
+    def __init__(self, name: str) -> None:
+        self._p = _Protocol(name)
+        self._closed = False
+
+    @property
+    def _broker(self) -> str:
+        """The broker calls go to now."""
+        raise NotImplementedError
+
+    async def _send(self, call: _Call[T]) -> T:
+        raise NotImplementedError
+
+    async def _run(self, call: _Call[T]) -> T:
+        if self._closed:
+            raise QueueClosed(f"queue {self.url} is closed")
+        return await self._send(call)
+
+    @property
+    def name(self) -> str:
+        return self._p.name
+
+    @property
+    def url(self) -> str:
+        return f"{self._broker}{self._p.base}"
+
+    async def enqueue(
+        self,
+        payload: bytes,
+        priority: int = 0,
+        delay: float = 0.0,
+        dedup_id: str | None = None,
+        group: str | None = None,
+        attributes: dict[str, str] | None = None,
+        *,
+        durability: str | None = None,
+    ) -> str:
+        """Add a message; its id once it is durable (the first id on a dedup hit).
+        ``durability``: "buffered" to be answered before then, "durable", or None (the
+        queue's setting)."""
+        call = self._p.enqueue(payload, priority, delay, dedup_id, group, attributes, durability)
+        return await self._run(call)
+
+    async def enqueue_batch(
+        self, items: Iterable[bytes | dict[str, Any]], *, durability: str | None = None
+    ) -> list[str]:
+        """Add many messages in one commit: payloads, or dicts of ``enqueue``'s keywords
+        (``durability`` as ``enqueue``'s, for the whole batch)."""
+        return await self._run(self._p.enqueue_batch(items, durability))
+
+    async def enqueue_staged(
+        self, objects: Iterable[StagedObject], token: str | None = None
+    ) -> list[str] | None:
+        """Commit the messages of staged objects in one log object; see s3q.AsyncQueue."""
+        return await self._run(self._p.enqueue_staged(objects, token))
+
+    async def dequeue(
+        self,
+        max_messages: int = 1,
+        visibility_timeout: float | None = None,
+        wait: float = 0.0,
+        *,
+        per_group: int = 1,
+    ) -> list[Message]:
+        """Lease up to ``max_messages``; the broker waits up to ``wait`` seconds for the first.
+        ``per_group``: a group's messages delivered together, in order (1 to 10; 1: one at a
+        time); while any of them is leased, the group's later messages wait."""
+        call = self._p.dequeue(max_messages, visibility_timeout, wait, per_group)
+        return await self._run(call)
+
+    async def complete(self, target: Target) -> None:
+        """Acknowledge a delivered message: it is done."""
+        await self._run(self._p.complete([target]))
+
+    async def complete_batch(self, targets: Iterable[Target]) -> None:
+        """Acknowledge many delivered messages in one commit (all or none)."""
+        call = self._p.complete(targets)
+        if call.body and call.body["receipts"]:
+            await self._run(call)
+
+    async def fail(self, target: Target, error: str | None = None) -> float | None:
+        """Give a delivered message back: retried after a backoff, or dead if out of attempts.
+        When it will be retried (unix time), or None if it is dead."""
+        return await self._run(self._p.fail(target, error))
+
+    async def release(self, targets: Target | Iterable[Target]) -> None:
+        """Give delivered messages back unprocessed: visible at once, the delivery uncounted."""
+        call = self._p.release(targets)
+        if call.body and call.body["receipts"]:
+            await self._run(call)
+
+    async def extend(self, target: Target, seconds: float, *, revive: bool = False) -> None:
+        """Make a lease end ``seconds`` from now (0: the message is visible again at once).
+        ``revive``: also a lease that has run out, if nobody was delivered the message since
+        (as SQS's ChangeMessageVisibility); otherwise that is ReceiptExpired."""
+        await self._run(self._p.extend(target, seconds, revive))
+
+    async def status(self, id: str) -> MessageStatus:
+        """Where message ``id`` stands; MessageNotFound if unknown or past retention."""
+        return await self._run(self._p.status(id))
+
+    async def stats(self) -> QueueStats:
+        """Counts by status and the writer's commit figures."""
+        return await self._run(self._p.stats())
+
+    async def peek(self, limit: int = 10) -> list[Message]:
+        """The next ``limit`` messages a dequeue would deliver, without leasing them."""
+        return await self._run(self._p.peek(limit))
+
+    async def dead_letters(self, limit: int = 100) -> list[Message]:
+        """Up to ``limit`` dead messages, oldest first, with their last error."""
+        return await self._run(self._p.dead_letters(limit))
+
+    async def redrive(self, ids: Iterable[str] | None = None) -> int:
+        """Move dead messages (all, or those named) back to pending; how many moved."""
+        return await self._run(self._p.redrive(ids))
+
+    async def discard(self, ids: Iterable[str]) -> int:
+        """Remove dead letters for good (e.g. once copied to another queue); how many."""
+        return await self._run(self._p.discard(ids))
+
+    async def configure(self, /, **settings: Any) -> dict[str, Setting]:
+        """Change saved queue settings (``s3q.config.PERSISTED``); the settings now in force."""
+        return await self._run(self._p.configure(settings))
+
+    async def cleanup(self) -> int:
+        """Forget completed messages past ``completed_retention``; how many were forgotten."""
+        return await self._run(self._p.cleanup())
+
+    async def purge(self) -> int:
+        """Remove every message not completed; how many were removed."""
+        return await self._run(self._p.purge())
+
+    async def compact(self) -> CompactionReport:
+        """Checkpoint now and collect garbage (both also happen on their own)."""
+        return await self._run(self._p.compact())
+
+    async def close(self) -> None:
+        """Refuse further calls, like a closed :class:`s3q.AsyncQueue`; the broker keeps the
+        queue (close the :class:`AsyncClient` to drop its connections)."""
+        self._closed = True
+
+
 # --------------------------------------------------------------------------- blocking
 
 
@@ -520,141 +669,65 @@ def connect(url: str | Sequence[str], token: str | None = None, timeout: float =
     return Client(url, token, timeout)
 
 
-class RemoteQueue:
-    """A queue served by a broker; the same methods as :class:`s3q.Queue`, over HTTP."""
+class _InPlaceQueue(_RemoteQueueBase):
+    """The coroutines of :class:`AsyncRemoteQueue` over a blocking :class:`Client`: each
+    request is made in place, so they never suspend (:class:`RemoteQueue` runs them)."""
 
     def __init__(self, client: Client, name: str) -> None:
+        super().__init__(name)
         self._client = client
-        self._p = _Protocol(name)
-        self._closed = False
 
-    def _run(self, call: _Call[T]) -> T:
-        if self._closed:
-            raise QueueClosed(f"queue {self.url} is closed")
+    @property
+    def _broker(self) -> str:
+        return self._client.url
+
+    async def _send(self, call: _Call[T]) -> T:
         return self._client._run(call)
+
+
+class RemoteQueue:
+    """A queue served by a broker; the same methods as :class:`s3q.Queue`, over HTTP (those of
+    :class:`AsyncRemoteQueue`, blocking: see :mod:`s3q.blocking`)."""
+
+    def __init__(self, client: Client, name: str) -> None:
+        self._aq = _InPlaceQueue(client, name)
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return run_in_place(coro)
 
     @property
     def name(self) -> str:
-        return self._p.name
+        return self._aq.name
 
     @property
     def url(self) -> str:
-        return f"{self._client.url}{self._p.base}"
+        return self._aq.url
 
-    def enqueue(
-        self,
-        payload: bytes,
-        priority: int = 0,
-        delay: float = 0.0,
-        dedup_id: str | None = None,
-        group: str | None = None,
-        attributes: dict[str, str] | None = None,
-        *,
-        durability: str | None = None,
-    ) -> str:
-        """Add a message; its id once it is durable (the first id on a dedup hit).
-        ``durability``: "buffered" to be answered before then, "durable", or None (the
-        queue's setting)."""
-        call = self._p.enqueue(payload, priority, delay, dedup_id, group, attributes, durability)
-        return self._run(call)
-
-    def enqueue_batch(
-        self, items: Iterable[bytes | dict[str, Any]], *, durability: str | None = None
-    ) -> list[str]:
-        """Add many messages in one commit: payloads, or dicts of ``enqueue``'s keywords
-        (``durability`` as ``enqueue``'s, for the whole batch)."""
-        return self._run(self._p.enqueue_batch(items, durability))
-
-    def enqueue_staged(
-        self, objects: Iterable[StagedObject], token: str | None = None
-    ) -> list[str] | None:
-        """Commit the messages of staged objects in one log object; see s3q.AsyncQueue."""
-        return self._run(self._p.enqueue_staged(objects, token))
-
-    def dequeue(
-        self,
-        max_messages: int = 1,
-        visibility_timeout: float | None = None,
-        wait: float = 0.0,
-        *,
-        per_group: int = 1,
-    ) -> list[Message]:
-        """Lease up to ``max_messages``; the broker waits up to ``wait`` seconds for the first.
-        ``per_group``: a group's messages delivered together, in order (1 to 10; 1: one at a
-        time); while any of them is leased, the group's later messages wait."""
-        return self._run(self._p.dequeue(max_messages, visibility_timeout, wait, per_group))
-
-    def complete(self, target: Target) -> None:
-        """Acknowledge a delivered message: it is done."""
-        self._run(self._p.complete([target]))
-
-    def complete_batch(self, targets: Iterable[Target]) -> None:
-        """Acknowledge many delivered messages in one commit (all or none)."""
-        call = self._p.complete(targets)
-        if call.body and call.body["receipts"]:
-            self._run(call)
-
-    def fail(self, target: Target, error: str | None = None) -> float | None:
-        """Give a delivered message back: retried after a backoff, or dead if out of attempts.
-        When it will be retried (unix time), or None if it is dead."""
-        return self._run(self._p.fail(target, error))
-
-    def release(self, targets: Target | Iterable[Target]) -> None:
-        """Give delivered messages back unprocessed: visible at once, the delivery uncounted."""
-        call = self._p.release(targets)
-        if call.body and call.body["receipts"]:
-            self._run(call)
-
-    def extend(self, target: Target, seconds: float, *, revive: bool = False) -> None:
-        """Make a lease end ``seconds`` from now (0: the message is visible again at once).
-        ``revive``: also a lease that has run out, if nobody was delivered the message since
-        (as SQS's ChangeMessageVisibility); otherwise that is ReceiptExpired."""
-        self._run(self._p.extend(target, seconds, revive))
-
-    def status(self, id: str) -> MessageStatus:
-        """Where message ``id`` stands; MessageNotFound if unknown or past retention."""
-        return self._run(self._p.status(id))
-
-    def stats(self) -> QueueStats:
-        """Counts by status and the writer's commit figures."""
-        return self._run(self._p.stats())
-
-    def peek(self, limit: int = 10) -> list[Message]:
-        """The next ``limit`` messages a dequeue would deliver, without leasing them."""
-        return self._run(self._p.peek(limit))
-
-    def dead_letters(self, limit: int = 100) -> list[Message]:
-        """Up to ``limit`` dead messages, oldest first, with their last error."""
-        return self._run(self._p.dead_letters(limit))
-
-    def redrive(self, ids: Iterable[str] | None = None) -> int:
-        """Move dead messages (all, or those named) back to pending; how many moved."""
-        return self._run(self._p.redrive(ids))
-
-    def discard(self, ids: Iterable[str]) -> int:
-        """Remove dead letters for good (e.g. once copied to another queue); how many."""
-        return self._run(self._p.discard(ids))
-
-    def configure(self, **settings: Any) -> dict[str, Setting]:
-        """Change saved queue settings (``s3q.config.PERSISTED``); the settings now in force."""
-        return self._run(self._p.configure(settings))
-
-    def cleanup(self) -> int:
-        """Forget completed messages past ``completed_retention``; how many were forgotten."""
-        return self._run(self._p.cleanup())
-
-    def purge(self) -> int:
-        """Remove every message not completed; how many were removed."""
-        return self._run(self._p.purge())
-
-    def compact(self) -> CompactionReport:
-        """Checkpoint now and collect garbage (both also happen on their own)."""
-        return self._run(self._p.compact())
+    # the coroutines of AsyncRemoteQueue, blocking (s3q.blocking): parameters, results, docstrings
+    enqueue = blocking(_InPlaceQueue.enqueue)
+    enqueue_batch = blocking(_InPlaceQueue.enqueue_batch)
+    enqueue_staged = blocking(_InPlaceQueue.enqueue_staged)
+    dequeue = blocking(_InPlaceQueue.dequeue)
+    complete = blocking(_InPlaceQueue.complete)
+    complete_batch = blocking(_InPlaceQueue.complete_batch)
+    fail = blocking(_InPlaceQueue.fail)
+    release = blocking(_InPlaceQueue.release)
+    extend = blocking(_InPlaceQueue.extend)
+    status = blocking(_InPlaceQueue.status)
+    stats = blocking(_InPlaceQueue.stats)
+    peek = blocking(_InPlaceQueue.peek)
+    dead_letters = blocking(_InPlaceQueue.dead_letters)
+    redrive = blocking(_InPlaceQueue.redrive)
+    discard = blocking(_InPlaceQueue.discard)
+    configure = blocking(_InPlaceQueue.configure)
+    cleanup = blocking(_InPlaceQueue.cleanup)
+    purge = blocking(_InPlaceQueue.purge)
+    compact = blocking(_InPlaceQueue.compact)
 
     def close(self) -> None:
         """Refuse further calls, like a closed :class:`s3q.Queue`; the broker keeps the queue
         (close the :class:`Client` to drop its connections)."""
-        self._closed = True
+        self._run(self._aq.close())
 
     def __enter__(self) -> RemoteQueue:
         return self
@@ -776,142 +849,19 @@ def connect_async(
     return AsyncClient(url, token, timeout)
 
 
-class AsyncRemoteQueue:
+class AsyncRemoteQueue(_RemoteQueueBase):
     """A queue served by a broker; the same coroutines as :class:`s3q.AsyncQueue`."""
 
     def __init__(self, client: AsyncClient, name: str) -> None:
+        super().__init__(name)
         self._client = client
-        self._p = _Protocol(name)
-        self._closed = False
 
-    async def _run(self, call: _Call[T]) -> T:
-        if self._closed:
-            raise QueueClosed(f"queue {self.url} is closed")
+    @property
+    def _broker(self) -> str:
+        return self._client.url
+
+    async def _send(self, call: _Call[T]) -> T:
         return await self._client._run(call)
-
-    @property
-    def name(self) -> str:
-        return self._p.name
-
-    @property
-    def url(self) -> str:
-        return f"{self._client.url}{self._p.base}"
-
-    async def enqueue(
-        self,
-        payload: bytes,
-        priority: int = 0,
-        delay: float = 0.0,
-        dedup_id: str | None = None,
-        group: str | None = None,
-        attributes: dict[str, str] | None = None,
-        *,
-        durability: str | None = None,
-    ) -> str:
-        """Add a message; its id once it is durable (the first id on a dedup hit).
-        ``durability``: "buffered" to be answered before then, "durable", or None (the
-        queue's setting)."""
-        call = self._p.enqueue(payload, priority, delay, dedup_id, group, attributes, durability)
-        return await self._run(call)
-
-    async def enqueue_batch(
-        self, items: Iterable[bytes | dict[str, Any]], *, durability: str | None = None
-    ) -> list[str]:
-        """Add many messages in one commit: payloads, or dicts of ``enqueue``'s keywords
-        (``durability`` as ``enqueue``'s, for the whole batch)."""
-        return await self._run(self._p.enqueue_batch(items, durability))
-
-    async def enqueue_staged(
-        self, objects: Iterable[StagedObject], token: str | None = None
-    ) -> list[str] | None:
-        """Commit the messages of staged objects in one log object; see s3q.AsyncQueue."""
-        return await self._run(self._p.enqueue_staged(objects, token))
-
-    async def dequeue(
-        self,
-        max_messages: int = 1,
-        visibility_timeout: float | None = None,
-        wait: float = 0.0,
-        *,
-        per_group: int = 1,
-    ) -> list[Message]:
-        """Lease up to ``max_messages``; the broker waits up to ``wait`` seconds for the first.
-        ``per_group``: a group's messages delivered together, in order (1 to 10; 1: one at a
-        time); while any of them is leased, the group's later messages wait."""
-        call = self._p.dequeue(max_messages, visibility_timeout, wait, per_group)
-        return await self._run(call)
-
-    async def complete(self, target: Target) -> None:
-        """Acknowledge a delivered message: it is done."""
-        await self._run(self._p.complete([target]))
-
-    async def complete_batch(self, targets: Iterable[Target]) -> None:
-        """Acknowledge many delivered messages in one commit (all or none)."""
-        call = self._p.complete(targets)
-        if call.body and call.body["receipts"]:
-            await self._run(call)
-
-    async def fail(self, target: Target, error: str | None = None) -> float | None:
-        """Give a delivered message back: retried after a backoff, or dead if out of attempts.
-        When it will be retried (unix time), or None if it is dead."""
-        return await self._run(self._p.fail(target, error))
-
-    async def release(self, targets: Target | Iterable[Target]) -> None:
-        """Give delivered messages back unprocessed: visible at once, the delivery uncounted."""
-        call = self._p.release(targets)
-        if call.body and call.body["receipts"]:
-            await self._run(call)
-
-    async def extend(self, target: Target, seconds: float, *, revive: bool = False) -> None:
-        """Make a lease end ``seconds`` from now (0: the message is visible again at once).
-        ``revive``: also a lease that has run out, if nobody was delivered the message since
-        (as SQS's ChangeMessageVisibility); otherwise that is ReceiptExpired."""
-        await self._run(self._p.extend(target, seconds, revive))
-
-    async def status(self, id: str) -> MessageStatus:
-        """Where message ``id`` stands; MessageNotFound if unknown or past retention."""
-        return await self._run(self._p.status(id))
-
-    async def stats(self) -> QueueStats:
-        """Counts by status and the writer's commit figures."""
-        return await self._run(self._p.stats())
-
-    async def peek(self, limit: int = 10) -> list[Message]:
-        """The next ``limit`` messages a dequeue would deliver, without leasing them."""
-        return await self._run(self._p.peek(limit))
-
-    async def dead_letters(self, limit: int = 100) -> list[Message]:
-        """Up to ``limit`` dead messages, oldest first, with their last error."""
-        return await self._run(self._p.dead_letters(limit))
-
-    async def redrive(self, ids: Iterable[str] | None = None) -> int:
-        """Move dead messages (all, or those named) back to pending; how many moved."""
-        return await self._run(self._p.redrive(ids))
-
-    async def discard(self, ids: Iterable[str]) -> int:
-        """Remove dead letters for good (e.g. once copied to another queue); how many."""
-        return await self._run(self._p.discard(ids))
-
-    async def configure(self, **settings: Any) -> dict[str, Setting]:
-        """Change saved queue settings (``s3q.config.PERSISTED``); the settings now in force."""
-        return await self._run(self._p.configure(settings))
-
-    async def cleanup(self) -> int:
-        """Forget completed messages past ``completed_retention``; how many were forgotten."""
-        return await self._run(self._p.cleanup())
-
-    async def purge(self) -> int:
-        """Remove every message not completed; how many were removed."""
-        return await self._run(self._p.purge())
-
-    async def compact(self) -> CompactionReport:
-        """Checkpoint now and collect garbage (both also happen on their own)."""
-        return await self._run(self._p.compact())
-
-    async def close(self) -> None:
-        """Refuse further calls, like a closed :class:`s3q.AsyncQueue`; the broker keeps the
-        queue (close the :class:`AsyncClient` to drop its connections)."""
-        self._closed = True
 
     async def __aenter__(self) -> AsyncRemoteQueue:
         return self
