@@ -7,6 +7,7 @@ named by ``$S3Q_CHROMIUM``; without one these tests fail, they are not skipped.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -337,3 +338,17 @@ def test_serve_without_broker_extra_is_one_line(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert done.stderr.startswith("Error: InvalidConfig: the broker needs its extra")
     assert "pip install 's3q[broker]'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_page_shows_noisy_tenants(store: str, page: Page) -> None:
+    """The noisy tenants of a queue, with its quiet tenants' messages in the cell's title."""
+    with Broker(store) as broker, connect(broker.url) as client:
+        q = client.queue("shared")
+        q.enqueue_batch([{"payload": b"x", "tenant": "big"}] * 50)
+        page.goto(broker.url + "/")
+        expect(page.locator(cell(page, "shared", "noisy_tenants"))).to_have_text("0")
+        q.dequeue(max_messages=40)
+        q.enqueue(b"y", tenant="small")
+        noisy = page.locator(cell(page, "shared", "noisy_tenants"))
+        expect(noisy).to_have_text("1")
+        expect(noisy).to_have_attribute("title", re.compile(r"quiet tenants: 1 visible, 0 in"))

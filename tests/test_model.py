@@ -16,6 +16,7 @@ a boundary is inclusive.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import os
 import shutil
@@ -30,6 +31,7 @@ from hypothesis import HealthCheck, Phase, event, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import s3q
+import s3q.tenants
 
 pytestmark = pytest.mark.slow
 
@@ -57,6 +59,10 @@ MARGIN = 0.02
 
 LIVE = ("ready", "leased", "retry")  # not finished: blocks the rest of its group
 
+# Tenant fairness, with a lower threshold so that short random sequences reach noisy tenants
+MIN_IN_FLIGHT = 2
+ENQUEUE_TAKES_TENANT = "tenant" in inspect.signature(s3q.Queue.enqueue).parameters
+
 
 @dataclass
 class MMsg:
@@ -77,6 +83,11 @@ class MMsg:
     last_error: object = None
     completed_at: float = 0.0
     message: object = field(default=None, repr=False)  # the Message of the latest delivery
+    tenant: str | None = None
+    # In flight for tenant fairness: leased, including a lease that lapsed but was neither
+    # delivered again nor buried (the queue keeps such a message leased until then).
+    held: bool = False
+    leased_at: float = 0.0  # when its latest lease began
 
 
 def _same_payload(got: bytes, mm: MMsg) -> None:
@@ -108,6 +119,21 @@ def _served(shares: dict[int, float], vtime: float, priority: int) -> tuple[floa
     return start, start + 1.0 / (priority + 1)
 
 
+def _decayed(value: float, since: float, at: float) -> float:
+    """Recent processing time ``value`` as of ``since``, as of ``at`` (halved every HALF_LIFE
+    seconds; written as the queue computes it, so the floats compare equal)."""
+    return value * 0.5 ** ((at - since) / s3q.tenants.HALF_LIFE) if at > since else value
+
+
+@dataclass
+class MTenant:
+    waiting: int = 0  # queued: visible, delayed or to be retried (not held)
+    in_flight: int = 0  # held
+    last_sent: float = 0.0  # when its latest new message was enqueued
+    busy: float = 0.0  # recent processing time, as of busy_at
+    busy_at: float = 0.0
+
+
 @dataclass
 class Model:
     msgs: dict[str, MMsg] = field(default_factory=dict)
@@ -117,6 +143,91 @@ class Model:
     total: int = 0
     shares: dict[int, float] = field(default_factory=dict)  # fair delivery's start tags
     vtime: float = 0.0
+    # tenant fairness: tenants with messages queued or held, those flagged noisy, and the
+    # queue's totals they are judged against
+    tenants: dict[str, MTenant] = field(default_factory=dict)
+    flagged: set[str] = field(default_factory=set)
+    in_flight: int = 0
+    busy: float = 0.0
+    busy_at: float = 0.0
+
+    def noisy(self, name: str | None, now: float) -> bool:
+        """Flagged, and sent something within the last QUIET_AFTER seconds."""
+        if name is None or name not in self.flagged:
+            return False
+        return now - self.tenants[name].last_sent < s3q.tenants.QUIET_AFTER
+
+    def in_flight_of(self, name: str) -> int:
+        tenant = self.tenants.get(name)
+        return 0 if tenant is None else tenant.in_flight
+
+    def arrived(self, name: str | None, at: float, sent: bool) -> None:
+        """A message of ``name`` queued at ``at``: a new one (``sent``) or a redriven one."""
+        if name is None:
+            return
+        tenant = self.tenants.setdefault(name, MTenant())
+        if sent:
+            if at - tenant.last_sent >= s3q.tenants.QUIET_AFTER:
+                self.flagged.discard(name)  # silent long enough: quiet again
+            tenant.last_sent = max(tenant.last_sent, at)
+        tenant.waiting += 1
+
+    def leased(self, mm: MMsg) -> None:
+        """A queued message delivered (not a lapsed lease delivered again: still held)."""
+        assert not mm.held
+        mm.held = True
+        self.in_flight += 1
+        if mm.tenant is None:
+            return
+        name, tenant = mm.tenant, self.tenants[mm.tenant]
+        tenant.waiting -= 1
+        tenant.in_flight += 1
+        if not tenant.waiting:
+            self.flagged.discard(name)  # drained
+        elif (
+            tenant.in_flight >= s3q.tenants.MIN_IN_FLIGHT
+            and tenant.in_flight > s3q.tenants.SHARE * self.in_flight
+        ):
+            if name not in self.flagged:
+                event("flagged by messages in flight")
+            self.flagged.add(name)
+
+    def settled(self, mm: MMsg, at: float, queued: bool) -> None:
+        """A held message's delivery ended at ``at`` (0: no outcome, untimed), the message
+        queued again if ``queued``."""
+        assert mm.held, f"{mm.id} ({mm.state}) settled, but not held"
+        mm.held = False
+        held = 0.0
+        if at and mm.leased_at:
+            held = max(0.0, min(at, mm.lease_until) - mm.leased_at)
+        self.in_flight -= 1
+        if held > 0:
+            self.busy = _decayed(self.busy, self.busy_at, at) + held
+            self.busy_at = max(self.busy_at, at)
+        if mm.tenant is None:
+            return
+        name, tenant = mm.tenant, self.tenants[mm.tenant]
+        tenant.in_flight -= 1
+        if queued:
+            tenant.waiting += 1
+        if held > 0:
+            tenant.busy = _decayed(tenant.busy, tenant.busy_at, at) + held
+            tenant.busy_at = max(tenant.busy_at, at)
+            if tenant.busy > s3q.tenants.SHARE * self.busy and tenant.waiting:
+                if name not in self.flagged:
+                    event("flagged by processing time")
+                self.flagged.add(name)
+        if not tenant.waiting:
+            self.flagged.discard(name)  # drained
+            if not tenant.in_flight:
+                del self.tenants[name]  # forgotten: its processing time and sending too
+
+    def purged(self) -> None:
+        self.tenants.clear()
+        self.flagged.clear()
+        self.in_flight = 0
+        for mm in self.msgs.values():
+            mm.held = False
 
 
 class QueueMachine(RuleBasedStateMachine):
@@ -124,12 +235,15 @@ class QueueMachine(RuleBasedStateMachine):
 
     table_budget: int | None = None  # untouched messages whose tables the index may keep
     delivery = "strict"  # the queue's order across priorities
+    tenanted = True  # messages carry tenants (else every message's tenant is None)
 
     def __init__(self) -> None:
         super().__init__()
         self.budget = s3q.state.TABLE_BUDGET
         if self.table_budget is not None:
             s3q.state.TABLE_BUDGET = self.table_budget
+        self.min_in_flight = s3q.tenants.MIN_IN_FLIGHT
+        s3q.tenants.MIN_IN_FLIGHT = MIN_IN_FLIGHT
         self.clock = FakeClock()
         self.tmp: str | None = None
         if self.kind == "memory":
@@ -145,6 +259,7 @@ class QueueMachine(RuleBasedStateMachine):
             self.q.close()
         finally:
             s3q.state.TABLE_BUDGET = self.budget
+            s3q.tenants.MIN_IN_FLIGHT = self.min_in_flight
             if self.tmp:
                 shutil.rmtree(self.tmp, ignore_errors=True)
 
@@ -192,6 +307,9 @@ class QueueMachine(RuleBasedStateMachine):
         if mm.attempts >= MAX_ATTEMPTS:
             event("lease lapsed -> dead")
             mm.state = "dead"
+            # buried by the next read (every invariant reads), untimed; before that nothing
+            # can touch it (a dequeue buries first)
+            self.m.settled(mm, 0.0, queued=False)
         else:
             mm.state = "ready"
             mm.visible_at = mm.lease_until
@@ -208,7 +326,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ model queries
 
-    def deliverable(self, per_group: int = 1) -> list[MMsg]:
+    def deliverable(self, per_group: int = 1, tenants: bool = True) -> list[MMsg]:
         """What a dequeue delivers, in order: a group's head followed by up to ``per_group - 1``
         of the messages after it that are deliverable too."""
         now = self.now
@@ -233,8 +351,10 @@ class QueueMachine(RuleBasedStateMachine):
             unit = list(itertools.takewhile(due, live[:per_group]))
             units.append(unit)
         if self.delivery == "strict":
-            units.sort(key=lambda unit: (-unit[0].priority, unit[0].seq))
-            return [mm for unit in units for mm in unit]
+            if not tenants:  # (what would go without tenant fairness)
+                units.sort(key=lambda unit: (-unit[0].priority, unit[0].seq))
+                return [mm for unit in units for mm in unit]
+            return self._strict_order(units)
         # fair: the priority with the lowest start tag goes next, one unit at a time
         waiting: dict[int, list[list[MMsg]]] = {}
         for unit in sorted(units, key=lambda unit: unit[0].seq, reverse=True):
@@ -248,6 +368,41 @@ class QueueMachine(RuleBasedStateMachine):
                 del waiting[p]
             for mm in unit:
                 vtime, shares[mm.priority] = _served(shares, vtime, mm.priority)
+            out.extend(unit)
+        return out
+
+    def _strict_order(self, units: list[list[MMsg]]) -> list[MMsg]:
+        """Strict priority; within the top priority, quiet tenants' units first (by arrival),
+        then noisy ones one at a time: the tenant with the fewest in flight (counting those
+        chosen by this dequeue, group heads only), then the earliest. A group's unit goes by
+        its head's tenant."""
+        now = self.now
+        out: list[MMsg] = []
+        given: dict[str, int] = {}
+        left = sorted(units, key=lambda unit: unit[0].seq)
+        while left:
+            top = max(unit[0].priority for unit in left)
+            candidates = [unit for unit in left if unit[0].priority == top]
+            quiet = [unit for unit in candidates if not self.m.noisy(unit[0].tenant, now)]
+            if quiet:
+                unit = quiet[0]
+                if unit[0].tenant in self.m.flagged:
+                    event("a flagged tenant silent long enough delivered as quiet")
+            else:
+
+                def rank(unit: list[MMsg]) -> tuple[int, int]:
+                    name = unit[0].tenant
+                    assert name is not None
+                    return self.m.in_flight_of(name) + given.get(name, 0), unit[0].seq
+
+                unit = min(candidates, key=rank)
+                name = unit[0].tenant
+                assert name is not None
+                given[name] = given.get(name, 0) + 1
+                event("noisy tenant delivered")
+                if len({u[0].tenant for u in candidates}) > 1:
+                    event("noisy tenants ranked")
+            left.remove(unit)
             out.extend(unit)
         return out
 
@@ -285,14 +440,20 @@ class QueueMachine(RuleBasedStateMachine):
             "group": st.sampled_from([None, None, None, "g1", "g2"]),
             "dedup_id": st.sampled_from([None, None, None, "d1", "d2"]),
             "attributes": st.sampled_from([None, {"a": "1"}, {"k": "v", "x": ""}]),
+            "tenant": st.sampled_from([None, None, "t1", "t2", "t3"]),
         }
     )
+
+    def _tenanted(self, it: dict) -> dict:
+        """``it`` as this machine sends it (no tenant unless ``tenanted``)."""
+        return it if self.tenanted else {**it, "tenant": None}
 
     @staticmethod
     def _payload(it: dict) -> bytes:
         return it["payload"] if it["big"] is None else BIG[it["big"]]
 
-    def _model_enqueue(self, it: dict, got_id: str) -> None:
+    def _model_enqueue(self, it: dict, got_id: str) -> MMsg | None:
+        """The new message ``it`` made (None: a duplicate)."""
         now = self.now
         d = it["dedup_id"]
         if d is not None:
@@ -300,11 +461,11 @@ class QueueMachine(RuleBasedStateMachine):
             live = entry is not None and now - entry.at < WINDOW
             if live and (entry.certain or got_id == entry.mid):
                 assert got_id == entry.mid, "dedup within window must return the first id"
-                return
+                return None
         assert got_id not in self.m.msgs, "a new message reused an existing id"
         self.m.seq += 1
         self.m.total += 1
-        self.m.msgs[got_id] = MMsg(
+        mm = self.m.msgs[got_id] = MMsg(
             id=got_id,
             payload=self._payload(it),
             priority=it["priority"],
@@ -315,18 +476,46 @@ class QueueMachine(RuleBasedStateMachine):
             enqueued_at=now,
             state="ready",
             visible_at=now + it["delay"],
+            tenant=it["tenant"],
         )
+        self.m.arrived(mm.tenant, now, sent=True)
         if d is not None:
             self.m.dedup[d] = Dedup(got_id, now)
+        return mm
 
     @rule(it=item)
     def enqueue(self, it: dict) -> None:
+        it = self._tenanted(it)
         kw = {k: v for k, v in it.items() if k not in ("payload", "big") and v is not None}
-        got = self.q.enqueue(self._payload(it), **kw)
+        if "tenant" in kw and not ENQUEUE_TAKES_TENANT:
+            (got,) = self.q.enqueue_batch([{**kw, "payload": self._payload(it)}])
+        else:
+            got = self.q.enqueue(self._payload(it), **kw)
         self._model_enqueue(it, got)
 
     @rule(items=st.lists(item, min_size=1, max_size=5), plain=st.booleans())
     def enqueue_batch(self, items: list[dict], plain: bool) -> None:
+        self._enqueue_batch([self._tenanted(it) for it in items], plain)
+
+    @rule(
+        tenant=st.sampled_from(["t1", "t2", "t3"]),
+        count=st.integers(3, 8),
+        priority=st.sampled_from([0, 0, 7]),
+        take=st.sampled_from([0, 2, 3]),
+    )
+    def burst(self, tenant: str, count: int, priority: int, take: int) -> None:
+        """A backlog of one tenant's messages, some of them delivered at once: what makes a
+        tenant noisy (random batches rarely do)."""
+        base = {"big": None, "delay": 0.0, "group": None, "dedup_id": None, "attributes": None}
+        items = [
+            {**base, "payload": b"%s:%d" % (tenant.encode(), i), "priority": priority}
+            for i in range(count)
+        ]
+        self._enqueue_batch([self._tenanted({**it, "tenant": tenant}) for it in items], False)
+        if take:
+            self._dequeue(take, None)
+
+    def _enqueue_batch(self, items: list[dict], plain: bool) -> None:
         if plain:
             items = [
                 {
@@ -336,6 +525,7 @@ class QueueMachine(RuleBasedStateMachine):
                     "group": None,
                     "dedup_id": None,
                     "attributes": None,
+                    "tenant": None,
                 }
                 for it in items
             ]
@@ -351,8 +541,16 @@ class QueueMachine(RuleBasedStateMachine):
                 ]
             )
         assert len(ids) == len(items)
-        for it, got in zip(items, ids, strict=True):
-            self._model_enqueue(it, got)
+        made = [self._model_enqueue(it, got) for it, got in zip(items, ids, strict=True)]
+        fresh = [mm for mm in made if mm is not None]
+        if not any(mm.group is not None for mm in fresh):
+            # A batch with no group arrives ordered by priority, then tenant (a run each; the
+            # order within one kept): documented, it changes only the order of one batch's
+            # tenants (the model's priorities and tenants with no tenant first, then by name).
+            seqs = sorted(mm.seq for mm in fresh)
+            ordered = sorted(fresh, key=lambda mm: (-mm.priority, mm.tenant or ""))
+            for mm, seq in zip(ordered, seqs, strict=True):
+                mm.seq = seq
 
     # ------------------------------------------------------------------ rules: consume
 
@@ -374,6 +572,10 @@ class QueueMachine(RuleBasedStateMachine):
     def _dequeue(self, k: int, vt: float | None, per_group: int = 1) -> list[MMsg]:
         self.resolve_retries()
         expected = self.deliverable(per_group)[:k]
+        if self.delivery == "strict":
+            plain = sorted(self.deliverable(per_group, tenants=False)[:k], key=lambda mm: mm.seq)
+            if plain != sorted(expected, key=lambda mm: mm.seq):
+                event("quiet tenants went ahead")
         got = self.q.dequeue(max_messages=k, visibility_timeout=vt, per_group=per_group)
         event(f"dequeue delivered {min(len(got), 2)}+")
         assert [m.id for m in got] == [mm.id for mm in expected], (
@@ -390,6 +592,7 @@ class QueueMachine(RuleBasedStateMachine):
             assert m.group == mm.group
             assert m.dedup_id == mm.dedup_id
             assert m.attributes == mm.attributes
+            assert m.tenant == mm.tenant, (m.tenant, mm.tenant)
             assert m.enqueued_at == pytest.approx(mm.enqueued_at, abs=1e-3)
             assert m.attempts == mm.attempts + 1
             if mm.last_error is not UNKNOWN:
@@ -398,7 +601,10 @@ class QueueMachine(RuleBasedStateMachine):
             if mm.receipt is not None:
                 self.m.receipts[mm.receipt].kind = "stale"
             mm.attempts += 1
+            if not mm.held:  # (a lapsed lease delivered again was still held)
+                self.m.leased(mm)
             mm.state = "leased"
+            mm.leased_at = self.now
             mm.lease_until = self.now + (vt if vt is not None else VT)
             mm.receipt = m.receipt
             mm.message = m
@@ -434,6 +640,7 @@ class QueueMachine(RuleBasedStateMachine):
     def _completed(self, mm: MMsg) -> None:
         if mm.receipt is not None:
             self.m.receipts[mm.receipt].kind = "stale"
+        self.m.settled(mm, self.now, queued=False)
         mm.state = "completed"
         mm.completed_at = self.now
 
@@ -448,12 +655,34 @@ class QueueMachine(RuleBasedStateMachine):
         if mm.receipt is not None:
             self.m.receipts[mm.receipt].kind = "stale"
         mm.last_error = error
+        self.m.settled(mm, self.now, queued=mm.attempts < MAX_ATTEMPTS)
         if mm.attempts >= MAX_ATTEMPTS:
             event("fail -> dead")
             mm.state = "dead"
         else:
             mm.state = "retry"
             mm.retry_from = self.now
+
+    @precondition(lambda self: self.leased())
+    @rule(data=st.data())
+    def release(self, data) -> None:
+        """Give deliveries back unprocessed: visible at once, the delivery uncounted."""
+        chosen = data.draw(
+            st.lists(st.sampled_from(self.leased()), min_size=1, max_size=3, unique_by=id),
+            label="released",
+        )
+        as_messages = data.draw(st.booleans(), label="pass Message objects")
+        self.q.release([mm.message if as_messages else mm.receipt for mm in chosen])
+        for mm in chosen:
+            self._released(mm)
+
+    def _released(self, mm: MMsg) -> None:
+        if mm.receipt is not None:
+            self.m.receipts[mm.receipt].kind = "stale"
+        self.m.settled(mm, 0.0, queued=True)
+        mm.state = "ready"
+        mm.attempts -= 1
+        mm.visible_at = min(mm.visible_at, self.now)
 
     @precondition(lambda self: self.leased())
     @rule(data=st.data(), seconds=st.sampled_from([0.0, 2.5, 15.5, 60.5]))
@@ -466,7 +695,7 @@ class QueueMachine(RuleBasedStateMachine):
             mm.visible_at = self.now
 
     @precondition(lambda self: self.m.receipts)
-    @rule(data=st.data(), op=st.sampled_from(["complete", "fail", "extend"]))
+    @rule(data=st.data(), op=st.sampled_from(["complete", "fail", "extend", "release"]))
     def use_old_receipt(self, data, op: str) -> None:
         olds = sorted(r for r, v in self.m.receipts.items() if v.kind != "current")
         if not olds:
@@ -479,6 +708,8 @@ class QueueMachine(RuleBasedStateMachine):
                 self.q.complete(receipt)
             elif op == "fail":
                 self.q.fail(receipt, "late")
+            elif op == "release":
+                self.q.release(receipt)
             else:
                 self.q.extend(receipt, 30.5)
         except s3q.ReceiptExpired:
@@ -498,6 +729,8 @@ class QueueMachine(RuleBasedStateMachine):
             self._completed(mm)
         elif op == "fail":
             self._failed(mm, "late")
+        elif op == "release":
+            self._released(mm)
         else:
             mm.state = "leased"
             mm.lease_until = self.now + 30.5
@@ -536,6 +769,7 @@ class QueueMachine(RuleBasedStateMachine):
             mm.attempts = 0
             mm.visible_at = self.now
             mm.last_error = UNKNOWN
+            self.m.arrived(mm.tenant, self.now, sent=False)
 
     @rule(roll=st.integers(0, 5))
     def purge(self, roll: int) -> None:
@@ -545,6 +779,7 @@ class QueueMachine(RuleBasedStateMachine):
         assert self.q.purge() == len(expected)
         for mm in expected:
             mm.state = "gone"
+        self.m.purged()
         for entry in self.m.dedup.values():
             if self.m.msgs[entry.mid].state == "gone":
                 entry.certain = False
@@ -566,8 +801,10 @@ class QueueMachine(RuleBasedStateMachine):
         for d in expired:
             del self.m.dedup[d]
 
-    @rule()
-    def reopen(self) -> None:
+    @rule(compact=st.booleans())
+    def reopen(self, compact: bool) -> None:
+        if compact:  # reopened from a checkpoint (what it keeps of tenants too)
+            self.q.compact()
         self.q.close()
         self.q = s3q.open(self.url, clock=self.clock, delivery=self.delivery, **OPTS)
 
@@ -624,6 +861,64 @@ class QueueMachine(RuleBasedStateMachine):
         ), s
         assert completed_min <= s.completed <= completed_max, s
         assert s.total_enqueued == self.m.total, s
+        self.check_tenant_counts()
+        noisy = sorted(name for name in self.m.flagged if self.m.noisy(name, now))
+        event(f"noisy tenants {min(len(noisy), 2)}+")
+        assert s.noisy_tenants == len(noisy), (s.noisy_tenants, noisy, self.m.tenants)
+        self.check_quiet_counts(s, set(noisy))
+
+    def check_quiet_counts(self, s: s3q.QueueStats, noisy: set[str]) -> None:
+        """The quiet tenants' messages (and those with no tenant): visible, in flight, delayed
+        (or waiting to be retried) and the age of the oldest visible. Open: whether a lapsed
+        lease not delivered again is in flight or visible (either, all alike); and a message
+        to be retried may be visible or not (the sums are exact)."""
+        now = self.now
+        visible = in_flight = lapsed = delayed = retrying = 0
+        oldest = now
+        for mm in self.m.msgs.values():
+            if mm.tenant in noisy:
+                continue
+            if mm.held:
+                if mm.lease_until > now:
+                    in_flight += 1
+                else:
+                    lapsed += 1
+            elif mm.state == "retry":
+                retrying += 1
+            elif mm.state == "ready":
+                if mm.visible_at > now:
+                    delayed += 1
+                else:
+                    visible += 1
+                    oldest = min(oldest, mm.enqueued_at)
+        got = (s.quiet_visible, s.quiet_in_flight, s.quiet_delayed)
+        want = (visible, in_flight, lapsed, delayed, retrying)
+        assert sum(got) == sum(want), (got, want)
+        assert s.quiet_in_flight in (in_flight, in_flight + lapsed), (got, want)
+        assert delayed <= s.quiet_delayed <= delayed + retrying, (got, want)
+        if not retrying and not lapsed:
+            assert s.quiet_oldest_age == pytest.approx(now - oldest, abs=1e-3), s
+
+    def check_tenant_counts(self) -> None:
+        """The model's own tenant counts agree with its messages."""
+        waiting: dict[str, int] = {}
+        in_flight: dict[str, int] = {}
+        for mm in self.m.msgs.values():
+            assert mm.held == (mm.state == "leased" or (mm.state == "ready" and mm.held)), mm
+            if mm.tenant is None:
+                continue
+            if mm.held:
+                in_flight[mm.tenant] = in_flight.get(mm.tenant, 0) + 1
+            elif mm.state in LIVE:
+                waiting[mm.tenant] = waiting.get(mm.tenant, 0) + 1
+        assert self.m.in_flight == sum(mm.held for mm in self.m.msgs.values())
+        for name in {*waiting, *in_flight, *self.m.tenants}:
+            tenant = self.m.tenants[name]
+            assert (tenant.waiting, tenant.in_flight) == (
+                waiting.get(name, 0),
+                in_flight.get(name, 0),
+            ), name
+        assert all(self.m.tenants[name].waiting for name in self.m.flagged)
 
 
 # Shrinking a long failing sequence can take minutes; it is off unless S3Q_SHRINK=1, so a failure
@@ -671,6 +966,7 @@ class FairMachine(QueueMachine):
     kind = "file"
     table_budget = 3
     delivery = "fair"
+    tenanted = False  # (fair delivery with tenants is not modelled)
 
 
 TestModelFair = FairMachine.TestCase

@@ -87,6 +87,7 @@ def every_column(spark: SparkSession, rows: int, partitions: int = 2) -> DataFra
         F.create_map(F.lit("n"), i.cast("string"), F.lit("kind"), F.lit("test")).alias(
             "attributes"
         ),
+        F.when(i % 7 == 0, F.concat(F.lit("t"), (i % 2).cast("string"))).alias("tenant"),
     )
 
 
@@ -116,6 +117,7 @@ def test_write_then_read_round_trip_every_column(
         assert r["dedup_id"] == f"d{n}"
         assert dict(r["attributes"]) == {"n": str(n), "kind": "test"}
         assert r["attempts"] == 0 and r["last_error"] is None
+        assert r["tenant"] == (f"t{n % 2}" if n % 7 == 0 else None)
 
     dead = with_store(spark.read.format("s3q").option("status", "dead"), durable_env)
     assert dead.load(durable_env.url).count() == 0

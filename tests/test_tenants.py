@@ -7,12 +7,23 @@ in flight goes first; a tenant is quiet again once drained or after 5 minutes wi
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
-from conftest import FakeClock, StoreEnv
+from conftest import FakeClock, StoreEnv, make_env
+from sqs_broker import SqsBroker
+from test_broker import Broker
+from test_cli import cli, data
 
 import s3q
+from s3q.client import connect
 
 
 def send(q: Any, tenant: str | None, count: int, priority: int = 0, **kw: Any) -> list[str]:
@@ -215,3 +226,141 @@ def test_peek_shows_quiet_tenants_first(env: StoreEnv) -> None:
         q.dequeue(max_messages=40)
         quiet = send(q, "a", 2)
         assert [m.id for m in q.peek(limit=2)] == quiet
+
+
+# ------------------------------------------------------------------------------- front doors
+
+
+def test_the_client_sends_tenants_and_metrics_count_noisy_ones(tmp_path: Path) -> None:
+    """enqueue(tenant=) and batch items with a tenant through the native API; stats and
+    /metrics report the noisy tenants, the quiet messages and the deliveries of each class."""
+    with Broker(f"file://{tmp_path}/store") as broker, connect(broker.url) as client:
+        q = client.queue("jobs")
+        send(q, "big", 60)
+        q.dequeue(max_messages=40)
+        quiet = q.enqueue(b"a:0", tenant="a")
+        got = q.dequeue()
+        assert [(m.id, m.tenant) for m in got] == [(quiet, "a")]
+        stats = q.stats()
+        assert (stats.noisy_tenants, stats.quiet_in_flight) == (1, 1)
+        assert (stats.deliveries_noisy, stats.deliveries_quiet) == (0, 41)
+        metrics = httpx.get(broker.url + "/metrics").text
+        assert 's3q_queue_noisy_tenants{queue="jobs"} 1.0' in metrics
+        assert 's3q_queue_quiet_messages{queue="jobs",state="in_flight"} 1.0' in metrics
+        assert 's3q_queue_tenant_deliveries{queue="jobs",tenants="quiet"} 41.0' in metrics
+        with pytest.raises(s3q.InvalidArgument, match="tenant"):
+            q.enqueue(b"x", tenant="")
+
+
+def test_message_group_id_names_the_tenant_on_a_standard_sqs_queue(tmp_path: Path) -> None:
+    """As SQS fair queues: MessageGroupId on a standard queue is the tenant. A flooding group
+    with many messages in flight is noisy; a quiet group's message sent after its backlog is
+    received first, and each message shows its MessageGroupId."""
+    with SqsBroker(f"file://{tmp_path}/store") as broker:
+        sqs = broker.client()
+        url = sqs.create_queue(QueueName="shared")["QueueUrl"]
+        for start in range(0, 100, 10):
+            sqs.send_message_batch(
+                QueueUrl=url,
+                Entries=[
+                    {"Id": str(i), "MessageBody": f"big:{i}", "MessageGroupId": "big"}
+                    for i in range(start, start + 10)
+                ],
+            )
+        for _ in range(4):
+            got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+            assert len(got) == 10
+        sqs.send_message(QueueUrl=url, MessageBody="quiet", MessageGroupId="small")
+        sqs.send_message(QueueUrl=url, MessageBody="no group")
+        got = sqs.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=2, MessageSystemAttributeNames=["MessageGroupId"]
+        )["Messages"]
+        assert [m["Body"] for m in got] == ["quiet", "no group"]
+        assert got[0]["Attributes"] == {"MessageGroupId": "small"}
+        assert "Attributes" not in got[1]
+        later = sqs.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=1, MessageSystemAttributeNames=["All"]
+        )["Messages"]
+        assert later[0]["Attributes"]["MessageGroupId"] == "big"
+
+
+def test_the_cli_enqueues_with_a_tenant(tmp_path: Path) -> None:
+    ids = data(cli(tmp_path, "enqueue", "jobs", "hello", "--tenant", "acme", "--json"))["ids"]
+    got = data(cli(tmp_path, "dequeue", "jobs", "--json"))["messages"]
+    assert [(m["id"], m["tenant"]) for m in got] == [(ids[0], "acme")]
+
+
+# ------------------------------------------------------------------------------- under a flood
+
+
+@pytest.fixture
+def s3_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreEnv]:
+    e = make_env("s3", request, tmp_path)
+    yield e
+    e.close_all()
+
+
+async def quiet_dwell(env: StoreEnv, flood_tenant: str | None, flood: bool) -> list[float]:
+    """Four quiet tenants send 4 messages a second each to a queue 32 consumers drain (each
+    message takes one 100 to 300 ms: about 150 a second in all); with ``flood``, one more sends 100
+    times that (400 a second, on a backlog of 3,000) as ``flood_tenant``. The seconds each
+    quiet message waited, from its enqueue to its delivery, sorted; those not delivered within
+    4 s are missing."""
+    q = await env.open_async()
+    dwell: list[float] = []
+    done = asyncio.Event()
+    big = {"payload": b"big", "tenant": flood_tenant}
+    acks: set[asyncio.Task[None]] = set()
+
+    async def consume() -> None:
+        while not done.is_set():
+            for m in await q.dequeue(max_messages=1, wait=0.1):
+                if m.payload != b"big":
+                    dwell.append(time.time() - m.enqueued_at)
+                await asyncio.sleep(random.uniform(0.1, 0.3))
+                ack = asyncio.create_task(q.complete(m))  # acknowledged while it asks again
+                acks.add(ack)
+                ack.add_done_callback(acks.discard)
+
+    async def every(seconds: float, send: Any) -> None:
+        end = time.monotonic() + 4.0
+        while time.monotonic() < end:
+            await send()
+            await asyncio.sleep(seconds)
+
+    try:
+        if flood:
+            await q.enqueue_batch([big] * 3000)
+        consumers = [asyncio.create_task(consume()) for _ in range(32)]
+        quiet = [functools.partial(q.enqueue, b"q", tenant=f"t{i}") for i in range(4)]
+        senders = [every(0.25, send) for send in quiet]
+        if flood:
+            senders.append(every(0.05, functools.partial(q.enqueue_batch, [big] * 20)))
+        await asyncio.gather(*senders)
+        await asyncio.sleep(0.3)
+        done.set()
+        await asyncio.gather(*consumers, *acks)
+    finally:
+        await q.close()
+    return sorted(dwell)
+
+
+@pytest.mark.slow
+def test_quiet_tenants_dwell_within_twice_their_time_without_a_flood(s3_env: StoreEnv) -> None:
+    """On S3, a tenant floods 100x a quiet tenant's rate, past what the consumers can take:
+    the quiet tenants' messages wait at most twice as long as with no flood (the median), and
+    four times at the 90th percentile (a busy writer's commits queue behind each other: two
+    PUTs, not one, for each of the enqueue and the lease). Without tenants the flood is one
+    crowd, and they wait behind its backlog."""
+    calm = asyncio.run(quiet_dwell(s3_env.sibling(), "big", flood=False))
+    flooded = asyncio.run(quiet_dwell(s3_env.sibling(), "big", flood=True))
+    crowd = asyncio.run(quiet_dwell(s3_env.sibling(), None, flood=True))
+    assert len(calm) >= 60 and len(flooded) >= 60, (len(calm), len(flooded))
+
+    def at(dwell: list[float], p: float) -> float:
+        return dwell[int(p * (len(dwell) - 1))]
+
+    figures = {p: (at(calm, p), at(flooded, p)) for p in (0.5, 0.9)}
+    assert figures[0.5][1] <= 2 * figures[0.5][0], figures
+    assert figures[0.9][1] <= 4 * figures[0.9][0], figures
+    assert len(crowd) < 10 or at(crowd, 0.5) > 10 * at(calm, 0.5), crowd

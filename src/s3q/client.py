@@ -317,6 +317,7 @@ class _Protocol:
         group: str | None,
         attributes: dict[str, str] | None,
         durability: str | None = None,
+        tenant: str | None = None,
     ) -> _Call[str]:
         body: dict[str, Any] = {
             "payload": payload,
@@ -327,6 +328,8 @@ class _Protocol:
             "attributes": attributes,
             **_durability(durability),
         }
+        if tenant is not None:  # only when given: a broker before tenants refuses no request
+            body["tenant"] = tenant
         return _Call("POST", f"{self.base}/enqueue", _Id, lambda a: a.id, body)
 
     def enqueue_batch(
@@ -479,11 +482,15 @@ class _RemoteQueueBase:
         attributes: dict[str, str] | None = None,
         *,
         durability: str | None = None,
+        tenant: str | None = None,
     ) -> str:
         """Add a message; its id once it is durable (the first id on a dedup hit).
         ``durability``: "buffered" to be answered before then, "durable", or None (the
-        queue's setting)."""
-        call = self._p.enqueue(payload, priority, delay, dedup_id, group, attributes, durability)
+        queue's setting). ``tenant``: who it is for; while a tenant is noisy (holds much of
+        what is in flight or of the processing time), other tenants' messages go first."""
+        call = self._p.enqueue(
+            payload, priority, delay, dedup_id, group, attributes, durability, tenant
+        )
         return await self._run(call)
 
     async def enqueue_batch(

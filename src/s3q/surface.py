@@ -35,6 +35,7 @@ class AsyncQueueSurface(Protocol):
         attributes: dict[str, str] | None = None,
         *,
         durability: str | None = None,
+        tenant: str | None = None,
     ) -> str: ...
 
     async def enqueue_batch(

@@ -244,10 +244,18 @@ class ForwardedQueue:
         attributes: dict[str, str] | None = None,
         *,
         durability: str | None = None,
+        tenant: str | None = None,
     ) -> str:
         return await self._call(
             lambda q: q.enqueue(
-                payload, priority, delay, dedup_id, group, attributes, durability=durability
+                payload,
+                priority,
+                delay,
+                dedup_id,
+                group,
+                attributes,
+                durability=durability,
+                tenant=tenant,
             )
         )
 

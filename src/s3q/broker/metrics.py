@@ -24,6 +24,7 @@ from .registry import QueueRegistry
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 REQUEST_KINDS = ("put", "get", "list", "delete", "all", "failed", "retried")
 STATUSES = ("pending", "delayed", "processing", "retry", "completed", "dead")
+QUIET_STATES = ("visible", "in_flight", "delayed")  # QueueStats.quiet_<state>
 # Operations answered once a commit made them durable: their time is the commit latency seen
 # by clients. (A dequeue's time is mostly its long poll, so it is left out.)
 COMMITTING = frozenset(
@@ -192,6 +193,32 @@ class BrokerMetrics:
             ["queue", "priority"],
             registry=r,
         )
+        self.noisy = Gauge(
+            "s3q_queue_noisy_tenants",
+            "Tenants noisy now: their messages wait behind the others' (as SQS fair queues' "
+            "ApproximateNumberOfNoisyGroups).",
+            ["queue"],
+            registry=r,
+        )
+        self.quiet = Gauge(
+            "s3q_queue_quiet_messages",
+            "Messages of quiet tenants (and with no tenant), by state: visible, in_flight, "
+            "delayed (as SQS fair queues' ApproximateNumberOfMessages...InQuietGroups).",
+            ["queue", "state"],
+            registry=r,
+        )
+        self.quiet_age = Gauge(
+            "s3q_queue_quiet_oldest_age_seconds",
+            "Age of the oldest visible message of a quiet tenant (or with no tenant); 0 if none.",
+            ["queue"],
+            registry=r,
+        )
+        self.classes = Gauge(
+            "s3q_queue_tenant_deliveries",
+            "Messages delivered since the queue opened, to noisy tenants and to the others.",
+            ["queue", "tenants"],
+            registry=r,
+        )
         self.batch = Gauge(
             "s3q_queue_ops_per_commit",
             "Mean operations per commit (group commit).",
@@ -275,6 +302,12 @@ class BrokerMetrics:
             for priority, count in stats.deliveries_by_priority.items():
                 self.deliveries.labels(name, str(priority)).set(count)
                 shown.add(str(priority))
+            self.noisy.labels(name).set(stats.noisy_tenants)
+            for state in QUIET_STATES:
+                self.quiet.labels(name, state).set(getattr(stats, f"quiet_{state}"))
+            self.quiet_age.labels(name).set(stats.quiet_oldest_age)
+            self.classes.labels(name, "noisy").set(stats.deliveries_noisy)
+            self.classes.labels(name, "quiet").set(stats.deliveries_quiet)
             self.batch.labels(name).set(stats.mean_ops_per_commit)
             for kind, value in zip(REQUEST_KINDS, by_kind(queue.requests), strict=True):
                 self.requests.labels(name, kind).set(value)
@@ -294,12 +327,16 @@ class BrokerMetrics:
             *((self.depth, (name, status)) for status in STATUSES),
             *((self.requests, (name, kind)) for kind in REQUEST_KINDS),
             *((self.deliveries, (name, p)) for p in self._priorities.pop(name, ())),
+            *((self.quiet, (name, state)) for state in QUIET_STATES),
+            *((self.classes, (name, kind)) for kind in ("noisy", "quiet")),
             *(
                 (m, (name,))
                 for m in (
                     self.commits,
                     self.waits,
                     self.buffered,
+                    self.noisy,
+                    self.quiet_age,
                     self.batch,
                     self.commit_seconds,
                     self.commit_ops,

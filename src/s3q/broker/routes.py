@@ -78,6 +78,7 @@ STR_OR_NULL = {"type": ["string", "null"]}
 STRS = {"type": "array", "items": STR}
 PAYLOAD = {"type": "string", "format": "binary", "description": "msgpack bin: raw bytes"}
 DURABILITY = {"enum": ["durable", "buffered", None]}
+TENANT_DOC = "who the message is for: a noisy tenant's messages wait behind the others'"
 DURABILITY_DOC = (
     'answered once durable ("durable") or once batched ("buffered"); default the queue\'s'
 )
@@ -93,6 +94,7 @@ ITEM = {
                 "dedup_id": STR_OR_NULL,
                 "group": STR_OR_NULL,
                 "attributes": {"type": ["object", "null"], "additionalProperties": STR},
+                "tenant": STR_OR_NULL,
             },
             "required": ["payload"],
         },
@@ -244,6 +246,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
             body("group", STR_OR_NULL),
             body("attributes", {"type": ["object", "null"], "additionalProperties": STR}),
             body("durability", DURABILITY, doc=DURABILITY_DOC),
+            body("tenant", STR_OR_NULL, doc=TENANT_DOC),
         ),
         obj(id=STR),
     ),

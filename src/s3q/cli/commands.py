@@ -129,7 +129,7 @@ def demo(store: str | None, messages: int) -> None:
     metavar="F.jsonl",
     help='Enqueue each line of a JSON Lines file ("-": stdin): '
     '{"payload": ..., "priority": ..., "delay": ..., "group": ..., "dedup_id": ..., '
-    '"attributes": {...}}.',
+    '"attributes": {...}, "tenant": ...}.',
 )
 @click.option("--priority", type=click.IntRange(0, 255), help="0-255, higher first [default: 0].")
 @click.option(
@@ -137,6 +137,9 @@ def demo(store: str | None, messages: int) -> None:
 )
 @click.option("--group", help="Ordered group: its messages are delivered one at a time.")
 @click.option("--dedup-id", help="Deduplication id (with PAYLOAD only).")
+@click.option(
+    "--tenant", help="Who the messages are for: a noisy tenant's wait behind the others'."
+)
 @click.option(
     "-a",
     "--attribute",
@@ -158,6 +161,7 @@ def enqueue(
     delay: float | None,
     group: str | None,
     dedup_id: str | None,
+    tenant: str | None,
     attribute_pairs: tuple[str, ...],
     quiet: bool,
     as_json: bool,
@@ -184,6 +188,7 @@ def enqueue(
             ("delay", delay),
             ("group", group),
             ("dedup_id", dedup_id),
+            ("tenant", tenant),
             ("attributes", parse_attributes(attribute_pairs)),
         )
         if value is not None

@@ -19,7 +19,16 @@ from .errors import one_line
 from .render import progress_bar
 
 #: the keys of a line of an enqueue file
-FILE_KEYS = ("payload", "payload_base64", "priority", "delay", "group", "dedup_id", "attributes")
+FILE_KEYS = (
+    "payload",
+    "payload_base64",
+    "priority",
+    "delay",
+    "group",
+    "dedup_id",
+    "attributes",
+    "tenant",
+)
 
 
 Item = bytes | dict[str, Any]  # an element of enqueue_batch

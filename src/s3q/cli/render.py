@@ -70,6 +70,7 @@ def message_json(msg: s3q.Message) -> dict[str, Any]:
         "attributes": msg.attributes,
         "last_error": msg.last_error,
         "first_delivered_at": msg.first_delivered_at,
+        "tenant": msg.tenant,
     }
 
 

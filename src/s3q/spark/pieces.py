@@ -39,7 +39,7 @@ READ_CONCURRENCY = 8
 SCHEMA = (
     "id string, payload binary, priority int, status string, attempts int, "
     "enqueued_at timestamp, `group` string, dedup_id string, attributes map<string,string>, "
-    "last_error string"
+    "last_error string, tenant string"
 )
 ARROW_SCHEMA = pa.schema(
     [
@@ -53,6 +53,7 @@ ARROW_SCHEMA = pa.schema(
         ("dedup_id", pa.string()),
         ("attributes", pa.map_(pa.string(), pa.string())),
         ("last_error", pa.string()),
+        ("tenant", pa.string()),
     ]
 )
 
@@ -76,6 +77,8 @@ class Fields(Protocol):
     def attributes(self) -> dict[str, str] | None: ...
     @property
     def last_error(self) -> str | None: ...
+    @property
+    def tenant(self) -> str | None: ...
 
 
 # (object key, offset, size, the message, its status)
@@ -97,6 +100,7 @@ class Piece(msgspec.Struct, array_like=True):
     dedup_ids: list[str | None]
     attributes: list[dict[str, str] | None]
     errors: list[str | None]
+    tenants: list[str | None]
 
     def span(self) -> tuple[int, int]:
         """The bytes of the object its payloads lie in: from, to."""
@@ -126,6 +130,7 @@ class Piece(msgspec.Struct, array_like=True):
             [m.dedup_id for m in messages],
             [m.attributes or None for m in messages],
             [m.last_error for m in messages],
+            [m.tenant for m in messages],
         )
 
 
@@ -144,6 +149,7 @@ class RunPiece(msgspec.Struct, array_like=True):
     priority: int
     enqueued_at: float
     size: int  # payload bytes, about (for planning)
+    tenant: str | None = None
 
     def resolve(self, table: RunTable) -> Piece:
         """The piece these members make, from the table of the Append that holds them."""
@@ -171,6 +177,7 @@ class RunPiece(msgspec.Struct, array_like=True):
             op.dedup_ids[start:end] if op.dedup_ids else none,
             [a or None for a in op.attributes[start:end]] if op.attributes else none,
             none,
+            [self.tenant] * n,
         )
 
 
@@ -247,6 +254,7 @@ def run_pieces(state: QueueState) -> Iterator[RunPiece]:
                     run.priority,
                     run.enqueued_at,
                     round(each * count),
+                    run.tenant,
                 )
 
 
@@ -386,6 +394,7 @@ def record_batch(piece: Piece, data: bytes, base: int) -> pa.RecordBatch:
             ARROW_SCHEMA.field("attributes").type,
         ),
         _optional(piece.errors, pa.string()),
+        _optional(piece.tenants, pa.string()),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
 

@@ -33,7 +33,7 @@ from ..store import Store, queue_name
 from .options import Options
 
 STAGE_BYTES = 64 * 1024 * 1024
-COLUMNS = ("payload", "priority", "delay", "group", "dedup_id", "attributes")
+COLUMNS = ("payload", "priority", "delay", "group", "dedup_id", "attributes", "tenant")
 DEFAULT_MAX_SIZE = QueueConfig().max_message_size
 
 
@@ -94,7 +94,7 @@ class Stager:
             self._present.add("delay")
         else:
             columns["delay"].extend([0.0] * n)
-        for name in ("group", "dedup_id"):
+        for name in ("group", "dedup_id", "tenant"):
             values = batch.column(name).to_pylist() if name in names else [None] * n
             columns[name].extend(values)
             self._present.update([name] if name in names else [])
@@ -191,6 +191,7 @@ class Stager:
                 groups=columns["group"] if "group" in present else None,
                 dedup_ids=columns["dedup_id"] if "dedup_id" in present else None,
                 attributes=columns["attributes"] if "attributes" in present else None,
+                tenants=columns["tenant"] if "tenant" in present else None,
                 origin=self.origin,
                 first_row=self._first,
             )

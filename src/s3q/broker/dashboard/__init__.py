@@ -40,7 +40,18 @@ HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-cache",
 }
-STAT_FIELDS = (*STATUSES, "total_enqueued", "commits", "mean_ops_per_commit", "store_requests")
+STAT_FIELDS = (
+    *STATUSES,
+    "total_enqueued",
+    "commits",
+    "mean_ops_per_commit",
+    "store_requests",
+    "noisy_tenants",
+    "quiet_visible",
+    "quiet_in_flight",
+    "quiet_delayed",
+    "quiet_oldest_age",
+)
 
 
 def public_url(store: str) -> str:

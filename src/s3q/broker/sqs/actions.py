@@ -1,6 +1,7 @@
 """The SQS actions, each on top of the queue registry and the public AsyncQueue methods.
 
-Semantics (see docs/sqs.md): MessageGroupId is the s3q group (FIFO queues), a deduplication id
+Semantics (see docs/sqs.md): MessageGroupId is the s3q group on FIFO queues and the tenant on
+standard ones (fair queues), a deduplication id
 the s3q dedup id, ApproximateReceiveCount the attempts, SentTimestamp the enqueue time, and a
 receipt handle wraps the s3q receipt. Dead letters of a queue with a RedrivePolicy are moved
 to its dead-letter queue lazily: on ReceiveMessage and GetQueueAttributes of either queue.

@@ -28,7 +28,7 @@ from .shapes import Attributes, AttributeValue, MessageFields
 
 ATTRIBUTE = "sqs.attr."
 SYSTEM = "sqs.sys."
-GROUP = "sqs.group"  # MessageGroupId on a standard queue: kept and shown, no ordering
+GROUP = "sqs.group"  # MessageGroupId on a standard queue, as builds before tenants kept it
 PRIORITY = "s3q.priority"
 MAX_ATTRIBUTES = 10
 SYSTEM_NAMES = ("AWSTraceHeader",)
@@ -146,13 +146,10 @@ def _decode(stored: str) -> AttributeValue | None:
     return AttributeValue(DataType=data_type, StringValue=text)
 
 
-def stored_attributes(
-    attributes: Attributes, system: Attributes, extra: dict[str, str] | None = None
-) -> dict[str, str] | None:
+def stored_attributes(attributes: Attributes, system: Attributes) -> dict[str, str] | None:
     """``Message.attributes`` for an SQS message's attributes."""
     stored = {ATTRIBUTE + name: _encode(value) for name, value in attributes.items()}
     stored.update((SYSTEM + name, _encode(value)) for name, value in system.items())
-    stored.update(extra or {})
     return stored or None
 
 
@@ -237,8 +234,7 @@ def sent(
             )
     if delay is None or fifo:
         delay = int(values.get("DelaySeconds", "0"))
-    group = dedup = None
-    extra: dict[str, str] = {}
+    group = dedup = tenant = None
     if fifo:
         if fields.MessageGroupId is None:
             raise SqsError(
@@ -263,15 +259,16 @@ def sent(
                 "is invalid. Reason: The request includes a parameter that is not valid for "
                 "this queue type."
             )
-        if fields.MessageGroupId is not None:
-            extra[GROUP] = check_id_text("MessageGroupId", fields.MessageGroupId)
+        if fields.MessageGroupId is not None:  # a fair queue's tenant
+            tenant = check_id_text("MessageGroupId", fields.MessageGroupId)
     item = {
         "payload": body.encode("utf-8"),
         "priority": priority_of(attributes),
         "delay": float(delay),
         "dedup_id": dedup,
         "group": group,
-        "attributes": stored_attributes(attributes, system, extra),
+        "attributes": stored_attributes(attributes, system),
+        "tenant": tenant,
     }
     answer: dict[str, Any] = {"MD5OfMessageBody": md5_of_body(body)}
     if attributes:
@@ -312,7 +309,7 @@ def received(
         known["MessageDeduplicationId"] = message.dedup_id
         known["SequenceNumber"] = sequence(name, message.id).get("SequenceNumber")
     else:
-        known["MessageGroupId"] = message.attributes.get(GROUP)
+        known["MessageGroupId"] = message.tenant or message.attributes.get(GROUP)
     attributes = {k: v for k, v in known.items() if v is not None and (everything or k in system)}
     if attributes:
         answer["Attributes"] = attributes

@@ -93,6 +93,7 @@ class Redrives:
                     "payload": m.payload,
                     "priority": m.priority,
                     "group": m.group,
+                    "tenant": m.tenant,
                     # a move retried after a crash enqueues nothing twice (within 5 minutes)
                     "dedup_id": f"dlq:{source}:{m.id}",
                     "attributes": {**m.attributes, SOURCE_ATTRIBUTE: origin},
@@ -270,6 +271,7 @@ class MoveTasks:
                     "payload": m.payload,
                     "priority": m.priority,
                     "group": m.group,
+                    "tenant": m.tenant,
                     "dedup_id": f"move:{task.source}:{m.id}",  # moved again: enqueued once
                     "attributes": attributes,
                 }

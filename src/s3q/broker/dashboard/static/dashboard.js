@@ -192,7 +192,7 @@
       row.addEventListener("click", () => selectQueue(q.name));
       row.append(el("td", { class: "name", text: q.name }));
       if (q.error) {
-        row.append(el("td", { class: "failed", colspan: "12", text: q.error }));
+        row.append(el("td", { class: "failed", colspan: "13", text: q.error }));
         return row;
       }
       for (const state of STATES) {
@@ -207,6 +207,14 @@
         el("td", { class: "num", "data-field": "total_enqueued", text: fmtInt(q.total_enqueued) }),
         el("td", { class: "num", "data-field": "commits", text: fmtInt(q.commits) }),
         el("td", { class: "num", text: q.mean_ops_per_commit.toFixed(1) }),
+        el("td", {
+          class: q.noisy_tenants ? "num" : "num zero",
+          "data-field": "noisy_tenants",
+          title: `quiet tenants: ${fmtInt(q.quiet_visible)} visible, ` +
+            `${fmtInt(q.quiet_in_flight)} in flight, ${fmtInt(q.quiet_delayed)} delayed; ` +
+            `oldest visible ${q.quiet_oldest_age.toFixed(1)} s`,
+          text: fmtInt(q.noisy_tenants),
+        }),
       );
       return row;
     }));
