@@ -39,7 +39,7 @@ from .ops import (
     Release,
     Relocate,
 )
-from .tenants import Tenants, TenantSnap
+from .tenants import Ended, Tenants, TenantSnap
 
 QUEUED, LEASED, DONE, DEAD = 0, 1, 2, 3
 MAX_TOKENS = 10_000  # commit tokens remembered (streaming sinks need only their last batches)
@@ -473,10 +473,11 @@ class QueueState:
         elif isinstance(op, CommitToken):
             self._remember_token(op.token)
         elif isinstance(op, Lease):
+            leased: dict[str | None, int] = {}  # tenant -> queued messages now leased
             for mid, receipt, until in op.leases:
                 rec = self._record(mid)
                 if rec.state != LEASED:
-                    self.tenants.leased(rec.tenant)
+                    leased[rec.tenant] = leased.get(rec.tenant, 0) + 1
                 rec.state, rec.receipt, rec.lease_until = LEASED, receipt, until
                 rec.leased_at = op.at
                 if rec.attempts == 0:
@@ -486,12 +487,13 @@ class QueueState:
                     self.shares, self.vtime, rec.priority
                 )
                 self._schedule(rec)
+            self.tenants.leased(leased)
         elif isinstance(op, Complete):
             self._complete(op.ids, op.at)
         elif isinstance(op, Release):
+            self._ended(op.ids, 0.0, requeued=True)
             for mid in op.ids:
                 rec = self.messages[mid]
-                self._delivery_ended(rec, 0.0, requeued=True)
                 rec.state, rec.receipt, rec.attempts = QUEUED, None, rec.attempts - 1
                 if rec.attempts == 0:
                     rec.first_leased_at = 0.0
@@ -503,7 +505,7 @@ class QueueState:
         elif isinstance(op, Fail):
             rec = self.messages[op.id]
             rec.last_error = op.error
-            self._delivery_ended(rec, op.at, requeued=op.retry_at is not None)
+            self._ended([op.id], op.at, requeued=op.retry_at is not None)
             if op.retry_at is None:
                 self._die(rec, op.at)
             else:
@@ -515,10 +517,10 @@ class QueueState:
                 )
                 self._schedule(rec)
         elif isinstance(op, Bury):
+            self._ended(op.ids, 0.0, requeued=False)  # (no outcome: not timed)
             for mid in op.ids:
                 rec = self.messages[mid]
                 rec.last_error = op.error
-                self._delivery_ended(rec, 0.0, requeued=False)  # (no outcome: not timed)
                 self._die(rec, op.at)
         elif isinstance(op, Redrive):
             for mid in op.ids:
@@ -858,9 +860,9 @@ class QueueState:
         places: dict[int, list[int]] = {}
         freed: dict[tuple[int, str | None], list[int]] = {}  # (seg, stage): [count, bytes]
         messages, finished = self.messages, self._finished
+        self._ended(mids, at, requeued=False)
         for mid in mids:
             rec = messages[mid]
-            self._delivery_ended(rec, at, requeued=False)
             rec.state, rec.finished_at, rec.receipt, rec.attributes = DONE, at, None, None
             rec.version += 1
             if rec.stage is None and rec.offset < 0:
@@ -884,16 +886,25 @@ class QueueState:
         if places:
             self.completed.add(at, places)
 
-    def _delivery_ended(self, rec: Rec, at: float, requeued: bool) -> None:
-        """Tenants' counts: ``rec`` leaves the queued or the leased at ``at`` (0: unknown),
-        ``requeued`` if it is queued again."""
-        if rec.state == LEASED:
-            held = 0.0
-            if at and rec.leased_at:
-                held = max(0.0, min(at, rec.lease_until) - rec.leased_at)
-            self.tenants.settled(rec.tenant, held, at, requeued)
-        elif rec.state == QUEUED and not requeued:
-            self.tenants.left(rec.tenant)
+    def _ended(self, mids: list[str], at: float, requeued: bool) -> None:
+        """Tenants' counts: messages ``mids`` leave the leased (or the queued) together at
+        ``at`` (0: their processing time not counted), ``requeued`` if queued again."""
+        ended = Ended()
+        by_tenant = ended.by_tenant
+        for rec in map(self.messages.__getitem__, mids):
+            if rec.state == LEASED:
+                held = 0.0
+                if at and rec.leased_at:
+                    held = max(0.0, min(at, rec.lease_until) - rec.leased_at)
+                ended.leased += 1
+                ended.held += held
+                if rec.tenant is not None:
+                    entry = by_tenant.setdefault(rec.tenant, [0, 0.0, 0])
+                    entry[0] += 1
+                    entry[1] += held
+            elif rec.state == QUEUED and not requeued and rec.tenant is not None:
+                by_tenant.setdefault(rec.tenant, [0, 0.0, 0])[2] += 1
+        self.tenants.ended(ended, at, requeued)
 
     def _die(self, rec: Rec, at: float) -> None:
         """``rec`` is a dead letter from ``at`` on."""
@@ -1219,7 +1230,7 @@ class QueueState:
                     if quiet[2] is not None and (front is None or quiet[2] < front):
                         front = quiet[2]  # (the next lane's message is next after)
                 elif head is None:
-                    aside = self._noisiest_last(lanes, given)
+                    aside = self._noisiest_last(lanes, given, count - len(out))
                     if aside is None:
                         break
                 elif quiet is not None and (bound is None or quiet[0] < bound):
@@ -1312,10 +1323,14 @@ class QueueState:
         return heads[0][0], heads[0][1], heads[1][0] if len(heads) > 1 else None
 
     def _noisiest_last(
-        self, lanes: dict[str, list[tuple[int, int, int, Rec | Run]]], given: dict[str, int] | None
+        self,
+        lanes: dict[str, list[tuple[int, int, int, Rec | Run]]],
+        given: dict[str, int] | None,
+        wanted: int,
     ) -> tuple[str, int] | None:
         """The noisy tenant to deliver from (the fewest in flight, then the earliest message),
-        and how many to take before another has as few."""
+        and how many of the ``wanted`` to take: until another has as few, or (when others have
+        as few already) an equal part of them each."""
         given = given or {}
         ranked = sorted(
             (self.tenants.in_flight_of(name) + given.get(name, 0), n, name)
@@ -1325,7 +1340,9 @@ class QueueState:
         if not ranked:
             return None
         flight, _, name = ranked[0]
-        return name, (max(1, ranked[1][0] - flight) if len(ranked) > 1 else 1 << 30)
+        if len(ranked) == 1:
+            return name, wanted
+        return name, max(ranked[1][0] - flight, -(-wanted // len(ranked)))
 
     def _take_aside(
         self,

@@ -14,6 +14,8 @@ queue knows the same noisy tenants.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 SHARE = 0.1  # of in-flight messages or of recent processing time
@@ -43,6 +45,17 @@ class Tenant:
         self.last_sent = 0.0  # when its latest message was enqueued
         self.busy = 0.0  # recent processing time, as of ``busy_at``
         self.busy_at = 0.0
+
+
+class Ended:
+    """Deliveries (and queued messages) that end together, gathered for ``Tenants.ended``."""
+
+    __slots__ = ("by_tenant", "held", "leased")
+
+    def __init__(self) -> None:
+        self.leased = 0  # deliveries
+        self.held = 0.0  # their processing time
+        self.by_tenant: dict[str, list[Any]] = {}  # tenant -> [deliveries, held, queued gone]
 
 
 def _decayed(value: float, since: float, at: float) -> float:
@@ -91,46 +104,38 @@ class Tenants:
             tenant.last_sent = max(tenant.last_sent, at)
         tenant.waiting += count
 
-    def leased(self, name: str | None) -> None:
-        """A queued message of ``name`` was delivered."""
-        self.in_flight += 1
-        if name is None:
-            return
-        tenant = self.by_name[name]
-        tenant.waiting -= 1
-        tenant.in_flight += 1
-        if not tenant.waiting:
-            self.flagged.discard(name)  # drained
-        elif tenant.in_flight >= MIN_IN_FLIGHT and tenant.in_flight > SHARE * self.in_flight:
-            self.flagged.add(name)
-
-    def settled(self, name: str | None, held: float, at: float, queued: bool) -> None:
-        """A delivery of ``name`` ended at ``at`` after ``held`` seconds (its processing time;
-        0: not counted), the message queued again if ``queued``, else gone."""
-        self.in_flight -= 1
-        if held > 0:
-            self.busy = _decayed(self.busy, self.busy_at, at) + held
-            self.busy_at = max(self.busy_at, at)
-        if name is None:
-            return
-        tenant = self.by_name[name]
-        tenant.in_flight -= 1
-        if queued:
-            tenant.waiting += 1
-        if held > 0:
-            tenant.busy = _decayed(tenant.busy, tenant.busy_at, at) + held
-            tenant.busy_at = max(tenant.busy_at, at)
-            if tenant.busy > SHARE * self.busy and tenant.waiting:
+    def leased(self, counts: dict[str | None, int]) -> None:
+        """Queued messages were delivered (one dequeue): ``counts`` of them by tenant. Each
+        tenant delivered to is judged once they all are."""
+        self.in_flight += sum(counts.values())
+        for name, count in counts.items():
+            if name is None:
+                continue
+            tenant = self.by_name[name]
+            tenant.waiting -= count
+            tenant.in_flight += count
+            if not tenant.waiting:
+                self.flagged.discard(name)  # drained
+            elif tenant.in_flight >= MIN_IN_FLIGHT and tenant.in_flight > SHARE * self.in_flight:
                 self.flagged.add(name)
-        self._check_drained(name, tenant)
 
-    def left(self, name: str | None, count: int = 1) -> None:
-        """``count`` queued messages of ``name`` left undelivered (completed, dead, purged)."""
-        if name is None:
-            return
-        tenant = self.by_name[name]
-        tenant.waiting -= count
-        self._check_drained(name, tenant)
+    def ended(self, ended: Ended, at: float, requeued: bool) -> None:
+        """Deliveries ended together at ``at`` (one operation: their processing time counted
+        if ``at``), the messages queued again if ``requeued``, else gone; and queued ones gone."""
+        self.in_flight -= ended.leased
+        if ended.held > 0:
+            self.busy = _decayed(self.busy, self.busy_at, at) + ended.held
+            self.busy_at = max(self.busy_at, at)
+        for name, (leased, held, queued) in ended.by_tenant.items():
+            tenant = self.by_name[name]
+            tenant.in_flight -= leased
+            tenant.waiting += (leased if requeued else 0) - queued
+            if held > 0:
+                tenant.busy = _decayed(tenant.busy, tenant.busy_at, at) + held
+                tenant.busy_at = max(tenant.busy_at, at)
+                if tenant.busy > SHARE * self.busy and tenant.waiting:
+                    self.flagged.add(name)
+            self._check_drained(name, tenant)
 
     def purged(self) -> None:
         """Every message not completed is gone."""
