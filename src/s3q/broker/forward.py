@@ -27,13 +27,12 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, Protocol, TypeVar
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
 from urllib.parse import urlsplit
 
 from ..client import AsyncClient, AsyncRemoteQueue
-from ..collector import CompactionReport
-from ..config import Setting
 from ..errors import (
     InvalidConfig,
     OutcomeUnknown,
@@ -42,15 +41,15 @@ from ..errors import (
     StoreError,
     Unavailable,
 )
-from ..message import Message, MessageStatus, QueueStats
-from ..staging import StagedObject
+from ..message import Message
 from ..surface import AsyncQueueSurface
 from . import peerauth
 from .peerauth import is_loopback
 from .wire import BrokerUnreachable
 
 T = TypeVar("T")
-Target = Message | str
+P = ParamSpec("P")
+R = TypeVar("R")
 
 #: a header on calls one broker forwards to another: the receiver must lead the queue itself
 FORWARDED = "x-s3q-forwarded"
@@ -156,6 +155,56 @@ class Cluster(Protocol):
         """The broker at ``address`` did not serve a forwarded call."""
 
 
+def _reusable(value: object) -> object:
+    """``value``, or a list of it if it is an iterable that may be used up (an iterator, a
+    generator): a forwarded call may be sent again after a failover."""
+    if isinstance(value, Iterable) and not isinstance(value, Sequence | Mapping | Message):
+        return list(value)
+    return value
+
+
+class forwarded(Generic[P, R]):
+    """The coroutine method ``method`` of the queue surface, sent on to the queue's leader
+    (``ForwardedQueue._call``): a descriptor, bound like a function."""
+
+    def __init__(
+        self, method: Callable[Concatenate[AsyncQueueSurface, P], Coroutine[Any, Any, R]]
+    ) -> None:
+        name = method.__name__
+
+        @functools.wraps(method)
+        async def send(self: ForwardedQueue, /, *args: P.args, **kwargs: P.kwargs) -> R:
+            given = [_reusable(a) for a in args]
+            named = {k: _reusable(v) for k, v in kwargs.items()}
+            return await self._call(lambda q: getattr(q, name)(*given, **named))
+
+        self.function = send
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.function.__qualname__ = f"{owner.__qualname__}.{name}"
+        self.function.__module__ = owner.__module__
+
+    @overload
+    def __get__(
+        self, obj: None, owner: type | None = None
+    ) -> Callable[Concatenate[ForwardedQueue, P], Coroutine[Any, Any, R]]: ...
+
+    @overload
+    def __get__(
+        self, obj: ForwardedQueue, owner: type | None = None
+    ) -> Callable[P, Coroutine[Any, Any, R]]: ...
+
+    def __get__(
+        self, obj: ForwardedQueue | None, owner: type | None = None
+    ) -> (
+        Callable[Concatenate[ForwardedQueue, P], Coroutine[Any, Any, R]]
+        | Callable[P, Coroutine[Any, Any, R]]
+    ):
+        if obj is None:
+            return self.function
+        return types.MethodType(self.function, obj)
+
+
 class ForwardedQueue:
     """A queue led by another broker of the cluster; the coroutines of :class:`s3q.AsyncQueue`."""
 
@@ -234,103 +283,25 @@ class ForwardedQueue:
         finally:
             task.cancel()
 
-    async def enqueue(
-        self,
-        payload: bytes,
-        priority: int = 0,
-        delay: float = 0.0,
-        dedup_id: str | None = None,
-        group: str | None = None,
-        attributes: dict[str, str] | None = None,
-        *,
-        durability: str | None = None,
-        tenant: str | None = None,
-    ) -> str:
-        return await self._call(
-            lambda q: q.enqueue(
-                payload,
-                priority,
-                delay,
-                dedup_id,
-                group,
-                attributes,
-                durability=durability,
-                tenant=tenant,
-            )
-        )
-
-    async def enqueue_batch(
-        self, items: Iterable[bytes | dict[str, Any]], *, durability: str | None = None
-    ) -> list[str]:
-        listed = list(items)
-        return await self._call(lambda q: q.enqueue_batch(listed, durability=durability))
-
-    async def enqueue_staged(
-        self, objects: Iterable[StagedObject], token: str | None = None
-    ) -> Sequence[str] | None:
-        listed = list(objects)
-        return await self._call(lambda q: q.enqueue_staged(listed, token))
-
-    async def dequeue(
-        self,
-        max_messages: int = 1,
-        visibility_timeout: float | None = None,
-        wait: float = 0.0,
-        *,
-        per_group: int = 1,
-    ) -> list[Message]:
-        return await self._call(
-            lambda q: q.dequeue(max_messages, visibility_timeout, wait, per_group=per_group)
-        )
-
-    async def complete(self, target: Target) -> None:
-        await self._call(lambda q: q.complete(target))
-
-    async def complete_batch(self, targets: Iterable[Target]) -> None:
-        listed = list(targets)
-        await self._call(lambda q: q.complete_batch(listed))
-
-    async def fail(self, target: Target, error: str | None = None) -> float | None:
-        return await self._call(lambda q: q.fail(target, error))
-
-    async def release(self, targets: Target | Iterable[Target]) -> None:
-        listed = [targets] if isinstance(targets, Message | str) else list(targets)
-        await self._call(lambda q: q.release(listed))
-
-    async def extend(self, target: Target, seconds: float, *, revive: bool = False) -> None:
-        await self._call(lambda q: q.extend(target, seconds, revive=revive))
-
-    async def status(self, id: str) -> MessageStatus:
-        return await self._call(lambda q: q.status(id))
-
-    async def stats(self) -> QueueStats:
-        return await self._call(lambda q: q.stats())
-
-    async def peek(self, limit: int = 10) -> list[Message]:
-        return await self._call(lambda q: q.peek(limit))
-
-    async def dead_letters(self, limit: int = 100) -> list[Message]:
-        return await self._call(lambda q: q.dead_letters(limit))
-
-    async def redrive(self, ids: Iterable[str] | None = None) -> int:
-        listed = None if ids is None else list(ids)
-        return await self._call(lambda q: q.redrive(listed))
-
-    async def discard(self, ids: Iterable[str]) -> int:
-        listed = list(ids)
-        return await self._call(lambda q: q.discard(listed))
-
-    async def configure(self, **settings: Any) -> dict[str, Setting]:
-        return await self._call(lambda q: q.configure(**settings))
-
-    async def cleanup(self) -> int:
-        return await self._call(lambda q: q.cleanup())
-
-    async def purge(self) -> int:
-        return await self._call(lambda q: q.purge())
-
-    async def compact(self) -> CompactionReport:
-        return await self._call(lambda q: q.compact())
+    enqueue = forwarded(AsyncQueueSurface.enqueue)
+    enqueue_batch = forwarded(AsyncQueueSurface.enqueue_batch)
+    enqueue_staged = forwarded(AsyncQueueSurface.enqueue_staged)
+    dequeue = forwarded(AsyncQueueSurface.dequeue)
+    complete = forwarded(AsyncQueueSurface.complete)
+    complete_batch = forwarded(AsyncQueueSurface.complete_batch)
+    fail = forwarded(AsyncQueueSurface.fail)
+    release = forwarded(AsyncQueueSurface.release)
+    extend = forwarded(AsyncQueueSurface.extend)
+    status = forwarded(AsyncQueueSurface.status)
+    stats = forwarded(AsyncQueueSurface.stats)
+    peek = forwarded(AsyncQueueSurface.peek)
+    dead_letters = forwarded(AsyncQueueSurface.dead_letters)
+    redrive = forwarded(AsyncQueueSurface.redrive)
+    discard = forwarded(AsyncQueueSurface.discard)
+    configure = forwarded(AsyncQueueSurface.configure)
+    cleanup = forwarded(AsyncQueueSurface.cleanup)
+    purge = forwarded(AsyncQueueSurface.purge)
+    compact = forwarded(AsyncQueueSurface.compact)
 
     async def close(self) -> None:
         """Nothing to close: the leader owns the queue."""
