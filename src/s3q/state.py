@@ -1352,20 +1352,29 @@ class QueueState:
         bound: int | None,
         now: float,
     ) -> list[Rec] | None:
-        """Up to ``count`` messages from the front of ``name``'s lane (a run's, up to arrival
-        number ``bound``); None if a run's table must be read back first."""
+        """Up to ``count`` messages from the front of ``name``'s lane, in order, those before
+        arrival number ``bound`` (if given); a group's head ends them. None if a run's table
+        must be read back first (and nothing was taken)."""
         lane = lanes[name]
-        _, _, _, item = heapq.heappop(lane)
-        if isinstance(item, Run):
-            if item.table is None:
-                heapq.heappush(lane, (item.front(), -1, next(self._aside_order), item))
-                return None
-            room = count if bound is None else max(1, min(count, bound - item.front()))
-            taken = self._take_many(item, room)
-            if len(item):
-                heapq.heappush(lane, (item.front(), -1, next(self._aside_order), item))
-            return taken
-        return [item] if self._deliverable_head(item, now) else []
+        taken: list[Rec] = []
+        while len(taken) < count:
+            n = self._lane_head(lane)
+            if n is None or (bound is not None and n >= bound):
+                break
+            item = heapq.heappop(lane)[3]
+            if isinstance(item, Run):
+                if item.table is None:
+                    heapq.heappush(lane, (n, -1, next(self._aside_order), item))
+                    return taken or None
+                room = count - len(taken)
+                taken.extend(self._take_many(item, room if bound is None else min(room, bound - n)))
+                if len(item):
+                    heapq.heappush(lane, (item.front(), -1, next(self._aside_order), item))
+            elif self._deliverable_head(item, now):
+                taken.append(item)
+                if item.group is not None:
+                    break
+        return taken
 
     def _push_ready(self, rec: Rec, n: int) -> None:
         """Make ``rec`` deliverable from the ready heap of its priority (by arrival ``n``)."""
