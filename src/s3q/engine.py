@@ -887,6 +887,7 @@ class Engine:
 
     async def peek(self, limit: int) -> list[Message]:
         self._check()
+        await self._sweep()  # a lease run out on its last attempt is dead, not next
         await self._fill(self.state.wanted(limit, self._fair))
         recs = self.state.deliverable(self.clock(), limit, self._fair)
         payloads = await self._payloads(recs)

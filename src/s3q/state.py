@@ -1230,7 +1230,7 @@ class QueueState:
                     if quiet[2] is not None and (front is None or quiet[2] < front):
                         front = quiet[2]  # (the next lane's message is next after)
                 elif head is None:
-                    aside = self._noisiest_last(lanes, given, count - len(out))
+                    aside = self._noisiest_last(lanes, given, count - len(out), now)
                     if aside is None:
                         break
                 elif quiet is not None and (bound is None or quiet[0] < bound):
@@ -1305,6 +1305,20 @@ class QueueState:
             heapq.heappop(lane)
         return None
 
+    def _lane_next(self, lane: list[tuple[int, int, int, Rec | Run]], now: float) -> int | None:
+        """``_lane_head``, past a group's head that must wait for messages after it still
+        leased (it goes on a timer, as ``_deliverable_head`` does)."""
+        while (n := self._lane_head(lane)) is not None:
+            item = lane[0][3]
+            if not isinstance(item, Rec) or item.group is None:
+                return n
+            if (until := self._held_behind(item, now)) is not None:
+                heapq.heappop(lane)
+                heapq.heappush(self._timers, (until, item.n, item.version, item.id))
+                continue
+            return n
+        return None
+
     def _quiet_lane(
         self, lanes: dict[str, list[tuple[int, int, int, Rec | Run]]], now: float
     ) -> tuple[int, str, int | None] | None:
@@ -1312,7 +1326,7 @@ class QueueState:
         the number of the next lane's earliest); lanes left empty are dropped."""
         heads: list[tuple[int, str]] = []
         for name in list(lanes):
-            n = self._lane_head(lanes[name])
+            n = self._lane_next(lanes[name], now)
             if n is None:
                 del lanes[name]
             elif not self.tenants.noisy(name, now):
@@ -1327,6 +1341,7 @@ class QueueState:
         lanes: dict[str, list[tuple[int, int, int, Rec | Run]]],
         given: dict[str, int] | None,
         wanted: int,
+        now: float,
     ) -> tuple[str, int] | None:
         """The noisy tenant to deliver from (the fewest in flight, then the earliest message),
         and how many of the ``wanted`` to take: until another has as few, or (when others have
@@ -1335,7 +1350,7 @@ class QueueState:
         ranked = sorted(
             (self.tenants.in_flight_of(name) + given.get(name, 0), n, name)
             for name, lane in lanes.items()
-            if (n := self._lane_head(lane)) is not None
+            if (n := self._lane_next(lane, now)) is not None
         )
         if not ranked:
             return None
@@ -1538,8 +1553,13 @@ class QueueState:
         oldest = now
         noisy_records = 0  # queued records of noisy tenants (the rest of them are in runs)
         for rec in self.messages.values():
-            if rec.state == LEASED:
+            if rec.state == LEASED and rec.lease_until > now:
                 in_flight += rec.tenant not in noisy
+                continue
+            if rec.state == LEASED:  # its lease ran out: visible (as ``status`` says)
+                if rec.tenant not in noisy:
+                    visible += 1
+                    oldest = min(oldest, rec.enqueued_at)
                 continue
             if rec.state != QUEUED:
                 continue
@@ -1577,29 +1597,32 @@ class QueueState:
             or (rec.state == LEASED and rec.lease_until <= now)
         )
         eligible = (
-            rec for rec in heads if rec.group is None or self._groups[rec.group][0] == rec.id
+            rec
+            for rec in heads
+            if rec.group is None
+            or (self._groups[rec.group][0] == rec.id and self._held_behind(rec, now) is None)
         )
         runs = {id(run): run for run in self._fresh_runs(limit, fair)}
         for lanes in self._aside.values():
             for lane in lanes.values():
                 runs.update((id(e[3]), e[3]) for e in lane if isinstance(e[3], Run) and len(e[3]))
         untouched = (rec for run in runs.values() for rec in itertools.islice(run.members(), limit))
-        noisy = set(self.tenants.noisy_names(now))
-
-        def order(rec: Rec) -> tuple[bool, int]:  # quiet tenants first
-            return rec.tenant in noisy, rec.n
-
-        if not fair:
-            return heapq.nsmallest(
-                limit, itertools.chain(eligible, untouched), key=lambda r: (-r.priority, *order(r))
-            )
         by_priority: dict[int, list[Rec]] = {}
         for rec in itertools.chain(eligible, untouched):
             by_priority.setdefault(rec.priority, []).append(rec)
-        waiting = {
-            p: deque(heapq.nsmallest(limit, recs, key=order)) for p, recs in by_priority.items()
-        }
+        noisy = set(self.tenants.noisy_names(now))
+        given: dict[str, int] = {}
         out: list[Rec] = []
+        if not fair:
+            for priority in sorted(by_priority, reverse=True):
+                if len(out) >= limit:
+                    break
+                recs = by_priority[priority]
+                out.extend(self._in_turn(recs, noisy, limit - len(out), given))
+            return out
+        waiting = {
+            p: deque(self._in_turn(recs, noisy, limit, given)) for p, recs in by_priority.items()
+        }
         vtime, shares = self.vtime, dict(self.shares)
         while waiting and len(out) < limit:
             priority = min(waiting, key=lambda p: (max(shares.get(p, 0.0), vtime), -p))
@@ -1607,6 +1630,38 @@ class QueueState:
             vtime, shares[priority] = _served(shares, vtime, priority)
             if not waiting[priority]:
                 del waiting[priority]
+        return out
+
+    def _in_turn(
+        self, recs: list[Rec], noisy: set[str], wanted: int, given: dict[str, int]
+    ) -> list[Rec]:
+        """The first ``wanted`` of deliverable ``recs`` (of one priority) in the order
+        ``select`` takes them: quiet tenants' in arrival order, then noisy tenants' in turns
+        (``_noisiest_last``), which ``given`` counts."""
+        recs = heapq.nsmallest(len(recs), recs, key=lambda r: r.n)
+        out = [rec for rec in recs if rec.tenant not in noisy][:wanted]
+        lanes: dict[str, deque[Rec]] = {}
+        for rec in recs:
+            if rec.tenant in noisy:
+                lanes.setdefault(rec.tenant, deque()).append(rec)
+        while len(out) < wanted and lanes:
+            left = wanted - len(out)
+            ranked = sorted(
+                (self.tenants.in_flight_of(name) + given.get(name, 0), lane[0].n, name)
+                for name, lane in lanes.items()
+            )
+            flight, _, name = ranked[0]
+            room = left if len(ranked) == 1 else max(ranked[1][0] - flight, -(-left // len(ranked)))
+            lane, took = lanes[name], 0
+            while took < min(room, left) and lane:
+                rec = lane.popleft()
+                out.append(rec)
+                took += 1
+                if rec.group is not None:
+                    break
+            given[name] = given.get(name, 0) + took
+            if not lane:
+                del lanes[name]
         return out
 
     @property
