@@ -21,7 +21,7 @@ import s3q
 from s3q import ids
 from s3q.lease import LeaseRecord
 from s3q.ops import Append, Lease
-from s3q.state import Rec, Snapshot
+from s3q.state import Record, Snapshot
 from s3q.tenants import TenantSnap
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -177,7 +177,7 @@ def without_last_field(
 
 
 def test_the_time_of_a_lease_is_a_field_earlier_builds_of_format_3_skip() -> None:
-    """Lease.at and Rec.first_leased_at came within format 3 as trailing fields: objects this
+    """Lease.at and Record.first_leased_at came within format 3 as trailing fields: objects this
     build writes decode with the shapes of the builds before them, and theirs with this one's."""
     old_lease = without_last_field(Lease, tag="l", frozen=True)
     new = Lease([("m1", "m1~r", 130.0)], 100.0)
@@ -187,11 +187,11 @@ def test_the_time_of_a_lease_is_a_field_earlier_builds_of_format_3_skip() -> Non
     older = msgspec.msgpack.encode(old_lease([("m1", "m1~r", 130.0)]))
     assert msgspec.msgpack.decode(older, type=Lease) == Lease([("m1", "m1~r", 130.0)], 0.0)
 
-    old_rec = without_last_field(Rec, drop=3, gc=False)  # (tenant and leased_at came later)
-    rec = Rec("m1", 1, 0, 1.0, 1.0, 3, 0, 10, attempts=2, first_leased_at=100.0)
+    old_rec = without_last_field(Record, drop=3, gc=False)  # (tenant and leased_at came later)
+    rec = Record("m1", 1, 0, 1.0, 1.0, 3, 0, 10, attempts=2, first_leased_at=100.0)
     back = msgspec.msgpack.decode(msgspec.msgpack.encode(rec), type=old_rec)
-    assert (back.id, back.attempts, back.seg) == ("m1", 2, 3)  # type: ignore[attr-defined]
-    assert msgspec.msgpack.decode(msgspec.msgpack.encode(back), type=Rec).first_leased_at == 0.0
+    assert (back.id, back.attempts, back.payload_seq) == ("m1", 2, 3)  # type: ignore[attr-defined]
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(back), type=Record).first_leased_at == 0.0
 
 
 def test_a_writer_lease_naming_a_broker_lease_is_a_field_earlier_builds_skip() -> None:
@@ -218,7 +218,7 @@ def test_a_writer_lease_naming_a_broker_lease_is_a_field_earlier_builds_skip() -
 
 
 def test_tenants_are_fields_earlier_builds_of_format_3_skip() -> None:
-    """Append.tenants, Rec.tenant and leased_at, RunSnap.tenant and the tenants of a Snapshot
+    """Append.tenants, Record.tenant and leased_at, RunSnap.tenant and the tenants of a Snapshot
     came within format 3 as trailing fields: what this build writes decodes with the shapes of
     the builds before, and what those wrote decodes here with no tenant."""
     old_append = without_last_field(Append, tag="a", frozen=True)
@@ -228,10 +228,10 @@ def test_tenants_are_fields_earlier_builds_of_format_3_skip() -> None:
     older = msgspec.msgpack.encode(back)
     assert msgspec.msgpack.decode(older, type=Append) == Append(0, 1.0, 0, [3, 4])
 
-    old_rec = without_last_field(Rec, drop=2, gc=False)
-    rec = Rec("m1", 1, 0, 1.0, 1.0, 3, 0, 10, first_leased_at=9.0, tenant="acme", leased_at=9.0)
+    old_rec = without_last_field(Record, drop=2, gc=False)
+    rec = Record("m1", 1, 0, 1.0, 1.0, 3, 0, 10, first_leased_at=9.0, tenant="acme", leased_at=9.0)
     back = msgspec.msgpack.decode(msgspec.msgpack.encode(rec), type=old_rec)
-    again = msgspec.msgpack.decode(msgspec.msgpack.encode(back), type=Rec)
+    again = msgspec.msgpack.decode(msgspec.msgpack.encode(back), type=Record)
     assert (again.first_leased_at, again.tenant, again.leased_at) == (9.0, None, 0.0)
 
     old_snapshot = without_last_field(Snapshot, drop=2)

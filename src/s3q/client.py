@@ -234,7 +234,7 @@ class _Nodes:
             order = self._orders[queue] = sorted(self.urls, key=lambda u: _rank(queue or "", u))
         return order[self._moved.get(queue, 0) % len(order)]
 
-    def settle(
+    def raise_or_move_on(
         self,
         call: _Call[Any],
         node: str,
@@ -288,10 +288,11 @@ def _transport_error(exc: Exception, url: str) -> StoreError:
     return StoreError(f"broker {url} failed mid-request: {type(exc).__name__}: {exc}")
 
 
-# --------------------------------------------------------------------------- the protocol, once
+# --------------------------------------------------------------------------- the requests, once
 
 
-def _q(name: str) -> str:
+def _queue_path(name: str) -> str:
+    """Where queue ``name``'s calls go (below the broker's URL)."""
     return f"{API_PREFIX}/queues/{name}"
 
 
@@ -301,12 +302,12 @@ def _durability(durability: str | None) -> dict[str, str]:
     return {} if checked is None else {"durability": checked}
 
 
-class _Protocol:
+class _Requests:
     """The requests of one queue's methods; shared by the blocking and the async queue."""
 
     def __init__(self, name: str) -> None:
         self.name = check_name(name)
-        self.base = _q(self.name)
+        self.base = _queue_path(self.name)
 
     def enqueue(
         self,
@@ -448,7 +449,7 @@ class _RemoteQueueBase:
     end without an event loop (:func:`s3q.blocking.run_in_place`)."""
 
     def __init__(self, name: str) -> None:
-        self._p = _Protocol(name)
+        self._requests = _Requests(name)
         self._closed = False
 
     @property
@@ -466,11 +467,11 @@ class _RemoteQueueBase:
 
     @property
     def name(self) -> str:
-        return self._p.name
+        return self._requests.name
 
     @property
     def url(self) -> str:
-        return f"{self._broker}{self._p.base}"
+        return f"{self._broker}{self._requests.base}"
 
     async def enqueue(
         self,
@@ -488,7 +489,7 @@ class _RemoteQueueBase:
         ``durability``: "buffered" to be answered before then, "durable", or None (the
         queue's setting). ``tenant``: who it is for; while a tenant is noisy (holds much of
         what is in flight or of the processing time), other tenants' messages go first."""
-        call = self._p.enqueue(
+        call = self._requests.enqueue(
             payload, priority, delay, dedup_id, group, attributes, durability, tenant
         )
         return await self._run(call)
@@ -498,13 +499,13 @@ class _RemoteQueueBase:
     ) -> list[str]:
         """Add many messages in one commit: payloads, or dicts of ``enqueue``'s keywords
         (``durability`` as ``enqueue``'s, for the whole batch)."""
-        return await self._run(self._p.enqueue_batch(items, durability))
+        return await self._run(self._requests.enqueue_batch(items, durability))
 
     async def enqueue_staged(
         self, objects: Iterable[StagedObject], token: str | None = None
     ) -> list[str] | None:
         """Commit the messages of staged objects in one log object; see s3q.AsyncQueue."""
-        return await self._run(self._p.enqueue_staged(objects, token))
+        return await self._run(self._requests.enqueue_staged(objects, token))
 
     async def dequeue(
         self,
@@ -517,27 +518,27 @@ class _RemoteQueueBase:
         """Lease up to ``max_messages``; the broker waits up to ``wait`` seconds for the first.
         ``per_group``: a group's messages delivered together, in order (1 to 10; 1: one at a
         time); while any of them is leased, the group's later messages wait."""
-        call = self._p.dequeue(max_messages, visibility_timeout, wait, per_group)
+        call = self._requests.dequeue(max_messages, visibility_timeout, wait, per_group)
         return await self._run(call)
 
     async def complete(self, target: Target) -> None:
         """Acknowledge a delivered message: it is done."""
-        await self._run(self._p.complete([target]))
+        await self._run(self._requests.complete([target]))
 
     async def complete_batch(self, targets: Iterable[Target]) -> None:
         """Acknowledge many delivered messages in one commit (all or none)."""
-        call = self._p.complete(targets)
+        call = self._requests.complete(targets)
         if call.body and call.body["receipts"]:
             await self._run(call)
 
     async def fail(self, target: Target, error: str | None = None) -> float | None:
         """Give a delivered message back: retried after a backoff, or dead if out of attempts.
         When it will be retried (unix time), or None if it is dead."""
-        return await self._run(self._p.fail(target, error))
+        return await self._run(self._requests.fail(target, error))
 
     async def release(self, targets: Target | Iterable[Target]) -> None:
         """Give delivered messages back unprocessed: visible at once, the delivery uncounted."""
-        call = self._p.release(targets)
+        call = self._requests.release(targets)
         if call.body and call.body["receipts"]:
             await self._run(call)
 
@@ -545,47 +546,47 @@ class _RemoteQueueBase:
         """Make a lease end ``seconds`` from now (0: the message is visible again at once).
         ``revive``: also a lease that has run out, if nobody was delivered the message since
         (as SQS's ChangeMessageVisibility); otherwise that is ReceiptExpired."""
-        await self._run(self._p.extend(target, seconds, revive))
+        await self._run(self._requests.extend(target, seconds, revive))
 
     async def status(self, id: str) -> MessageStatus:
         """Where message ``id`` stands; MessageNotFound if unknown or past retention."""
-        return await self._run(self._p.status(id))
+        return await self._run(self._requests.status(id))
 
     async def stats(self) -> QueueStats:
         """Counts by status and the writer's commit figures."""
-        return await self._run(self._p.stats())
+        return await self._run(self._requests.stats())
 
     async def peek(self, limit: int = 10) -> list[Message]:
         """The next ``limit`` messages a dequeue would deliver, without leasing them."""
-        return await self._run(self._p.peek(limit))
+        return await self._run(self._requests.peek(limit))
 
     async def dead_letters(self, limit: int = 100) -> list[Message]:
         """Up to ``limit`` dead messages, oldest first, with their last error."""
-        return await self._run(self._p.dead_letters(limit))
+        return await self._run(self._requests.dead_letters(limit))
 
     async def redrive(self, ids: Iterable[str] | None = None) -> int:
         """Move dead messages (all, or those named) back to pending; how many moved."""
-        return await self._run(self._p.redrive(ids))
+        return await self._run(self._requests.redrive(ids))
 
     async def discard(self, ids: Iterable[str]) -> int:
         """Remove dead letters for good (e.g. once copied to another queue); how many."""
-        return await self._run(self._p.discard(ids))
+        return await self._run(self._requests.discard(ids))
 
     async def configure(self, /, **settings: Any) -> dict[str, Setting]:
         """Change saved queue settings (``s3q.config.PERSISTED``); the settings now in force."""
-        return await self._run(self._p.configure(settings))
+        return await self._run(self._requests.configure(settings))
 
     async def cleanup(self) -> int:
         """Forget completed messages past ``completed_retention``; how many were forgotten."""
-        return await self._run(self._p.cleanup())
+        return await self._run(self._requests.cleanup())
 
     async def purge(self) -> int:
         """Remove every message not completed; how many were removed."""
-        return await self._run(self._p.purge())
+        return await self._run(self._requests.purge())
 
     async def compact(self) -> CompactionReport:
         """Checkpoint now and collect garbage (both also happen on their own)."""
-        return await self._run(self._p.compact())
+        return await self._run(self._requests.compact())
 
     async def close(self) -> None:
         """Refuse further calls, like a closed :class:`s3q.AsyncQueue`; the broker keeps the
@@ -643,12 +644,12 @@ class Client:
                     timeout=_timeout(call, self.timeout),
                 )
             except httpx.HTTPError as exc:
-                self._nodes.settle(call, node, None, exc, last=attempt == self.retries)
+                self._nodes.raise_or_move_on(call, node, None, exc, last=attempt == self.retries)
             else:
                 if response.status_code == 200:
                     return call.result(response.content)
                 answer = (response.status_code, response.content)
-                self._nodes.settle(call, node, answer, None, last=attempt == self.retries)
+                self._nodes.raise_or_move_on(call, node, answer, None, last=attempt == self.retries)
             time.sleep(_delay(attempt))
         raise AssertionError("unreachable")
 
@@ -821,11 +822,13 @@ class AsyncClient:
                 ) as response:
                     status, body = response.status, await response.read()
             except TRANSPORT as exc:
-                self._nodes.settle(call, node, None, exc, last=attempt == self.retries)
+                self._nodes.raise_or_move_on(call, node, None, exc, last=attempt == self.retries)
             else:
                 if status == 200:
                     return call.result(body)
-                self._nodes.settle(call, node, (status, body), None, last=attempt == self.retries)
+                self._nodes.raise_or_move_on(
+                    call, node, (status, body), None, last=attempt == self.retries
+                )
             await asyncio.sleep(_delay(attempt))
         raise AssertionError("unreachable")
 

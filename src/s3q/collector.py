@@ -21,7 +21,7 @@ from typing import Protocol
 from . import checkpoint, staging
 from .config import QueueConfig
 from .errors import S3QError
-from .state import DONE, QueueState, Rec
+from .state import DONE, QueueState, Record
 from .store import Store
 
 DELETE_CONCURRENCY = 16
@@ -118,30 +118,30 @@ async def _relocate_stragglers(writer: Writer, report: CompactionReport) -> None
     newest = max(writer.checkpoints, default=0)
     chosen: list[int] = []
     budget = RELOCATE_BUDGET
-    for seg in sorted(state.refs):
-        if seg >= newest or budget <= 0:
+    for seq in sorted(state.refs):
+        if seq >= newest or budget <= 0:
             break
-        if seg in state.runs:  # untouched messages keep it: they leave in their own time
+        if seq in state.runs:  # untouched messages keep it: they leave in their own time
             continue
-        live = state.live_bytes[seg]
-        if live <= STRAGGLER_SHARE * state.seg_bytes.get(seg, live) and live <= budget:
-            chosen.append(seg)
+        live = state.live_bytes[seq]
+        if live <= STRAGGLER_SHARE * state.written_bytes.get(seq, live) and live <= budget:
+            chosen.append(seq)
             budget -= live
     if not chosen:
         return
-    recs: dict[int, list[Rec]] = {seg: [] for seg in chosen}
+    recs: dict[int, list[Record]] = {seq: [] for seq in chosen}
     for rec in state.messages.values():
-        if rec.seg in recs and rec.offset >= 0 and rec.stage is None and rec.state != DONE:
-            recs[rec.seg].append(rec)
+        if rec.payload_seq in recs and rec.offset >= 0 and rec.stage is None and rec.state != DONE:
+            recs[rec.payload_seq].append(rec)
     # Where each payload lies now, taken before any await: the world moves on while we read.
-    spans = {seg: [(r.id, r.offset, r.size) for r in rs] for seg, rs in recs.items()}
-    reads = await asyncio.gather(*(writer.read_payloads(seg, spans[seg]) for seg in recs))
+    spans = {seq: [(r.id, r.offset, r.size) for r in rs] for seq, rs in recs.items()}
+    reads = await asyncio.gather(*(writer.read_payloads(seq, spans[seq]) for seq in recs))
     payloads = {mid: data for part in reads for mid, data in part.items()}
     still = [  # only messages still live where they were; all into one log object
         (rec.id, payloads[rec.id])
-        for seg, rs in recs.items()
+        for seq, rs in recs.items()
         for rec in rs
-        if state.messages.get(rec.id) is rec and rec.seg == seg and rec.state != DONE
+        if state.messages.get(rec.id) is rec and rec.payload_seq == seq and rec.state != DONE
     ]
     if still:
         writer.relocate(still)

@@ -64,7 +64,7 @@ from .ops import (
 )
 from .snapshot import Located
 from .staging import StagedObject
-from .state import DONE, QueueState, Rec, blob_key
+from .state import DONE, QueueState, Record, blob_key
 from .store import AlreadyExists, LocalStore, NotFound, Store
 
 logger = logging.getLogger("s3q")
@@ -153,7 +153,7 @@ class Engine:
         cls, store: Store, config: QueueConfig, settings: dict[str, Setting] | None = None
     ) -> Engine:
         """Take the writer lease, rebuild the index from the log, fence older writers, and
-        settle the queue's settings: those given (``settings``) are saved; the others are the
+        apply the queue's settings: those given (``settings``) are saved; the others are the
         saved ones, else the defaults."""
         engine = cls(store, config)
         try:
@@ -162,7 +162,7 @@ class Engine:
                 engine._renewer = asyncio.create_task(engine._renew_loop(engine._lease.renew_every))
             await engine._recover()
             engine._check()  # fenced while recovering: the lease went to another writer
-            await engine._settle(settings or {})
+            await engine._apply_settings(settings or {})
         except BaseException:
             engine._closed = True
             engine._stopping.set()
@@ -194,7 +194,7 @@ class Engine:
         self.commit.abandoned = True  # a write still being tried stops at its next failure
         # What is still running gets what is left of the time, then is cut short: a log
         # write already given up on, checkpoint writes and collection (whole objects each).
-        await _settle([self.commit.task, *self._tasks, self._collecting], left())
+        await _finish_or_cancel([self.commit.task, *self._tasks, self._collecting], left())
         if self.commit.failure is None and self.checkpointer.behind(self.state):
             try:  # a clean shutdown leaves a checkpoint behind: the next open is fast
                 async with asyncio.timeout(left()):
@@ -202,7 +202,7 @@ class Engine:
             except (S3QError, TimeoutError) as exc:
                 logger.warning("no checkpoint at close of %s: %r", self.store.url, exc)
         self._stopping.set()
-        await _settle([self._renewer], left())
+        await _finish_or_cancel([self._renewer], left())
         try:
             async with asyncio.timeout(max(left(), 1.0)):
                 await self._lease.release()
@@ -248,7 +248,10 @@ class Engine:
             data = self.checkpointer.take(durable, self.state)
             self._background(self._write_checkpoint(durable, data))
 
-    async def _settle(self, given: dict[str, Setting]) -> None:
+    async def _apply_settings(self, given: dict[str, Setting]) -> None:
+        """Put the queue's settings in force: those ``given`` (in the config already) are
+        saved where they change anything; the others come from the saved ones, else the
+        defaults."""
         saved = self.state.settings
         inherited: dict[str, Any] = {
             k: v for k, v in saved.items() if k in PERSISTED and k not in given
@@ -718,12 +721,12 @@ class Engine:
                 remaining = min(remaining, max(upcoming - now, 0.001))
             await self._wait_change(remaining)
 
-    def _leases(self, chosen: list[Rec], until: float) -> list[tuple[str, str, float]]:
+    def _leases(self, chosen: list[Record], until: float) -> list[tuple[str, str, float]]:
         """A new lease of each of ``chosen``: (id, receipt, until)."""
         prefix = self.token[:6]
         return [(rec.id, f"{rec.id}~{prefix}{next(self._receipts):x}", until) for rec in chosen]
 
-    def _still_held(self, rec: Rec, receipt: str) -> bool:
+    def _still_held(self, rec: Record, receipt: str) -> bool:
         """Whether the lease this call made on ``rec`` still runs, now that it is durable.
 
         A commit slower than the visibility timeout lets the lease lapse while the caller
@@ -732,7 +735,7 @@ class Engine:
         """
         return rec.receipt == receipt and rec.lease_until > self.clock()
 
-    async def _select(self, limit: int, per_group: int = 1) -> tuple[list[Rec], Batch | None]:
+    async def _select(self, limit: int, per_group: int = 1) -> tuple[list[Record], Batch | None]:
         """Up to ``limit`` deliverable messages, after burying those whose last lease ran out
         of attempts; the tables of the runs they come from read back first."""
         batch = None
@@ -759,7 +762,7 @@ class Engine:
                         self.deliveries_quiet += 1
                 return chosen, batch
 
-    def _bury(self, recs: list[Rec], now: float) -> Batch:
+    def _bury(self, recs: list[Record], now: float) -> Batch:
         error = f"lease expired after {self.config.max_attempts} attempt(s)"
         return self.commit.add(Bury([rec.id for rec in recs], error, now))
 
@@ -768,7 +771,7 @@ class Engine:
         if seqs:
             await tables.fill(self.store, self.state, seqs)
 
-    async def _find(self, mid: str) -> Rec | None:
+    async def _find(self, mid: str) -> Record | None:
         seq = self.state.wanted_for(mid)
         if seq is not None:
             await self._fill({seq})
@@ -816,7 +819,7 @@ class Engine:
             self._notify()
         await self.commit.durable_after(batch)
 
-    def _holders(self, receipts: Iterable[str]) -> list[Rec]:
+    def _holders(self, receipts: Iterable[str]) -> list[Record]:
         recs = []
         for receipt in receipts:
             rec = self.state.receipt_holder(receipt)
@@ -960,7 +963,7 @@ class Engine:
 
     # -- payloads --------------------------------------------------------------------------------
 
-    async def _payloads(self, recs: list[Rec]) -> list[bytes]:
+    async def _payloads(self, recs: list[Record]) -> list[bytes]:
         """The payloads of ``recs``: from the batches in flight, the cache, or the store."""
         found: dict[str, bytes] = {}
         logged: dict[int, list[Span]] = {}
@@ -971,7 +974,7 @@ class Engine:
             if rec.stage is not None:
                 staged.setdefault(rec.stage, []).append(span)
             else:  # where it lies now: garbage collection may move it while we read
-                logged.setdefault(rec.seg if rec.offset >= 0 else -1, []).append(span)
+                logged.setdefault(rec.payload_seq if rec.offset >= 0 else -1, []).append(span)
         for seq, spans in logged.items():
             held = self.commit.held(seq) if seq >= 0 else None
             data = self._cache.get(seq) if seq >= 0 else None
@@ -1004,7 +1007,7 @@ class Engine:
         data = await self.store.get_range(log.key(seq), start, end)
         return {mid: data[offset - start : offset - start + size] for mid, offset, size in spans}
 
-    def _message(self, rec: Rec, payload: bytes, receipt: bool = True) -> Message:
+    def _message(self, rec: Record, payload: bytes, receipt: bool = True) -> Message:
         return Message(
             id=rec.id,
             payload=payload,
@@ -1087,7 +1090,7 @@ def _staged_append(obj: StagedObject, rows: list[int] | None, first: int, now: f
     )
 
 
-async def _settle(tasks: Iterable[asyncio.Task[Any] | None], timeout: float) -> None:
+async def _finish_or_cancel(tasks: Iterable[asyncio.Task[Any] | None], timeout: float) -> None:
     """Let ``tasks`` finish within ``timeout``, cancel the rest, and retrieve every outcome
     (their failures are reported where they happen)."""
     running = [task for task in tasks if task is not None]

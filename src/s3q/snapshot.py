@@ -22,7 +22,7 @@ import msgspec
 from . import checkpoint, log, tables
 from .errors import StoreError, UnsupportedFormat
 from .message import Message
-from .state import QueueState, Rec, blob_key
+from .state import QueueState, Record, blob_key
 from .store import NotFound, Store
 
 logger = logging.getLogger("s3q")
@@ -62,13 +62,13 @@ class Located(msgspec.Struct, frozen=True):
     location: Location
 
 
-def location(rec: Rec) -> Location:
+def location(rec: Record) -> Location:
     """Where the payload of ``rec`` lies now."""
     if rec.stage is not None:
         return Location(rec.stage, rec.offset, rec.size)
     if rec.offset < 0:
         return Location(blob_key(rec.id), 0, rec.size)
-    return Location(log.key(rec.seg), rec.offset, rec.size)
+    return Location(log.key(rec.payload_seq), rec.offset, rec.size)
 
 
 async def load(store: Store, *, retries: int = 0) -> Loaded:

@@ -12,6 +12,7 @@ import itertools
 from array import array
 from collections import deque
 from collections.abc import Iterable, Iterator
+from enum import IntEnum
 from typing import NamedTuple
 
 import msgspec
@@ -41,7 +42,30 @@ from .ops import (
 )
 from .tenants import Ended, Tenants, TenantSnap
 
-QUEUED, LEASED, DONE, DEAD = 0, 1, 2, 3
+
+class State(IntEnum):
+    """Where a message is in its life, as the index records it (``Record.state``). The
+    public :class:`MessageStatus` (``QueueState.status``) also depends on the time:
+
+    - QUEUED: PENDING, or DELAYED (``visible_at`` still ahead), or RETRY (ahead after a
+      failure: ``backoff``);
+    - LEASED: PROCESSING, or PENDING once the lease has run out;
+    - DONE: COMPLETED;
+    - DEAD: DEAD (a dead letter).
+    """
+
+    QUEUED = 0
+    LEASED = 1
+    DONE = 2
+    DEAD = 3
+
+
+#: The states as plain ints, for the loops over every record: ``Record.state`` holds these,
+#: not ``State`` members. CPython compares two exact ints on a fast path that an int subclass
+#: misses (counting 1M records by status: ~10% slower with members), and a module global is
+#: read faster than ``State.LEASED`` (~5 times, in a loop doing nothing else). ``State(n)``
+#: names one.
+QUEUED, LEASED, DONE, DEAD = int(State.QUEUED), int(State.LEASED), int(State.DONE), int(State.DEAD)
 MAX_TOKENS = 10_000  # commit tokens remembered (streaming sinks need only their last batches)
 #: untouched messages whose tables the index keeps (a few bytes each) beyond those it needs now
 TABLE_BUDGET = 1_000_000
@@ -67,9 +91,9 @@ class QuietCounts(NamedTuple):
     oldest_age: float
 
 
-def _front(item: Rec | Run) -> int:
+def _front(item: Record | Run) -> int:
     """The arrival number of the next message ``item`` would deliver."""
-    return item.front() if isinstance(item, Run) else item.n
+    return item.front() if isinstance(item, Run) else item.arrival
 
 
 def blob_key(mid: str) -> str:
@@ -81,29 +105,29 @@ def blob_key(mid: str) -> str:
 MAX_PER_GROUP = 10
 
 
-class Rec(msgspec.Struct, array_like=True, gc=False):
+class Record(msgspec.Struct, array_like=True, gc=False):
     """One message in the index (not tracked by the cyclic GC: it holds no cycles)."""
 
     id: str
-    n: int  # order of arrival: FIFO within a priority
+    arrival: int  # its arrival number (order of arrival): FIFO within a priority
     priority: int
     enqueued_at: float
     visible_at: float
-    seg: int  # where the payload lies: log sequence number, offset (-1: blob/<id>), size
+    payload_seq: int  # where the payload lies: log sequence number, offset (-1: blob/<id>), size
     offset: int
     size: int
     group: str | None = None
     dedup_id: str | None = None
     attributes: dict[str, str] | None = None
     attempts: int = 0
-    state: int = QUEUED
+    state: int = QUEUED  # a State, as a plain int (see QUEUED): decoded as one, compared fast
     receipt: str | None = None
     lease_until: float = 0.0
     last_error: str | None = None
     finished_at: float = 0.0
     version: int = 0  # bumped on every change: heap entries of older versions are stale
     backoff: bool = False  # visible_at was set by a failure, not by a delay
-    stage: str | None = None  # the payload lies in this staged object, not in log object seg
+    stage: str | None = None  # the payload lies in this staged object, not in the log
     first_leased_at: float = 0.0  # when its first counted delivery was made (0: none, or unknown)
     tenant: str | None = None  # who it is for (``tenants``): quiet tenants' messages go first
     leased_at: float = 0.0  # when its latest lease began (0: unknown)
@@ -130,17 +154,17 @@ class Run:
     object ``seq``, of one priority, tenant and enqueue time, visible at once and in no group.
 
     They leave from the front, as delivery is FIFO within a priority (a lease, live or
-    replayed, always takes a run's front member): a member taken becomes a record (``Rec``) of
-    its own. A run far from the head of its priority may drop its ``table`` (each member's
-    size and offset: 4 to 12 bytes), leaving a few dozen bytes whatever its length; taking a
-    member, or reading one, needs the table read back first (``tables.fill``).
+    replayed, always takes a run's front member): a member taken becomes a record
+    (``Record``) of its own. A run far from the head of its priority may drop its ``table``
+    (each member's size and offset: 4 to 12 bytes), leaving a few dozen bytes whatever its
+    length; taking a member, or reading one, needs the table read back first (``tables.fill``).
     """
 
     __slots__ = (
+        "arrival",
         "bytes",
         "count",
         "enqueued_at",
-        "n",
         "offset",
         "place",
         "priority",
@@ -157,7 +181,7 @@ class Run:
         queue: str,
         seq: int,
         place: int,
-        n: int,
+        arrival: int,
         count: int,
         priority: int,
         enqueued_at: float,
@@ -167,7 +191,8 @@ class Run:
         table: Table | None,
         tenant: str | None = None,
     ) -> None:
-        self.queue, self.seq, self.place, self.n, self.count = queue, seq, place, n, count
+        self.queue, self.seq, self.place, self.count = queue, seq, place, count
+        self.arrival = arrival  # of the member at ``place``
         self.tenant = tenant
         self.priority, self.enqueued_at, self.stage = priority, enqueued_at, stage
         self.bytes = size  # payload bytes of the members not taken
@@ -185,18 +210,18 @@ class Run:
         return k if self.taken <= k < self.count else None
 
     def front(self) -> int:
-        """The number (arrival order) of the front member."""
-        return self.n + self.taken
+        """The arrival number of the front member."""
+        return self.arrival + self.taken
 
     def front_place(self) -> int:
         return self.place + self.taken
 
-    def member(self, k: int, offset: int) -> Rec:
+    def member(self, k: int, offset: int) -> Record:
         """Member ``k`` as a record (its payload at ``offset``), queued and untouched."""
         table = self._table()
-        return Rec(
+        return Record(
             ids.make(self.queue, self.seq, self.place + k),
-            self.n + k,
+            self.arrival + k,
             self.priority,
             self.enqueued_at,
             self.enqueued_at,
@@ -217,7 +242,7 @@ class Run:
             return table.offsets[k]
         return self.offset + sum(table.sizes[self.taken : k])
 
-    def take(self, count: int) -> list[Rec]:
+    def take(self, count: int) -> list[Record]:
         """Take the first ``count`` members (at most all) out of the run, as records."""
         table, start = self._table(), self.taken
         end = min(start + count, self.count)
@@ -232,9 +257,9 @@ class Run:
         at, priority, seq, stage = self.enqueued_at, self.priority, self.seq, self.stage
         tenant = self.tenant
         recs = [
-            Rec(
+            Record(
                 mid,
-                n,
+                arrival,
                 priority,
                 at,
                 at,
@@ -247,9 +272,9 @@ class Run:
                 stage=stage,
                 tenant=tenant,
             )
-            for mid, n, offset, size, dedup, attrs in zip(  # offsets and the rest run longer
+            for mid, arrival, offset, size, dedup, attrs in zip(  # offsets and the rest run longer
                 ids.make_many(self.queue, seq, self.place + start, end - start),
-                range(self.n + start, self.n + end),
+                range(self.arrival + start, self.arrival + end),
                 offsets,
                 sizes,
                 dedup_ids,
@@ -263,7 +288,7 @@ class Run:
         self.bytes -= taken
         return recs
 
-    def members(self) -> Iterator[Rec]:
+    def members(self) -> Iterator[Record]:
         """The members not taken, front first, as records (the run is left as it is)."""
         offsets, offset = self._table().offsets, self.offset
         for k in range(self.taken, self.count):
@@ -274,7 +299,8 @@ class Run:
     def drop_table(self) -> None:
         """Forget the table (read back from the log when needed), rebasing the run on its
         front member so a table read back covers exactly the members left."""
-        self.place, self.n, self.count = self.place + self.taken, self.n + self.taken, len(self)
+        self.place, self.count = self.place + self.taken, len(self)
+        self.arrival += self.taken
         self.taken, self.table = 0, None
 
     def fill(self, ops: list[Append]) -> None:
@@ -298,7 +324,7 @@ class Run:
         return RunSnap(
             self.seq,
             self.place + k,
-            self.n + k,
+            self.arrival + k,
             self.priority,
             self.enqueued_at,
             b"",
@@ -319,7 +345,7 @@ class Run:
                 queue,
                 snap.seq,
                 snap.place,
-                snap.n,
+                snap.arrival,
                 snap.count,
                 snap.priority,
                 snap.enqueued_at,
@@ -347,7 +373,7 @@ class Run:
             queue,
             snap.seq,
             snap.place,
-            snap.n,
+            snap.arrival,
             len(sizes),
             snap.priority,
             snap.enqueued_at,
@@ -369,7 +395,7 @@ class RunSnap(msgspec.Struct, array_like=True):
 
     seq: int
     place: int
-    n: int
+    arrival: int  # of the member at ``place``
     priority: int
     enqueued_at: float
     sizes: bytes  # uint32 each (the first builds of format 2; now empty)
@@ -387,11 +413,11 @@ class Snapshot(msgspec.Struct, array_like=True):
     """The index at log object ``seq``: what a checkpoint holds."""
 
     seq: int
-    n: int
+    arrivals: int  # arrival numbers given so far (the latest given)
     total_enqueued: int
-    messages: list[Rec]
+    messages: list[Record]
     dedup: list[tuple[str, str, float]]  # (dedup_id, message id, enqueued_at)
-    seg_bytes: dict[int, int]
+    written_bytes: dict[int, int]  # log seq -> payload bytes it was written with
     garbage: list[tuple[int, str]]
     settings: dict[str, int | float | str | dict[str, str] | None] = {}
     tokens: list[str] = []  # commit tokens, oldest first
@@ -409,7 +435,7 @@ class QueueState:
     """Messages by id, with the structures that make dequeue, expiry and groups cheap."""
 
     def __init__(self) -> None:
-        self.messages: dict[str, Rec] = {}  # records: messages touched since their enqueue
+        self.messages: dict[str, Record] = {}  # records: messages touched since their enqueue
         self.runs: dict[int, list[Run]] = {}  # untouched messages, by the log object of each
         self.untouched = 0  # messages in runs
         self.run_count = 0
@@ -418,12 +444,13 @@ class QueueState:
         self.total_enqueued = 0
         self.live = 0  # queued or leased
         self.dead: dict[str, None] = {}  # ordered set, oldest first
-        self._n = 0
+        self._arrivals = 0  # arrival numbers given so far (the latest given)
         # Deliverable messages. Fresh ones (runs, and records visible at enqueue and never
         # changed since: version 0) wait in one FIFO per priority; the others in a heap.
-        self._fresh: dict[int, deque[Rec | Run]] = {}
+        self._fresh: dict[int, deque[Record | Run]] = {}
         self._fresh_priorities: list[int] = []  # heap of -priority of the FIFOs in _fresh
-        self._ready: dict[int, list[tuple[int, int, str]]] = {}  # priority -> heap (n, version, id)
+        # priority -> heap (arrival, version, id)
+        self._ready: dict[int, list[tuple[int, int, str]]] = {}
         self._ready_priorities: list[int] = []  # heap of -priority of the heaps in _ready
         # Fair delivery across priorities (start-time fair queuing, folded from the leases):
         # each priority's next start tag, and the start tag of the latest delivery.
@@ -432,9 +459,9 @@ class QueueState:
         # Tenant fairness: messages of noisy tenants met at the head of their priority wait
         # aside, a heap per tenant (arrival number, version or -1 for a run, order, item).
         self.tenants = Tenants()
-        self._aside: dict[int, dict[str, list[tuple[int, int, int, Rec | Run]]]] = {}
+        self._aside: dict[int, dict[str, list[tuple[int, int, int, Record | Run]]]] = {}
         self._aside_order = itertools.count()
-        self._timers: list[tuple[float, int, int, str]] = []  # (time, n, version, id)
+        self._timers: list[tuple[float, int, int, str]] = []  # (time, arrival, version, id)
         self._groups: dict[str, deque[str]] = {}
         self._dedup: dict[str, tuple[str, float]] = {}  # dedup_id -> (id, enqueued_at)
         self._dedup_order: deque[tuple[float, str]] = deque()
@@ -444,7 +471,7 @@ class QueueState:
         self.seq = 0  # the log object being folded
         self.refs: dict[int, int] = {}  # log seq -> live messages whose payload lies there
         self.live_bytes: dict[int, int] = {}  # log seq -> bytes of those payloads
-        self.seg_bytes: dict[int, int] = {}  # log seq -> payload bytes it was written with
+        self.written_bytes: dict[int, int] = {}  # log seq -> payload bytes it was written with
         self.garbage: list[tuple[int, str]] = []  # (seq it became garbage at, object key)
         self.pruned = 0  # how much the last Prune forgot
         self._sizes: dict[int, int] = {}
@@ -528,9 +555,9 @@ class QueueState:
         elif isinstance(op, Relocate):
             for mid, offset in op.moves:
                 rec = self.messages[mid]
-                self._release(rec)
-                rec.seg, rec.offset, rec.stage = seq, offset, None
-                self._hold(rec)
+                self._drop_payload(rec)
+                rec.payload_seq, rec.offset, rec.stage = seq, offset, None
+                self._keep_payload(rec)
         elif isinstance(op, Prune):
             self.pruned = self._prune(op.at, op.retention, op.window)
         elif isinstance(op, Configure):
@@ -627,7 +654,7 @@ class QueueState:
             self.queue,
             seq,
             op.first + start,
-            self._n + 1,
+            self._arrivals + 1,
             count,
             priority,
             op.enqueued_at,
@@ -637,7 +664,7 @@ class QueueState:
             table if keep else None,
             tenant,
         )
-        self._n += count
+        self._arrivals += count
         self.tenants.arrived(tenant, count, op.enqueued_at)
         self.total_enqueued += count
         self.live += count
@@ -645,8 +672,8 @@ class QueueState:
         if keep:
             self.tabled += count
         if op.key is None:
-            self.seg_bytes[seq] = self.seg_bytes.get(seq, 0) + size
-        self._hold_many(seq, op.key, count, size)
+            self.written_bytes[seq] = self.written_bytes.get(seq, 0) + size
+        self._keep_payloads(seq, op.key, count, size)
         if table.dedup_ids:
             at = op.enqueued_at
             for k, dedup_id in enumerate(table.dedup_ids):
@@ -660,12 +687,12 @@ class QueueState:
         self.runs.setdefault(run.seq, []).append(run)
         self.run_count += 1
 
-    def _take(self, run: Run) -> Rec:
+    def _take(self, run: Run) -> Record:
         """The front member of ``run`` becomes a record, queued: something is about to
         happen to it (a lease)."""
         return self._take_many(run, 1)[0]
 
-    def _take_many(self, run: Run, count: int) -> list[Rec]:
+    def _take_many(self, run: Run, count: int) -> list[Record]:
         """``_take`` of the first ``count`` members of ``run`` (at most all)."""
         recs = run.take(count)
         messages = self.messages
@@ -737,7 +764,7 @@ class QueueState:
                 if isinstance(item, Run) and len(item):
                     yield item
                     left -= 0 if item.tenant in noisy else len(item)
-                elif isinstance(item, Rec) and item.version == 0:
+                elif isinstance(item, Record) and item.version == 0:
                     left -= item.tenant not in noisy
 
     def _run_of(self, mid: str) -> tuple[Run, int] | None:
@@ -751,7 +778,7 @@ class QueueState:
                 return run, k
         return None
 
-    def _record(self, mid: str) -> Rec:
+    def _record(self, mid: str) -> Record:
         """The record of ``mid``, made now if it is the front member of a run (a replayed
         lease: leases take runs front first)."""
         rec = self.messages.get(mid)
@@ -792,10 +819,10 @@ class QueueState:
         stage: str | None,
         tenant: str | None = None,
     ) -> None:
-        self._n += 1
-        rec = Rec(
+        self._arrivals += 1
+        rec = Record(
             mid,
-            self._n,
+            self._arrivals,
             priority,
             enqueued_at,
             visible_at,
@@ -813,8 +840,8 @@ class QueueState:
         self.live += 1
         self.tenants.arrived(tenant, 1, enqueued_at)
         if offset >= 0 and stage is None:
-            self.seg_bytes[seq] = self.seg_bytes.get(seq, 0) + size
-        self._hold(rec)
+            self.written_bytes[seq] = self.written_bytes.get(seq, 0) + size
+        self._keep_payload(rec)
         if dedup_id is not None:
             self._dedup[dedup_id] = (mid, enqueued_at)
             self._dedup_order.append((enqueued_at, dedup_id))
@@ -826,7 +853,7 @@ class QueueState:
         if visible_at <= enqueued_at:
             self._push_fresh(rec)
         else:
-            heapq.heappush(self._timers, (rec.visible_at, rec.n, 0, rec.id))
+            heapq.heappush(self._timers, (rec.visible_at, rec.arrival, 0, rec.id))
 
     def _enqueue_staged(self, op: EnqueueStaged, seq: int) -> None:
         for message in op.messages:
@@ -839,26 +866,26 @@ class QueueState:
         if len(self.tokens) > MAX_TOKENS:
             del self.tokens[next(iter(self.tokens))]
 
-    def _push_fresh(self, item: Rec | Run) -> None:
+    def _push_fresh(self, item: Record | Run) -> None:
         fifo = self._fresh.get(item.priority)
         if fifo is None:
             fifo = self._fresh[item.priority] = deque()
             heapq.heappush(self._fresh_priorities, -item.priority)
         fifo.append(item)
 
-    def _schedule(self, rec: Rec) -> None:
+    def _schedule(self, rec: Record) -> None:
         """Index ``rec`` anew after a change: a timer for when it next becomes deliverable."""
         rec.version += 1
         if rec.state != LEASED and self._follows(rec):
             return  # scheduled when it heads its group (a leased one: to die when it runs out)
         when = rec.lease_until if rec.state == LEASED else rec.visible_at
-        heapq.heappush(self._timers, (when, rec.n, rec.version, rec.id))
+        heapq.heappush(self._timers, (when, rec.arrival, rec.version, rec.id))
 
     def _complete(self, mids: list[str], at: float) -> None:
         """Messages completed at ``at``: those whose ids name their places leave the records
         for ``completed``; the others (format-1 ids) stay as records until pruned."""
         places: dict[int, list[int]] = {}
-        freed: dict[tuple[int, str | None], list[int]] = {}  # (seg, stage): [count, bytes]
+        freed: dict[tuple[int, str | None], list[int]] = {}  # (payload_seq, stage): [count, bytes]
         messages, finished = self.messages, self._finished
         self._ended(mids, at, requeued=False)
         for mid in mids:
@@ -866,9 +893,9 @@ class QueueState:
             rec.state, rec.finished_at, rec.receipt, rec.attributes = DONE, at, None, None
             rec.version += 1
             if rec.stage is None and rec.offset < 0:
-                self._release(rec)
-            elif (where := freed.get((rec.seg, rec.stage))) is None:
-                freed[rec.seg, rec.stage] = [1, rec.size]
+                self._drop_payload(rec)
+            elif (where := freed.get((rec.payload_seq, rec.stage))) is None:
+                freed[rec.payload_seq, rec.stage] = [1, rec.size]
             else:
                 where[0] += 1
                 where[1] += rec.size
@@ -881,8 +908,8 @@ class QueueState:
             else:
                 finished.append((at, mid))
         self.live -= len(mids)
-        for (seg, stage), (count, size) in freed.items():
-            self._release_many(seg, stage, count, size)
+        for (payload_seq, stage), (count, size) in freed.items():
+            self._drop_payloads(payload_seq, stage, count, size)
         if places:
             self.completed.add(at, places)
 
@@ -906,7 +933,7 @@ class QueueState:
                 by_tenant.setdefault(rec.tenant, [0, 0.0, 0])[2] += 1
         self.tenants.ended(ended, at, requeued)
 
-    def _die(self, rec: Rec, at: float) -> None:
+    def _die(self, rec: Record, at: float) -> None:
         """``rec`` is a dead letter from ``at`` on."""
         rec.state, rec.finished_at, rec.receipt = DEAD, at, None
         rec.version += 1
@@ -915,11 +942,11 @@ class QueueState:
         if rec.group is not None:
             self._leave_group(rec)
 
-    def _follows(self, rec: Rec) -> bool:
+    def _follows(self, rec: Record) -> bool:
         """Whether ``rec`` waits behind an earlier message of its group."""
         return rec.group is not None and self._groups[rec.group][0] != rec.id
 
-    def _leave_group(self, rec: Rec) -> None:
+    def _leave_group(self, rec: Record) -> None:
         assert rec.group is not None
         members = self._groups[rec.group]
         was_head = members[0] == rec.id
@@ -929,27 +956,28 @@ class QueueState:
         elif was_head:
             self._schedule(self.messages[members[0]])
 
-    def _redrive(self, rec: Rec, at: float) -> None:
+    def _redrive(self, rec: Record, at: float) -> None:
         del self.dead[rec.id]
-        self._n += 1
-        rec.n, rec.state, rec.attempts, rec.visible_at, rec.backoff = self._n, QUEUED, 0, at, False
+        self._arrivals += 1
+        rec.arrival = self._arrivals
+        rec.state, rec.attempts, rec.visible_at, rec.backoff = QUEUED, 0, at, False
         self.live += 1
         self.tenants.arrived(rec.tenant, 1, at, sent=False)
         if rec.group is not None:
             self._groups.setdefault(rec.group, deque()).append(rec.id)
         self._schedule(rec)
 
-    def _discard(self, rec: Rec) -> None:
+    def _discard(self, rec: Record) -> None:
         del self.dead[rec.id], self.messages[rec.id]
-        self._release(rec)
+        self._drop_payload(rec)
 
     def _purge(self) -> None:
         for mid in [m for m, r in self.messages.items() if r.state != DONE]:
             rec = self.messages.pop(mid)
-            self._release(rec)
+            self._drop_payload(rec)
         for runs in self.runs.values():
             for run in runs:
-                self._release_many(run.seq, run.stage, len(run), run.bytes)
+                self._drop_payloads(run.seq, run.stage, len(run), run.bytes)
         self.runs.clear()
         self.untouched = self.run_count = self.tabled = 0
         self.live = 0
@@ -969,11 +997,11 @@ class QueueState:
         """Everything the index holds, as of the operations folded so far."""
         return Snapshot(
             seq=self.seq,
-            n=self._n,
+            arrivals=self._arrivals,
             total_enqueued=self.total_enqueued,
             messages=list(self.messages.values()),
             dedup=[(d, mid, at) for d, (mid, at) in self._dedup.items()],
-            seg_bytes=self.seg_bytes,
+            written_bytes=self.written_bytes,
             garbage=self.garbage,
             settings=self.settings,
             tokens=list(self.tokens),
@@ -991,14 +1019,15 @@ class QueueState:
     def restore(cls, snap: Snapshot) -> QueueState:
         """The index a snapshot describes, its delivery structures rebuilt."""
         state = cls()
-        state.seq, state._n, state.total_enqueued = snap.seq, snap.n, snap.total_enqueued
-        state.seg_bytes, state.garbage = dict(snap.seg_bytes), list(snap.garbage)
+        state.seq, state.total_enqueued = snap.seq, snap.total_enqueued
+        state._arrivals = snap.arrivals
+        state.written_bytes, state.garbage = dict(snap.written_bytes), list(snap.garbage)
         state.settings = dict(snap.settings)
         state.tokens = dict.fromkeys(snap.tokens)
         state.queue = snap.queue
         state.completed = Completed.from_snap(snap.completed)
         state.shares, state.vtime = dict(snap.shares), snap.vtime
-        records = sorted(snap.messages, key=lambda r: r.n)
+        records = sorted(snap.messages, key=lambda r: r.arrival)
         state.messages = {rec.id: rec for rec in records}
         finished = []
         for rec in records:
@@ -1016,7 +1045,7 @@ class QueueState:
                     state.tenants.restored_lease(rec.tenant)
                 else:
                     state.tenants.arrived(rec.tenant, 1, 0.0, sent=False)
-            state._hold(rec)
+            state._keep_payload(rec)
         if snap.dead is not None:  # the order they died in, ties included
             state.dead = dict.fromkeys(snap.dead)
         else:
@@ -1025,14 +1054,14 @@ class QueueState:
             )
         finished.sort()
         state._finished = deque(finished)
-        fresh: list[Rec | Run] = []
+        fresh: list[Record | Run] = []
         for rec in records:
             if rec.state == LEASED or (rec.state == QUEUED and not state._follows(rec)):
                 if rec.state == QUEUED and not rec.backoff and rec.visible_at <= rec.enqueued_at:
                     fresh.append(rec)
                 else:
                     when = rec.lease_until if rec.state == LEASED else rec.visible_at
-                    state._timers.append((when, rec.n, 0, rec.id))
+                    state._timers.append((when, rec.arrival, 0, rec.id))
         heapq.heapify(state._timers)
         for snap_run in snap.runs:
             run = Run.from_snap(state.queue, snap_run)
@@ -1042,11 +1071,11 @@ class QueueState:
             state.live += count
             if run.table is not None:
                 state.tabled += count
-            state._hold_many(run.seq, run.stage, count, run.bytes)
+            state._keep_payloads(run.seq, run.stage, count, run.bytes)
             state.tenants.arrived(run.tenant, count, 0.0, sent=False)
             fresh.append(run)
         state.tenants.restore(snap.tenants, snap.busy)
-        fresh.sort(key=lambda item: item.n)
+        fresh.sort(key=lambda item: item.arrival)
         for item in fresh:
             state._push_fresh(item)
         for did, mid, at in sorted(snap.dedup, key=lambda d: d[2]):
@@ -1055,12 +1084,15 @@ class QueueState:
         return state
 
     # -- storage bookkeeping ---------------------------------------------------------------------
+    # Live messages are counted per object holding their payloads (``refs``, ``staged_refs``):
+    # an object no message needs any more is garbage. (Nothing to do with releasing a lease.)
 
-    def _hold(self, rec: Rec) -> None:
+    def _keep_payload(self, rec: Record) -> None:
+        """``rec``, a live message, needs its payload (unless it lies in an object of its own)."""
         if rec.stage is not None or rec.offset >= 0:
-            self._hold_many(rec.seg, rec.stage, 1, rec.size)
+            self._keep_payloads(rec.payload_seq, rec.stage, 1, rec.size)
 
-    def _hold_many(self, seq: int, stage: str | None, count: int, size: int) -> None:
+    def _keep_payloads(self, seq: int, stage: str | None, count: int, size: int) -> None:
         """``count`` more live messages need payloads of ``size`` bytes in all, lying in
         staged object ``stage``, else in log object ``seq``."""
         if stage is not None:
@@ -1069,29 +1101,31 @@ class QueueState:
         self.refs[seq] = self.refs.get(seq, 0) + count
         self.live_bytes[seq] = self.live_bytes.get(seq, 0) + size
 
-    def _release(self, rec: Rec) -> None:
+    def _drop_payload(self, rec: Record) -> None:
         """``rec`` no longer needs its payload (completed, purged, or moved)."""
         if rec.stage is None and rec.offset < 0:
             self.garbage.append((self.seq, blob_key(rec.id)))
             return
-        self._release_many(rec.seg, rec.stage, 1, rec.size)
+        self._drop_payloads(rec.payload_seq, rec.stage, 1, rec.size)
 
-    def _release_many(self, seg: int, stage: str | None, count: int, size: int) -> None:
-        """``count`` live messages no longer need their payloads (``size`` bytes in all)."""
+    def _drop_payloads(self, seq: int, stage: str | None, count: int, size: int) -> None:
+        """``count`` live messages no longer need their payloads (``size`` bytes in all), lying
+        in staged object ``stage``, else in log object ``seq``."""
         if stage is not None:
-            self._release_staged(stage, count)
+            self._drop_staged(stage, count)
             return
-        left = self.refs[seg] - count
-        self.live_bytes[seg] -= size
+        left = self.refs[seq] - count
+        self.live_bytes[seq] -= size
         if left:
-            self.refs[seg] = left
+            self.refs[seq] = left
             return
-        del self.refs[seg], self.live_bytes[seg]
-        self.seg_bytes.pop(seg, None)
-        if seg < self.seq:  # a closed object: garbage now; the open one is judged on closing
-            self.garbage.append((self.seq, log.key(seg)))
+        del self.refs[seq], self.live_bytes[seq]
+        self.written_bytes.pop(seq, None)
+        if seq < self.seq:  # a closed object: garbage now; the open one is judged on closing
+            self.garbage.append((self.seq, log.key(seq)))
 
-    def _release_staged(self, key: str, count: int = 1) -> None:
+    def _drop_staged(self, key: str, count: int = 1) -> None:
+        """``count`` live messages no longer need their payloads in staged object ``key``."""
         left = self.staged_refs[key] - count
         if left:
             self.staged_refs[key] = left
@@ -1104,17 +1138,17 @@ class QueueState:
         previous = self.seq
         self.seq = seq
         if previous and previous < seq and previous not in self.refs:
-            self.seg_bytes.pop(previous, None)
+            self.written_bytes.pop(previous, None)
             self.garbage.append((seq, log.key(previous)))
 
     # -- choosing what to deliver ------------------------------------------------------------------
 
-    def expire(self, now: float, max_attempts: int) -> list[Rec]:
+    def expire(self, now: float, max_attempts: int) -> list[Record]:
         """Make what is due by ``now`` deliverable, but for expired leases with no attempts
         left: those are returned, and the caller must apply a Bury for them at once (they
         have left the ready structures). Burying a group's head frees its next message, so
         expire before ``select``."""
-        bury: list[Rec] = []
+        bury: list[Record] = []
         timers, messages = self._timers, self.messages
         while timers and timers[0][0] <= now:
             _, n, version, mid = heapq.heappop(timers)
@@ -1129,7 +1163,7 @@ class QueueState:
 
     def select(
         self, now: float, limit: int, max_attempts: int, per_group: int = 1, fair: bool = False
-    ) -> tuple[list[Rec], list[Rec]]:
+    ) -> tuple[list[Record], list[Record]]:
         """Up to ``limit`` deliverable messages, best first, and expired ones to bury (as
         ``expire``: none when it was called at ``now`` and its Bury applied). A group's head
         comes with up to ``per_group - 1`` of the messages after it, in order. Strictly by
@@ -1141,7 +1175,7 @@ class QueueState:
         bury = self.expire(now, max_attempts)
         if fair:
             return self._select_fair(now, limit, max_attempts, per_group), bury
-        chosen: list[Rec] = []
+        chosen: list[Record] = []
         given: dict[str, int] = {}
         while len(chosen) < limit:
             priority = self._top_priority()
@@ -1157,11 +1191,13 @@ class QueueState:
                 chosen.extend(self._followers(head, now, room, max_attempts))
         return chosen, bury
 
-    def _select_fair(self, now: float, limit: int, max_attempts: int, per_group: int) -> list[Rec]:
+    def _select_fair(
+        self, now: float, limit: int, max_attempts: int, per_group: int
+    ) -> list[Record]:
         """``select`` by shares: the priority with the lowest start tag (the higher one on a
         tie) delivers next, one message at a time, from messages taken a share of the limit at
         a time; those taken and not delivered go back (ahead of the rest of their priority)."""
-        chosen: list[Rec] = []
+        chosen: list[Record] = []
         vtime, shares = self.vtime, dict(self.shares)
         active = {
             p
@@ -1170,7 +1206,7 @@ class QueueState:
             or self._ready_top(p) is not None
             or self._aside_heads(p)
         }
-        taken: dict[int, deque[Rec]] = {}
+        taken: dict[int, deque[Record]] = {}
         given: dict[str, int] = {}
         stuck = False
         while len(chosen) < limit and active and not stuck:
@@ -1195,12 +1231,12 @@ class QueueState:
                     vtime, shares[follower.priority] = _served(shares, vtime, follower.priority)
         for rest in taken.values():
             for rec in rest:
-                self._push_ready(rec, rec.n)
+                self._push_ready(rec, rec.arrival)
         return chosen
 
     def _fetch(
         self, priority: int, count: int, now: float, given: dict[str, int] | None = None
-    ) -> list[Rec] | None:
+    ) -> list[Record] | None:
         """Up to ``count`` deliverable messages of ``priority``, in order, taken from the ready
         structures; a group's head ends the list (its followers go with it). None if a run's
         table must be read back first.
@@ -1209,7 +1245,7 @@ class QueueState:
         instead; quiet tenants' messages go first, in order (those aside whose tenant is quiet
         again among them), then noisy ones, the tenant with the fewest in flight first (counting
         ``given``: the deliveries chosen so far, by tenant, which this adds to)."""
-        out: list[Rec] = []
+        out: list[Record] = []
         lanes = None
         if self._aside or self.tenants.flagged:
             lanes = self._aside.setdefault(priority, {})
@@ -1271,18 +1307,18 @@ class QueueState:
             del self._aside[priority]
         return out
 
-    def _deliverable_head(self, rec: Rec, now: float) -> bool:
+    def _deliverable_head(self, rec: Record, now: float) -> bool:
         """Whether ``rec``, out of the ready structures, is to be delivered: a group's head
         waits (on a timer) while messages after it are still leased, until they are done or
         back."""
         if rec.group is not None and (until := self._held_behind(rec, now)) is not None:
-            heapq.heappush(self._timers, (until, rec.n, rec.version, rec.id))
+            heapq.heappush(self._timers, (until, rec.arrival, rec.version, rec.id))
             return False
         return True
 
     # -- tenant fairness: noisy tenants' messages wait aside ---------------------------------------
 
-    def _set_aside(self, priority: int, item: Rec | Run, fresh: bool) -> None:
+    def _set_aside(self, priority: int, item: Record | Run, fresh: bool) -> None:
         """Move the head of ``priority``'s ready structures (a noisy tenant's) aside."""
         if fresh:
             self._fresh[priority].popleft()
@@ -1293,7 +1329,7 @@ class QueueState:
         version = -1 if isinstance(item, Run) else item.version
         heapq.heappush(lane, (_front(item), version, next(self._aside_order), item))
 
-    def _lane_head(self, lane: list[tuple[int, int, int, Rec | Run]]) -> int | None:
+    def _lane_head(self, lane: list[tuple[int, int, int, Record | Run]]) -> int | None:
         """The arrival number of the first valid entry of ``lane``, dropping stale ones."""
         while lane:
             n, version, _, item = lane[0]
@@ -1305,22 +1341,22 @@ class QueueState:
             heapq.heappop(lane)
         return None
 
-    def _lane_next(self, lane: list[tuple[int, int, int, Rec | Run]], now: float) -> int | None:
+    def _lane_next(self, lane: list[tuple[int, int, int, Record | Run]], now: float) -> int | None:
         """``_lane_head``, past a group's head that must wait for messages after it still
         leased (it goes on a timer, as ``_deliverable_head`` does)."""
         while (n := self._lane_head(lane)) is not None:
             item = lane[0][3]
-            if not isinstance(item, Rec) or item.group is None:
+            if not isinstance(item, Record) or item.group is None:
                 return n
             if (until := self._held_behind(item, now)) is not None:
                 heapq.heappop(lane)
-                heapq.heappush(self._timers, (until, item.n, item.version, item.id))
+                heapq.heappush(self._timers, (until, item.arrival, item.version, item.id))
                 continue
             return n
         return None
 
     def _quiet_lane(
-        self, lanes: dict[str, list[tuple[int, int, int, Rec | Run]]], now: float
+        self, lanes: dict[str, list[tuple[int, int, int, Record | Run]]], now: float
     ) -> tuple[int, str, int | None] | None:
         """The lane of a tenant quiet again with the earliest message: (its number, tenant,
         the number of the next lane's earliest); lanes left empty are dropped."""
@@ -1338,7 +1374,7 @@ class QueueState:
 
     def _noisiest_last(
         self,
-        lanes: dict[str, list[tuple[int, int, int, Rec | Run]]],
+        lanes: dict[str, list[tuple[int, int, int, Record | Run]]],
         given: dict[str, int] | None,
         wanted: int,
         now: float,
@@ -1361,17 +1397,17 @@ class QueueState:
 
     def _take_aside(
         self,
-        lanes: dict[str, list[tuple[int, int, int, Rec | Run]]],
+        lanes: dict[str, list[tuple[int, int, int, Record | Run]]],
         name: str,
         count: int,
         bound: int | None,
         now: float,
-    ) -> list[Rec] | None:
+    ) -> list[Record] | None:
         """Up to ``count`` messages from the front of ``name``'s lane, in order, those before
         arrival number ``bound`` (if given); a group's head ends them. None if a run's table
         must be read back first (and nothing was taken)."""
         lane = lanes[name]
-        taken: list[Rec] = []
+        taken: list[Record] = []
         while len(taken) < count:
             n = self._lane_head(lane)
             if n is None or (bound is not None and n >= bound):
@@ -1391,13 +1427,13 @@ class QueueState:
                     break
         return taken
 
-    def _push_ready(self, rec: Rec, n: int) -> None:
-        """Make ``rec`` deliverable from the ready heap of its priority (by arrival ``n``)."""
+    def _push_ready(self, rec: Record, arrival: int) -> None:
+        """Make ``rec`` deliverable from the ready heap of its priority (by ``arrival``)."""
         heap = self._ready.get(rec.priority)
         if heap is None:
             heap = self._ready[rec.priority] = []
             heapq.heappush(self._ready_priorities, -rec.priority)
-        heapq.heappush(heap, (n, rec.version, rec.id))
+        heapq.heappush(heap, (arrival, rec.version, rec.id))
 
     def _top_priority(self) -> int | None:
         """The highest priority with a message to deliver."""
@@ -1408,7 +1444,7 @@ class QueueState:
         aside = self._aside_priority() if self._aside else None
         return ready if aside is None or (ready is not None and ready >= aside) else aside
 
-    def _aside_heads(self, priority: int) -> list[Rec | Run]:
+    def _aside_heads(self, priority: int) -> list[Record | Run]:
         """The first message (or run) of each lane of ``priority``."""
         heads = []
         for lane in self._aside.get(priority, {}).values():
@@ -1428,7 +1464,7 @@ class QueueState:
             del self._aside[priority]
         return None
 
-    def _fresh_head(self, priority: int) -> Rec | Run | None:
+    def _fresh_head(self, priority: int) -> Record | Run | None:
         """The next fresh record or run of ``priority``, dropping stale entries."""
         fifo = self._fresh.get(priority)
         while fifo:
@@ -1461,7 +1497,7 @@ class QueueState:
             del self._ready[priority]
         return None
 
-    def _followers(self, head: Rec, now: float, count: int, max_attempts: int) -> list[Rec]:
+    def _followers(self, head: Record, now: float, count: int, max_attempts: int) -> list[Record]:
         """Up to ``count`` messages after ``head`` in its group, deliverable now, in order."""
         assert head.group is not None
         found = []
@@ -1475,7 +1511,7 @@ class QueueState:
             found.append(rec)
         return found
 
-    def _held_behind(self, head: Rec, now: float) -> float | None:
+    def _held_behind(self, head: Record, now: float) -> float | None:
         """When the latest lease on a message after ``head`` in its group ends, if one runs
         (messages delivered together with their head: at most MAX_PER_GROUP after it)."""
         assert head.group is not None
@@ -1486,7 +1522,7 @@ class QueueState:
         ]
         return max(ends, default=None)
 
-    def _best_fresh(self) -> Rec | Run | None:
+    def _best_fresh(self) -> Record | Run | None:
         """The first fresh record or run of the highest priority, dropping stale entries
         (records changed since, runs all taken)."""
         priorities, fresh = self._fresh_priorities, self._fresh
@@ -1513,7 +1549,7 @@ class QueueState:
 
     # -- reads -----------------------------------------------------------------------------------
 
-    def receipt_holder(self, receipt: str) -> Rec | None:
+    def receipt_holder(self, receipt: str) -> Record | None:
         """The leased message ``receipt`` belongs to, if that lease is still its latest."""
         rec = self.messages.get(receipt.partition("~")[0])
         if rec is None or rec.state != LEASED or rec.receipt != receipt:
@@ -1524,7 +1560,7 @@ class QueueState:
         hit = self._dedup.get(dedup_id)
         return hit[0] if hit is not None and hit[1] + window > now else None
 
-    def status(self, rec: Rec, now: float) -> MessageStatus:
+    def status(self, rec: Record, now: float) -> MessageStatus:
         if rec.state == DONE:
             return MessageStatus.COMPLETED
         if rec.state == DEAD:
@@ -1588,7 +1624,7 @@ class QueueState:
         where = ids.where(mid, self.queue)
         return None if where is None else self.completed.finished_at(*where)
 
-    def deliverable(self, now: float, limit: int, fair: bool = False) -> list[Rec]:
+    def deliverable(self, now: float, limit: int, fair: bool = False) -> list[Record]:
         """The next ``limit`` messages ``select`` would deliver at ``now``, leaving them be."""
         heads = (
             rec
@@ -1607,12 +1643,12 @@ class QueueState:
             for lane in lanes.values():
                 runs.update((id(e[3]), e[3]) for e in lane if isinstance(e[3], Run) and len(e[3]))
         untouched = (rec for run in runs.values() for rec in itertools.islice(run.members(), limit))
-        by_priority: dict[int, list[Rec]] = {}
+        by_priority: dict[int, list[Record]] = {}
         for rec in itertools.chain(eligible, untouched):
             by_priority.setdefault(rec.priority, []).append(rec)
         noisy = set(self.tenants.noisy_names(now))
         given: dict[str, int] = {}
-        out: list[Rec] = []
+        out: list[Record] = []
         if not fair:
             for priority in sorted(by_priority, reverse=True):
                 if len(out) >= limit:
@@ -1633,21 +1669,21 @@ class QueueState:
         return out
 
     def _in_turn(
-        self, recs: list[Rec], noisy: set[str], wanted: int, given: dict[str, int]
-    ) -> list[Rec]:
+        self, recs: list[Record], noisy: set[str], wanted: int, given: dict[str, int]
+    ) -> list[Record]:
         """The first ``wanted`` of deliverable ``recs`` (of one priority) in the order
         ``select`` takes them: quiet tenants' in arrival order, then noisy tenants' in turns
         (``_noisiest_last``), which ``given`` counts."""
-        recs = heapq.nsmallest(len(recs), recs, key=lambda r: r.n)
+        recs = heapq.nsmallest(len(recs), recs, key=lambda r: r.arrival)
         out = [rec for rec in recs if rec.tenant not in noisy][:wanted]
-        lanes: dict[str, deque[Rec]] = {}
+        lanes: dict[str, deque[Record]] = {}
         for rec in recs:
             if rec.tenant in noisy:
                 lanes.setdefault(rec.tenant, deque()).append(rec)
         while len(out) < wanted and lanes:
             left = wanted - len(out)
             ranked = sorted(
-                (self.tenants.in_flight_of(name) + given.get(name, 0), lane[0].n, name)
+                (self.tenants.in_flight_of(name) + given.get(name, 0), lane[0].arrival, name)
                 for name, lane in lanes.items()
             )
             flight, _, name = ranked[0]
@@ -1670,7 +1706,7 @@ class QueueState:
         follows, for the checkpoint schedule."""
         return len(self.messages) + self.run_count + len(self.completed)
 
-    def find(self, mid: str) -> Rec | None:
+    def find(self, mid: str) -> Record | None:
         """The record of ``mid``: its own, or (for an untouched message) one made to be read."""
         rec = self.messages.get(mid)
         if rec is None and (found := self._run_of(mid)) is not None:
@@ -1678,14 +1714,14 @@ class QueueState:
             rec = run.member(k, run.offset_of(k))
         return rec
 
-    def all(self) -> Iterator[Rec]:
+    def all(self) -> Iterator[Record]:
         """Every message in the index as a record (untouched ones made to be read)."""
         yield from self.messages.values()
         for runs in self.runs.values():
             for run in runs:
                 yield from run.members()
 
-    def iter_dead(self) -> Iterator[Rec]:
+    def iter_dead(self) -> Iterator[Record]:
         return (self.messages[mid] for mid in self.dead)
 
     # -- forgetting what is no longer needed -----------------------------------------------------

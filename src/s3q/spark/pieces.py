@@ -59,7 +59,7 @@ ARROW_SCHEMA = pa.schema(
 
 
 class Fields(Protocol):
-    """What a row needs of a message: ``Rec`` (a snapshot) and ``Message`` (a lease) fit."""
+    """What a row needs of a message: ``Record`` (a snapshot) and ``Message`` (a lease) fit."""
 
     @property
     def id(self) -> str: ...

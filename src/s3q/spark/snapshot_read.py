@@ -53,7 +53,7 @@ class SnapshotReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         loaded = run(_load(self.options))
         state, now = loaded.state, time.time()
-        seg_keys: dict[int, str] = {}
+        log_keys: dict[int, str] = {}
         chosen: list[pieces.Entry] = []
         for rec in state.messages.values():
             if rec.state == DONE:
@@ -66,9 +66,9 @@ class SnapshotReader(DataSourceReader):
             elif rec.offset < 0:
                 chosen.append((blob_key(rec.id), 0, rec.size, rec, status))
             else:
-                key = seg_keys.get(rec.seg)
+                key = log_keys.get(rec.payload_seq)
                 if key is None:
-                    key = seg_keys[rec.seg] = log.key(rec.seg)
+                    key = log_keys[rec.payload_seq] = log.key(rec.payload_seq)
                 chosen.append((key, rec.offset, rec.size, rec, status))
         runs = pieces.run_pieces(state) if MessageStatus.PENDING.value in self.statuses else ()
         planned = pieces.plan(chosen, runs)

@@ -173,7 +173,7 @@ class ConsumeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         receipts: list[str] = []
         carried: list[Message] = []  # through a broker: the messages, payloads included
         touched: set[int] = set()
-        settle: list[str] = []  # receipts of owed messages that came back
+        owed_back: list[str] = []  # receipts of owed messages that came back
         later: list[str] = []  # availableNow: receipts of messages enqueued after the start
         while len(ids) < wanted:
             leased = self._take(queue, min(wanted - len(ids), MAX_DEQUEUE))
@@ -190,7 +190,7 @@ class ConsumeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     manifest.receipts[manifest.ids.index(message.id)] = message.receipt
                     touched.add(owner)
                     if manifest.owed:
-                        settle.append(message.receipt)
+                        owed_back.append(message.receipt)
                     continue
                 ids.append(message.id)
                 receipts.append(message.receipt)
@@ -200,12 +200,12 @@ class ConsumeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     self._leased[message.id] = found
         for first in range(0, len(later), MAX_DEQUEUE):  # held meanwhile: not leased twice
             queue.release(later[first : first + MAX_DEQUEUE])
-        if settle:
-            queue.complete_batch(settle)
+        if owed_back:
+            queue.complete_batch(owed_back)
         for n in touched:
             manifest = self._manifests[n]
             if manifest.owed:
-                self._settle(manifest, settle)
+                self._drop_completed(manifest, owed_back)
             else:
                 self._save(manifest)
         if not ids:
@@ -286,7 +286,7 @@ class ConsumeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 stale.append(receipt)
         return stale
 
-    def _settle(self, manifest: Manifest, completed: list[str]) -> None:
+    def _drop_completed(self, manifest: Manifest, completed: list[str]) -> None:
         """Drop the owed messages just completed; the manifest goes once none is left."""
         gone = {r.partition("~")[0] for r in completed}
         for mid in gone & set(manifest.ids):
