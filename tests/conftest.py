@@ -30,6 +30,9 @@ from typing import Any
 import pytest
 
 TESTS_DIR = Path(__file__).resolve().parent
+#: helpers the tests import (on sys.path by pyproject.toml's ``pythonpath``), the child scripts
+#: the tests run, the fixtures' data and the JavaScript packages
+SUPPORT_DIR = TESTS_DIR / "support"
 REPO_ROOT = TESTS_DIR.parent
 SRC_DIR = REPO_ROOT / "src"
 
@@ -76,7 +79,9 @@ def free_port() -> int:
 
 def child_env() -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC_DIR), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(SRC_DIR), str(SUPPORT_DIR), env.get("PYTHONPATH", "")) if p
+    )
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -187,13 +192,13 @@ def s3_bucket(moto_server: MotoServer) -> str:
 # --------------------------------------------------------------------------- node, npm
 
 
-JS_DIR = TESTS_DIR / "js"
+JS_DIR = SUPPORT_DIR / "js"
 
 
 @pytest.fixture(scope="session")
 def node() -> str:
-    """Node, with tests/js's packages (the AWS SDK for JavaScript v3, Azurite) installed from
-    tests/js/package-lock.json by ``npm ci`` once, when one of them is missing."""
+    """Node, with tests/support/js's packages (the AWS SDK for JavaScript v3, Azurite) installed
+    from tests/support/js/package-lock.json by ``npm ci`` once, when one of them is missing."""
     node, npm = shutil.which("node"), shutil.which("npm")
     assert node and npm, "Node.js and npm are needed (.ci/run installs them)"
     wanted = json.loads((JS_DIR / "package.json").read_text())["dependencies"]
@@ -633,14 +638,14 @@ def rmtree_quiet(path: Path) -> None:
 
 
 def spawn_child(script: str, env: StoreEnv, *args: str, **options: Any) -> subprocess.Popen[str]:
-    """Start tests/<script> URL OPTIONS_JSON *args on the queue of ``env``; options must be
+    """Start tests/support/<script> URL OPTIONS_JSON *args on the queue of ``env``; options must be
     JSON-serialisable."""
     import json
 
     return subprocess.Popen(
         [
             sys.executable,
-            str(TESTS_DIR / script),
+            str(SUPPORT_DIR / script),
             env.url,
             json.dumps({**env.options, **options}),
             *args,

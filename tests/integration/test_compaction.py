@@ -1,0 +1,245 @@
+"""Checkpoints and garbage collection: bounded storage that never loses what someone needs."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import threading
+
+import pytest
+from conftest import FakeClock, LineReader, StoreEnv, open_after_crash, spawn_child
+from histories import drain_all, observe, payload_for, random_history
+
+import s3q
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 20, 33])  # 20, 33: letters dying at one instant
+def test_checkpoint_plus_tail_equals_full_log(durable_env: StoreEnv, seed: int) -> None:
+    """Recovering from a checkpoint and the log after it gives the queue a full replay gives."""
+    clock = FakeClock()
+    opts = dict(
+        clock=clock,
+        checkpoint_ops=20,
+        gc_grace=1e9,
+        max_attempts=2,
+        retry_delay=1.0,
+        completed_retention=100.0,
+        dedup_window=50.0,
+    )
+    q = durable_env.open(**opts)
+    sent = random_history(q, clock, random.Random(seed), 300)
+    ids = sorted(sent)
+    q.close()
+    keys = durable_env.keys()
+    assert any(k.startswith("checkpoint/") for k in keys), "the workload wrote no checkpoint"
+    full = durable_env.sibling()
+    durable_env.copy_to(
+        full,
+        exclude=tuple(k for k in keys if k.startswith("checkpoint/") or k.startswith("writer.")),
+    )
+    from_checkpoint = durable_env.open(**opts)
+    from_log = full.open(**opts)
+    try:
+        assert observe(from_checkpoint, ids) == observe(from_log, ids)
+        clock.advance(1000.0)  # every delay, backoff and lease is over
+        assert observe(from_checkpoint, ids) == observe(from_log, ids)
+        drained = drain_all(from_checkpoint)
+        assert drained == drain_all(from_log)
+        assert all(payload == sent[mid] for mid, payload, _ in drained)
+    finally:
+        from_checkpoint.close()
+        from_log.close()
+
+
+def test_enqueue_complete_then_compact_leaves_little(durable_env: StoreEnv) -> None:
+    """After everything is completed and one GC pass, the prefix holds a handful of objects."""
+    q = durable_env.open(gc_grace=0.0, completed_retention=0.0, checkpoint_ops=500)
+    for start in range(0, 5000, 250):
+        q.enqueue_batch([payload_for(i, 512) for i in range(start, start + 250)])
+    while batch := q.dequeue(max_messages=400):
+        q.complete_batch(batch)
+    before = len(durable_env.keys())
+    report = q.compact()
+    keys = [k for k in list(durable_env.keys()) if not k.startswith("writer.")]
+    q.close()
+    assert before > 30
+    assert report.deleted_objects > 0
+    assert len(keys) <= 4, keys
+    assert sum(len(durable_env.read(k)) for k in keys) < 64 * 1024
+
+
+def test_gc_relocates_stragglers_and_keeps_every_live_payload(durable_env: StoreEnv) -> None:
+    """Dead letters and a few pending messages in old objects are copied forward, not lost."""
+    q = durable_env.open(gc_grace=0.0, completed_retention=0.0, max_attempts=1)
+    expected: dict[str, bytes] = {}
+    for round_ in range(12):
+        payloads = [payload_for(round_ * 100 + i, 300) for i in range(100)]
+        ids = q.enqueue_batch(payloads)
+        batch = q.dequeue(max_messages=100)
+        by_id = dict(zip(ids, payloads, strict=True))
+        q.fail(batch[0], "keep me as a dead letter")  # one dead letter per object
+        q.complete_batch(batch[1:-1])
+        q.extend(batch[-1], 0)  # one straggler back to pending
+        expected[batch[0].id] = by_id[batch[0].id]
+        expected[batch[-1].id] = by_id[batch[-1].id]
+    report = q.compact()
+    assert report.relocated_messages > 0
+    second = q.compact()
+    log_objects = [k for k in list(durable_env.keys()) if k.startswith("log/")]
+    assert len(log_objects) <= 4, (report, second, log_objects)
+    q.close()
+    q = durable_env.open()
+    try:
+        dead = {m.id: m.payload for m in q.dead_letters(limit=1000)}
+        pending = {m.id: m.payload for m in q.dequeue(max_messages=1000)}
+        assert {**dead, **pending} == expected
+    finally:
+        q.close()
+
+
+def test_gc_during_concurrent_workload_keeps_every_live_message(durable_env: StoreEnv) -> None:
+    """GC as aggressive as it gets, racing producers and consumers; then read everything back."""
+    q = durable_env.open(
+        gc_grace=0.0, completed_retention=0.0, checkpoint_ops=50, visibility_timeout=60.0
+    )
+    sent: dict[str, bytes] = {}
+    done: set[str] = set()
+    lock = threading.Lock()
+    recorded = threading.Condition()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def produce(worker: int) -> None:
+        try:
+            for i in range(40):
+                payloads = [payload_for(worker * 10_000 + i * 10 + k, 200) for k in range(10)]
+                ids = q.enqueue_batch(payloads)
+                with recorded:
+                    sent.update(zip(ids, payloads, strict=True))
+                    recorded.notify_all()
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    def consume() -> None:
+        try:
+            while not stop.is_set():
+                for msg in q.dequeue(max_messages=7, wait=0.05):
+                    # a consumer may get a message before its producer has noted the ids
+                    with recorded:
+                        recorded.wait_for(lambda: msg.id in sent, timeout=30)  # noqa: B023
+                    assert msg.payload == sent[msg.id]
+                    if int.from_bytes(msg.payload[:1], "big") % 3:
+                        q.complete(msg)
+                        with lock:
+                            done.add(msg.id)
+                    else:
+                        q.extend(msg, 3600)  # held: stays live, must survive every GC
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    def collect() -> None:
+        try:
+            while not stop.is_set():
+                q.compact()
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    producers = [threading.Thread(target=produce, args=(w,)) for w in range(3)]
+    others = [threading.Thread(target=consume) for _ in range(2)] + [
+        threading.Thread(target=collect)
+    ]
+    for t in producers + others:
+        t.start()
+    for t in producers:
+        t.join()
+    stop.set()
+    for t in others:
+        t.join()
+    assert not errors, errors
+    q.compact()
+    q.close()
+    q = durable_env.open(visibility_timeout=60.0)
+    try:
+        live = set(sent) - done
+        seen: dict[str, bytes] = {}
+        for mid in live:
+            assert q.status(mid) in (s3q.MessageStatus.PENDING, s3q.MessageStatus.PROCESSING)
+        # Held messages stay leased across the reopen; every other live one is delivered.
+        while batch := q.dequeue(max_messages=100):
+            seen.update((m.id, m.payload) for m in batch)
+        held = live - set(seen)
+        assert all(q.status(mid) == s3q.MessageStatus.PROCESSING for mid in held)
+        assert {mid: sent[mid] for mid in seen} == seen
+        assert set(seen) <= live
+    finally:
+        q.close()
+
+
+def test_reader_of_a_checkpoint_keeps_its_objects_within_the_grace(raw_env: StoreEnv) -> None:
+    """A reader that started from a checkpoint finds every object it needs during gc_grace."""
+    clock = FakeClock()
+    opts = dict(clock=clock, gc_grace=60.0, completed_retention=0.0, checkpoint_ops=10_000)
+    q = raw_env.open(**opts)
+    first = q.enqueue_batch([payload_for(i) for i in range(200)])
+    q.compact()
+    # The reader's view: the newest checkpoint and every log object after it.
+    view = sorted(k for k in list(raw_env.keys()) if k.startswith(("checkpoint/", "log/")))
+    # The writer moves on: everything completed, compacted while the reader is still reading.
+    while batch := q.dequeue(max_messages=100):
+        q.complete_batch(batch)
+    clock.advance(30.0)
+    q.compact()
+    for key in view:
+        assert raw_env.read(key), f"{key} vanished within the grace period"
+    # Past the grace, the same objects are collected.
+    clock.advance(61.0)
+    q.enqueue(b"tick")
+    q.compact()
+    clock.advance(61.0)
+    q.compact()
+    left = set(raw_env.keys())
+    q.close()
+    assert not set(view) & left - {max(k for k in view if k.startswith("log/"))}
+    assert len(first) == 200
+
+
+def test_kill_during_checkpoints_and_gc_loses_nothing(durable_env: StoreEnv) -> None:
+    """SIGKILL while the writer checkpoints and collects constantly: every acked id survives."""
+    rng = random.Random(7)
+    acked: set[str] = set()
+    options = dict(gc_grace=0.0, completed_retention=0.0, checkpoint_ops=5, lease_ttl=1.0)
+
+    def take(line: str) -> None:
+        record = json.loads(line)
+        acked.update(record["enqueued"])
+        acked.difference_update(record["completed"])
+
+    for _ in range(10):
+        proc = spawn_child("child_compact.py", durable_env, **options)
+        reader = LineReader(proc)
+        try:
+            for _ in range(rng.randint(1, 40)):
+                take(reader.next())
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+        for line in reader.rest():
+            take(line)
+        q, _ = open_after_crash(durable_env, **options)
+        try:
+            for mid in acked:
+                assert q.status(mid) is not s3q.MessageStatus.COMPLETED
+        finally:
+            q.close()
+    # Far in the future every lease has lapsed: each acked message is delivered or dead.
+    q = durable_env.open(clock=FakeClock(4e9), **options)
+    try:
+        seen = {m.id: m.payload for m in q.dead_letters(limit=10_000)}
+        while batch := q.dequeue(max_messages=1000):
+            seen.update((m.id, m.payload) for m in batch)
+        seen.update((m.id, m.payload) for m in q.dead_letters(limit=10_000))
+        assert acked <= set(seen)
+        assert all(seen[mid].startswith(b"m-") for mid in acked)
+    finally:
+        q.close()

@@ -1,0 +1,645 @@
+"""The PySpark data source ``s3q`` on a real local SparkSession (master local[2])."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import SUPPORT_DIR, FileEnv, StoreEnv, child_env
+
+import s3q
+
+os.environ["PYSPARK_PYTHON"] = sys.executable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+import s3q.spark
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("s3q-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    s3q.spark.register(session)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def file_env(tmp_path: Path) -> Iterator[StoreEnv]:
+    env = FileEnv(tmp_path)
+    yield env
+    env.close_all()
+
+
+def with_store(reader: Any, env: StoreEnv) -> Any:
+    """A DataFrameReader or Writer with ``env``'s store options."""
+    for name, value in env.options.items():
+        reader = reader.option(name, str(value).lower() if isinstance(value, bool) else value)
+    return reader
+
+
+def staged(env: StoreEnv) -> list[str]:
+    """Staged payload objects (an aborted job's empty marker is left for the collector)."""
+    keys = [k for k in list(env.keys()) if k.startswith("staged/")]
+    markers = [k for k in keys if "-abort-marker-" in k]
+    assert all(env.read(k) == b"" for k in markers)
+    return [k for k in keys if k not in markers]
+
+
+def stats(env: StoreEnv) -> Any:
+    q = env.open()
+    try:
+        return q.stats()
+    finally:
+        q.close()
+
+
+def every_column(spark: SparkSession, rows: int, partitions: int = 2) -> DataFrame:
+    """Rows whose columns all derive from their number, so a read can check each one."""
+    i = F.col("id")
+    return spark.range(0, rows, numPartitions=partitions).select(
+        F.concat(F.lit("payload-"), i.cast("string")).cast("binary").alias("payload"),
+        (i % 256).cast("int").alias("priority"),
+        F.when(i % 10 == 0, F.lit(600.0)).otherwise(F.lit(0.0)).alias("delay"),
+        F.when(i % 100 == 0, F.concat(F.lit("g"), (i % 3).cast("string"))).alias("group"),
+        F.concat(F.lit("d"), i.cast("string")).alias("dedup_id"),
+        F.create_map(F.lit("n"), i.cast("string"), F.lit("kind"), F.lit("test")).alias(
+            "attributes"
+        ),
+        F.when(i % 7 == 0, F.concat(F.lit("t"), (i % 2).cast("string"))).alias("tenant"),
+    )
+
+
+# ------------------------------------------------------------------------------- batch
+
+
+def test_write_then_read_round_trip_every_column(
+    spark: SparkSession, durable_env: StoreEnv
+) -> None:
+    rows = 100_000
+    with_store(every_column(spark, rows).write.format("s3q").mode("append"), durable_env).save(
+        durable_env.url
+    )
+    assert len(durable_env.log_keys()) == 2, "the writer's open, then one commit for every row"
+    assert 1 <= len(staged(durable_env)) <= 4, "one staged object per task, not one per row"
+
+    table = with_store(spark.read.format("s3q"), durable_env).load(durable_env.url).toArrow()
+    assert table.num_rows == rows
+    got = table.to_pylist()
+    assert len({r["id"] for r in got}) == rows
+    for r in got:
+        n = int(dict(r["attributes"])["n"])
+        assert r["payload"] == f"payload-{n}".encode()
+        assert r["priority"] == n % 256
+        assert r["status"] == ("delayed" if n % 10 == 0 else "pending")
+        assert r["group"] == (f"g{n % 3}" if n % 100 == 0 else None)
+        assert r["dedup_id"] == f"d{n}"
+        assert dict(r["attributes"]) == {"n": str(n), "kind": "test"}
+        assert r["attempts"] == 0 and r["last_error"] is None
+        assert r["tenant"] == (f"t{n % 2}" if n % 7 == 0 else None)
+
+    dead = with_store(spark.read.format("s3q").option("status", "dead"), durable_env)
+    assert dead.load(durable_env.url).count() == 0
+    q = durable_env.open()
+    (first,) = q.dequeue()
+    assert first.priority == 255 and first.payload == b"payload-255"
+    q.close()
+
+
+def test_a_failed_task_leaves_the_queue_unchanged(spark: SparkSession, file_env: StoreEnv) -> None:
+    q = file_env.open()
+    q.enqueue_batch([b"before"] * 10)
+    q.close()
+    before = stats(file_env)
+
+    @F.udf("binary")
+    def explode_on_4000(n: int) -> bytes:
+        if n == 4000:
+            raise RuntimeError("boom at 4000")
+        return b"x" * 100
+
+    df = spark.range(0, 5000, numPartitions=2).select(explode_on_4000("id").alias("payload"))
+    writer = df.write.format("s3q").mode("append").option("stageBytes", 10_000)
+    with pytest.raises(Exception, match="boom at 4000"):
+        writer.save(file_env.url)
+    after = stats(file_env)
+    assert (
+        (after.pending, after.total_enqueued)
+        == (before.pending, before.total_enqueued)
+        == (
+            10,
+            10,
+        )
+    )
+    assert staged(file_env) == [], "abort deletes every staged object"
+
+
+def test_a_bad_priority_fails_the_job_naming_the_row(
+    spark: SparkSession, file_env: StoreEnv
+) -> None:
+    i = F.col("id")
+    df = spark.range(0, 3000, numPartitions=2).select(
+        i.cast("string").alias("payload"),
+        F.when(i == 2345, F.lit(300)).otherwise(F.lit(1)).alias("priority"),
+    )
+    with pytest.raises(Exception) as caught:
+        df.write.format("s3q").mode("append").save(file_env.url)
+    text = str(caught.value)
+    assert "row 845 of partition 1: priority must be an integer from 0 to 255, got 300" in text
+    assert stats(file_env).total_enqueued == 0
+    assert staged(file_env) == []
+
+
+def test_snapshot_read_while_the_writer_and_gc_run(spark: SparkSession, file_env: StoreEnv) -> None:
+    """A reader sees a consistent snapshot while the writer enqueues, completes, checkpoints
+    and collects garbage beside it: reads go on until the collector has deleted objects."""
+    q = file_env.open(gc_grace=3.0, checkpoint_ops=500, completed_retention=0.0)
+    stop, started = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+    deleted = [0]
+
+    def churn() -> None:
+        try:
+            n = 0
+            while not stop.is_set():
+                q.enqueue_batch(
+                    [
+                        {"payload": f"p{n + k}".encode(), "attributes": {"n": str(n + k)}}
+                        for k in range(300)
+                    ]
+                )
+                n += 300
+                q.complete_batch(q.dequeue(max_messages=200))
+                started.set()
+                if n % 3000 == 0:
+                    deleted[0] += q.compact().deleted_objects
+        except BaseException as exc:  # reported by the test
+            errors.append(exc)
+            started.set()
+
+    thread = threading.Thread(target=churn)
+    thread.start()
+    reads = 0
+    deadline = time.monotonic() + 120
+    try:
+        assert started.wait(60)
+        while reads < 3 or not deleted[0]:
+            assert time.monotonic() < deadline, "the collector deleted nothing in 120 s"
+            assert not errors, errors
+            rows = spark.read.format("s3q").load(file_env.url).toArrow().to_pylist()
+            assert rows, "the queue always holds messages here"
+            assert len({r["id"] for r in rows}) == len(rows)
+            for r in rows:
+                assert r["payload"] == f"p{dict(r['attributes'])['n']}".encode()
+                assert r["status"] in ("pending", "processing")
+            reads += 1
+    finally:
+        stop.set()
+        thread.join()
+        q.close()
+    assert not errors, errors
+
+
+# --------------------------------------------------------------------------- streaming
+
+
+def test_streaming_read_survives_a_driver_kill(spark: SparkSession, file_env: StoreEnv) -> None:
+    """kill -9 of the query's process mid-stream, then a restart from its checkpoint: the
+    Parquet sink holds every message exactly once and the queue ends empty."""
+    total = 3000
+    q = file_env.open(max_attempts=20)
+    q.enqueue_batch([f"m{i}".encode() for i in range(total)])
+    q.close()
+    work = Path(str(file_env.path) + "-spark")
+    out, checkpoint = work / "out", work / "checkpoint"
+    args = [sys.executable, str(SUPPORT_DIR / "child_spark_consume.py"), file_env.url]
+    args += [str(out), str(checkpoint), str(total)]
+
+    first = subprocess.Popen(
+        args, env=child_env(), stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        commits = checkpoint / "commits"
+        deadline = time.monotonic() + 180
+        # Polling the child's checkpoint directory: no event crosses the process boundary.
+        while not (commits.exists() and len(list(commits.iterdir())) >= 3):
+            assert first.poll() is None, "the query ended before it was killed"
+            assert time.monotonic() < deadline, "no micro-batch committed within 180 s"
+            time.sleep(0.05)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)  # the Python driver, its JVM and its workers
+        first.wait()
+    delivered = spark.read.parquet(str(out)).count()
+    assert 0 < delivered < total, f"killed after {delivered} of {total}: not mid-stream"
+
+    second = subprocess.run(args, env=child_env(), capture_output=True, text=True, timeout=280)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "done" in second.stdout
+
+    rows = spark.read.parquet(str(out)).select("id", "payload").collect()
+    payloads = sorted(r.payload for r in rows)
+    assert len(rows) == total, f"{len(rows) - len({r.id for r in rows})} duplicate(s)"
+    assert payloads == sorted(f"m{i}".encode() for i in range(total))
+    after = stats(file_env)
+    assert (after.pending, after.processing, after.retry, after.dead) == (0, 0, 0, 0)
+    assert after.completed == total
+    assert not [k for k in list(file_env.keys()) if k.startswith("spark/")], "manifests remain"
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def test_streaming_write_replay_enqueues_nothing_twice(
+    spark: SparkSession, file_env: StoreEnv, tmp_path: Path
+) -> None:
+    source, checkpoint = tmp_path / "source", tmp_path / "checkpoint"
+    for part in range(3):
+        spark.range(part * 100, part * 100 + 100, numPartitions=1).select(
+            F.col("id").cast("string").alias("payload")
+        ).write.parquet(str(source / f"part={part}"))
+
+    def run() -> None:
+        query = (
+            spark.readStream.schema("payload string, part int")
+            .option("maxFilesPerTrigger", 1)
+            .parquet(str(source))
+            .select("payload")
+            .writeStream.format("s3q")
+            .option("checkpointLocation", str(checkpoint))
+            .start(file_env.url)
+        )
+        query.processAllAvailable()
+        query.stop()
+
+    run()
+    assert stats(file_env).total_enqueued == 300
+    objects = staged(file_env)
+    last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    for name in (str(last), f".{last}.crc"):  # as if the driver died before logging it
+        (checkpoint / "commits" / name).unlink(missing_ok=True)
+    run()  # Spark replays batch ``last`` into the sink
+    assert (checkpoint / "commits" / str(last)).exists(), "Spark did not replay the batch"
+    after = stats(file_env)
+    assert after.total_enqueued == 300
+    assert sorted(staged(file_env)) == sorted(objects), "the replay's staged objects are deleted"
+    q = file_env.open()
+    payloads = [m.payload for m in q.dequeue(max_messages=1000)]
+    q.close()
+    assert sorted(payloads) == sorted(str(i).encode() for i in range(300))
+
+
+def test_commit_refused_by_a_held_queue_deletes_the_staged_objects(file_env: StoreEnv) -> None:
+    """The driver's commit meets a live writer: nothing is enqueued, nothing is left staged;
+    once a commit was attempted with an unknown outcome, abort leaves the objects alone."""
+    import pyarrow as pa
+
+    from s3q.spark.batch_write import BatchWriter
+    from s3q.spark.options import parse
+
+    writer = BatchWriter(parse({"path": file_env.url}))
+    batch = pa.RecordBatch.from_pydict({"payload": [b"a", b"bb", b"ccc"]})
+    staged_message = writer.write(iter([batch]))
+    assert len(staged(file_env)) == 1
+    holder = file_env.open()
+    with pytest.raises(s3q.QueueLocked):
+        writer.commit([staged_message])
+    assert staged(file_env) == []
+    assert holder.stats().total_enqueued == 0
+
+    again = BatchWriter(parse({"path": file_env.url}))
+    message = again.write(iter([batch]))
+    from s3q.spark.options import run
+    from s3q.spark.stage import mark_committing
+
+    run(mark_committing(again.options, again.job))  # as if a commit's answer was lost
+    again.abort([message])
+    assert len(staged(file_env)) == 2, "the object and the commit marker stay for the collector"
+    holder.close()
+
+
+def test_streaming_read_through_a_broker(spark: SparkSession, tmp_path: Path) -> None:
+    """With option broker, the broker leases and completes; executors read the payloads the
+    driver wrote beside each manifest."""
+    from broker_harness import Broker
+
+    from s3q.client import connect
+
+    store = (tmp_path / "store").as_uri()
+    with Broker(store) as broker, connect(broker.url) as client:
+        remote = client.queue("jobs")
+        remote.enqueue_batch([{"payload": f"b{i}".encode(), "priority": i % 3} for i in range(500)])
+        query = (
+            spark.readStream.format("s3q")
+            .option("broker", broker.url)
+            .option("maxMessagesPerBatch", 200)
+            .load(f"{store}/jobs")
+            .select("id", "payload", "priority")
+            .writeStream.format("memory")
+            .queryName("through_broker")
+            .start()
+        )
+        query.processAllAvailable()
+        query.stop()
+        rows = spark.sql("SELECT * FROM through_broker").collect()
+        assert sorted(r.payload for r in rows) == sorted(f"b{i}".encode() for i in range(500))
+        assert {int(r.payload[1:]) % 3 == r.priority for r in rows} == {True}
+        after = remote.stats()
+        assert (after.pending, after.processing, after.completed) == (0, 0, 500)
+    leftovers = [p for p in (tmp_path / "store" / "jobs").rglob("*") if "spark" in p.parts]
+    assert [p for p in leftovers if p.is_file()] == [], "manifests and their data are deleted"
+
+
+def test_stream_source_completes_messages_a_crashed_driver_leased_again(
+    file_env: StoreEnv,
+) -> None:
+    """The batch reached the sink, but a driver that died had leased its messages again: the
+    next driver cannot complete them with the batch's receipts. It remembers them, and when
+    they come back completes them instead of emitting them in a new batch."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from s3q.spark.options import parse
+    from s3q.spark.stream_read import ConsumeReader
+
+    q = file_env.open()
+    q.enqueue_batch([f"o{i}".encode() for i in range(5)])
+    q.close()
+    options = parse({"path": file_env.url, "visibilityTimeout": "300"})
+
+    first = ConsumeReader(options)
+    assert first.latestOffset({"n": 0}, ReadMaxRows(10)) == {"n": 1}
+    (manifest,) = first._manifests.values()
+    first.stop()  # as if the driver died with batch 1 in the sink
+
+    q = file_env.open()  # a later driver re-leases them, then dies before recording it
+    for receipt in manifest.receipts:
+        q.extend(receipt, 0)
+    again = q.dequeue(max_messages=10, visibility_timeout=300)
+    assert len(again) == 5
+    q.close()
+
+    second = ConsumeReader(options)
+    assert second.latestOffset({"n": 1}, ReadMaxRows(10)) == {"n": 1}, "nothing new to emit"
+    second.stop()
+
+    q = file_env.open()
+    assert q.stats().processing == 5
+    for message in again:
+        q.extend(message, 0)  # their leases run out
+    q.close()
+
+    third = ConsumeReader(options)
+    assert third.latestOffset({"n": 1}, ReadMaxRows(10)) == {"n": 1}, "owed, not emitted"
+    third.stop()
+    q = file_env.open()
+    after = q.stats()
+    q.close()
+    assert (after.completed, after.pending, after.processing) == (5, 0, 0)
+    assert not [k for k in list(file_env.keys()) if k.startswith("spark/")]
+
+
+def test_writes_through_the_broker_that_leads_the_queue(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Option broker: executors stage into the store, the broker's writer commits them, while
+    the broker keeps serving the queue (a direct commit would find the queue locked)."""
+    from broker_harness import Broker
+
+    from s3q.client import connect
+
+    store = (tmp_path / "store").as_uri()
+    source, checkpoint = tmp_path / "source", tmp_path / "checkpoint"
+    spark.range(0, 50, numPartitions=1).select(
+        F.col("id").cast("string").alias("payload")
+    ).write.parquet(str(source))
+    with Broker(store) as broker, connect(broker.url) as client:
+        remote = client.queue("loads")
+        remote.enqueue(b"already there")  # the broker leads the queue from here on
+        every_column(spark, 2_000).write.format("s3q").option("broker", broker.url).mode(
+            "append"
+        ).save(f"{store}/loads")
+        assert remote.stats().total_enqueued == 2_001
+
+        def stream() -> None:
+            query = (
+                spark.readStream.schema("payload string")
+                .parquet(str(source))
+                .writeStream.format("s3q")
+                .option("broker", broker.url)
+                .option("checkpointLocation", str(checkpoint))
+                .start(f"{store}/loads")
+            )
+            query.processAllAvailable()
+            query.stop()
+
+        stream()
+        assert remote.stats().total_enqueued == 2_051
+        last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+        for name in (str(last), f".{last}.crc"):  # as if the driver died before logging it
+            (checkpoint / "commits" / name).unlink(missing_ok=True)
+        stream()  # the replayed batch carries the same commit token: nothing twice
+        assert (checkpoint / "commits" / str(last)).exists(), "Spark did not replay the batch"
+        assert remote.stats().total_enqueued == 2_051
+        live = {m.payload for m in remote.peek(limit=10_000)}
+        assert {str(i).encode() for i in range(50)} <= live
+    staged_files = [p for p in (tmp_path / "store" / "loads").rglob("*") if p.is_file()]
+    assert not [p for p in staged_files if "marker" in p.name], "commit markers are deleted"
+
+
+def test_runs_reach_the_executors_as_stretches_read_from_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver plans untouched messages as run pieces, reading no table; each piece reads
+    its members' sizes, dedup ids and attributes from the log. Split runs, and a run whose
+    front was taken, come out whole and in order."""
+    import asyncio
+
+    from s3q import snapshot, tables
+    from s3q.spark import pieces
+
+    monkeypatch.setattr(pieces, "PARTITION_ROWS", 7)
+    url = f"file://{tmp_path}/q"
+    with s3q.open(url) as q:
+        first = q.enqueue_batch([b"p%d" % i + b"." * i for i in range(20)])
+        q.dequeue(3)  # the front of the first run becomes records
+        tagged = [
+            {"payload": b"d%d" % i, "dedup_id": f"k{i}", "attributes": {"i": str(i)}}
+            for i in range(9)
+        ]
+        second = q.enqueue_batch(tagged)
+    loaded = asyncio.run(snapshot.load(s3q.store.open_store(url)))
+    appends = tables.appends
+    monkeypatch.setattr(tables, "appends", _refuse)
+    runs = list(pieces.run_pieces(loaded.state))
+    monkeypatch.setattr(tables, "appends", appends)
+    assert [r.count for r in runs] == [7, 7, 3, 7, 2]
+    batches = list(pieces.read(s3q.store.open_store(url), list(runs)))
+    rows = [row for batch in batches for row in batch.to_pylist()]
+    assert [row["id"] for row in rows] == first[3:] + second
+    assert [row["payload"] for row in rows[:2]] == [b"p3...", b"p4...."]
+    assert rows[-1]["dedup_id"] == "k8" and dict(rows[-1]["attributes"]) == {"i": "8"}
+    assert {row["status"] for row in rows} == {"pending"}
+
+
+def test_many_small_runs_are_read_with_a_few_gets(tmp_path: Path) -> None:
+    """Single enqueues of alternating priorities, gathered into a few log objects, make a run
+    of every message: the executor reads each log object's table once and joins the stretches
+    of one object into one GET, not one per run."""
+    import asyncio
+
+    from s3q import snapshot
+    from s3q.spark import pieces
+
+    url = f"file://{tmp_path}/q"
+    n = 3_000
+
+    async def load() -> list[str]:
+        q = await s3q.open_async(url)
+        try:
+            return await asyncio.gather(*(q.enqueue(b"m%d" % i, priority=i % 2) for i in range(n)))
+        finally:
+            await q.close()
+
+    sent = asyncio.run(load())
+    loaded = asyncio.run(snapshot.load(s3q.store.open_store(url)))
+    runs = list(pieces.run_pieces(loaded.state))
+    objects = len({run.seq for run in runs})
+    assert len(runs) == n and objects < 100, "one run per message: the case this test is about"
+    store = s3q.store.open_store(url)
+    batches = list(pieces.read(store, list(runs)))
+    gets = store.counts.gets
+    assert gets <= 3 * objects, f"{gets} GETs for {n} one-message runs in {objects} objects"
+    rows = [row for batch in batches for row in batch.to_pylist()]
+    assert sorted(row["id"] for row in rows) == sorted(sent)
+    assert all(row["payload"] == b"m%d" % sent.index(row["id"]) for row in rows[:50])
+    assert {row["priority"] for row in rows} == {0, 1}
+
+
+def test_a_bulk_write_of_alternating_priorities_is_one_run_each(
+    spark: SparkSession, file_env: StoreEnv
+) -> None:
+    """A staged object's rows are committed with each priority's together: a run per
+    priority, delivered in priority order and, within one, in the order written."""
+    from s3q import snapshot
+    from s3q.spark import pieces
+
+    df = spark.range(0, 1_000, numPartitions=1).select(
+        F.concat(F.lit("m"), F.col("id").cast("string")).cast("binary").alias("payload"),
+        (F.col("id") % 4).cast("int").alias("priority"),
+    )
+    with_store(df.write.format("s3q").mode("append"), file_env).save(file_env.url)
+    import asyncio
+
+    loaded = asyncio.run(snapshot.load(s3q.store.open_store(file_env.url)))
+    assert len(list(pieces.run_pieces(loaded.state))) == 4
+    q = file_env.open()
+    try:
+        got = [m.payload for m in q.dequeue(max_messages=1_000)]
+    finally:
+        q.close()
+    want = [b"m%d" % i for p in (3, 2, 1, 0) for i in range(1_000) if i % 4 == p]
+    assert got == want
+
+
+async def _refuse(*_: Any) -> Any:
+    raise AssertionError("a table was read on the driver")
+
+
+@pytest.mark.parametrize("through", ["embedded", "broker"])
+def test_available_now_reads_what_was_there_and_stops(
+    spark: SparkSession, tmp_path: Path, through: str
+) -> None:
+    """trigger(availableNow=True) over more messages than a batch holds: every message that
+    was in the queue when the query started reaches the sink once, in batches of
+    maxMessagesPerBatch, and the query stops on its own. Through a broker, messages enqueued
+    while the query runs (by its first batch, at a higher priority) are left for the next run."""
+    from broker_harness import Broker
+
+    from s3q.client import connect
+
+    store = (tmp_path / "store").as_uri()
+    url = f"{store}/jobs"
+    with s3q.open(url) as q:
+        q.enqueue_batch([f"m{i}".encode() for i in range(2500)])
+    seen: list[bytes] = []
+    batches: list[int] = []
+    with contextlib.ExitStack() as stack:
+        reader = spark.readStream.format("s3q").option("maxMessagesPerBatch", 1000)
+        later: Any = None
+        if through == "broker":
+            broker = stack.enter_context(Broker(store))
+            later = stack.enter_context(connect(broker.url)).queue("jobs")
+            reader = reader.option("broker", broker.url)
+
+        def each(frame: DataFrame, batch: int) -> None:
+            rows = frame.select("payload").collect()
+            seen.extend(bytes(r.payload) for r in rows)
+            batches.append(len(rows))
+            if later is not None and batch == 0:
+                later.enqueue_batch([{"payload": b"later", "priority": 9}] * 5)
+
+        query = reader.load(url).writeStream.foreachBatch(each).trigger(availableNow=True).start()
+        assert query.awaitTermination(180), "the availableNow query did not stop on its own"
+        assert query.exception() is None
+        assert sorted(seen) == sorted(f"m{i}".encode() for i in range(2500))
+        assert max(batches) <= 1000 and len([b for b in batches if b]) >= 3
+        if later is not None:
+            after = later.stats()
+            assert (after.pending, after.processing, after.completed) == (5, 0, 2500)
+    if later is None:
+        # the source's process closes its queue as the query stops, perhaps a moment after
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                q = s3q.open(url)
+                break
+            except s3q.QueueLocked:
+                assert time.monotonic() < deadline, "the stopped query still holds the queue"
+                time.sleep(0.1)  # another process's close: no event to await
+        with q:
+            after = q.stats()
+            assert (after.pending, after.processing, after.completed) == (0, 0, 2500)
+
+
+def test_the_data_source_under_spark_connect(tmp_path: Path) -> None:
+    """Under Spark Connect (a remote session, as on Databricks serverless), a DataFrame write
+    enqueues, a read sees the messages, and an availableNow stream over more messages than a
+    batch holds drains each exactly once and stops on its own."""
+    url = (tmp_path / "store").as_uri() + "/jobs"
+    rows, batch = 1200, 500
+    done = subprocess.run(
+        [sys.executable, str(SUPPORT_DIR / "child_spark_connect.py"), url, str(rows), str(batch)],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    expected = sorted(f"m{i}" for i in range(rows))
+    assert seen["connect"], "the session was not a Spark Connect session"
+    assert seen["snapshot"] == expected and seen["snapshot_status"] == ["pending"]
+    assert seen["stopped"] and seen["failure"] is None
+    assert sorted(seen["drained"]) == expected
+    assert max(seen["batches"]) <= batch and len([b for b in seen["batches"] if b]) >= 3
+    with s3q.open(url) as q:
+        after = q.stats()
+        assert (after.pending, after.processing, after.completed) == (0, 0, rows)

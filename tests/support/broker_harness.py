@@ -1,0 +1,62 @@
+"""A broker on 127.0.0.1 in this process (uvicorn on a thread, real HTTP), for the tests that
+need one."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+import uvicorn
+
+from s3q.broker import create_app
+from s3q.prices import S3, Prices
+
+TOKEN = "sekrit-token"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Broker:
+    def __init__(
+        self,
+        store: str,
+        tokens: set[str] | None = None,
+        sqs_keys: dict[str, str] | None = None,
+        advertise: bool = False,
+        prices: Prices = S3,
+        **options: Any,
+    ) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        app = create_app(
+            store,
+            tokens=tokens,
+            options=options or None,
+            sqs_keys=sqs_keys,
+            address=self.url if advertise else None,
+            prices=prices,
+        )
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, lifespan="on", log_level="warning"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> Broker:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert time.monotonic() < deadline, "broker did not start"
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(15)
+        assert not self.thread.is_alive()

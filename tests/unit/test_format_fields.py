@@ -1,0 +1,93 @@
+"""Fields that came within format 3: what this build writes decodes with the shapes of earlier
+builds, and what they wrote decodes here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from s3q.lease import LeaseRecord
+from s3q.ops import Append, Lease
+from s3q.state import Record, Snapshot
+from s3q.tenants import TenantSnap
+
+
+def without_last_field(
+    shape: type[msgspec.Struct], drop: int = 1, **config: Any
+) -> type[msgspec.Struct]:
+    """``shape`` as builds before its last ``drop`` (trailing, defaulted) fields defined it."""
+    fields: list[Any] = []
+    for f in msgspec.structs.fields(shape)[:-drop]:
+        if f.required:
+            fields.append((f.name, f.type))
+        elif f.default is msgspec.NODEFAULT:
+            fields.append((f.name, f.type, msgspec.field(default_factory=f.default_factory)))
+        else:
+            fields.append((f.name, f.type, f.default))
+    return msgspec.defstruct(shape.__name__, fields, array_like=True, **config)
+
+
+def test_the_time_of_a_lease_is_a_field_earlier_builds_of_format_3_skip() -> None:
+    """Lease.at and Record.first_leased_at came within format 3 as trailing fields: objects this
+    build writes decode with the shapes of the builds before them, and theirs with this one's."""
+    old_lease = without_last_field(Lease, tag="l", frozen=True)
+    new = Lease([("m1", "m1~r", 130.0)], 100.0)
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(new), type=old_lease) == old_lease(
+        [("m1", "m1~r", 130.0)]
+    )
+    older = msgspec.msgpack.encode(old_lease([("m1", "m1~r", 130.0)]))
+    assert msgspec.msgpack.decode(older, type=Lease) == Lease([("m1", "m1~r", 130.0)], 0.0)
+
+    old_rec = without_last_field(Record, drop=3, gc=False)  # (tenant and leased_at came later)
+    rec = Record("m1", 1, 0, 1.0, 1.0, 3, 0, 10, attempts=2, first_leased_at=100.0)
+    back = msgspec.msgpack.decode(msgspec.msgpack.encode(rec), type=old_rec)
+    assert (back.id, back.attempts, back.payload_seq) == ("m1", 2, 3)  # type: ignore[attr-defined]
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(back), type=Record).first_leased_at == 0.0
+
+
+def test_a_writer_lease_naming_a_broker_lease_is_a_field_earlier_builds_skip() -> None:
+    """LeaseRecord.broker came as a trailing JSON field: a lease written by an earlier build
+    names no broker, and one this build writes reads with the earlier shape (which takes the
+    broker's expiry at the queue's open for the queue's own: such a build takes the queue over
+    once that passes, and the log's fencing keeps the broker from writing after it)."""
+    old_shape = msgspec.defstruct(
+        "LeaseRecord",
+        [
+            ("holder", str),
+            ("token", str),
+            ("expires_at", float | None),
+            ("address", str | None, None),
+        ],
+    )
+    older = msgspec.json.encode(old_shape("pid 1 on h", "t1", 130.0, "http://h:1"))
+    assert msgspec.json.decode(older, type=LeaseRecord) == LeaseRecord(
+        "pid 1 on h", "t1", 130.0, "http://h:1", None
+    )
+    brokered = LeaseRecord("pid 2 on h", "t2", 140.0, "http://h:2", "0123abcd")
+    back = msgspec.json.decode(msgspec.json.encode(brokered), type=old_shape)
+    assert (back.token, back.expires_at, back.address) == ("t2", 140.0, "http://h:2")  # type: ignore[attr-defined]
+
+
+def test_tenants_are_fields_earlier_builds_of_format_3_skip() -> None:
+    """Append.tenants, Record.tenant and leased_at, RunSnap.tenant and the tenants of a Snapshot
+    came within format 3 as trailing fields: what this build writes decodes with the shapes of
+    the builds before, and what those wrote decodes here with no tenant."""
+    old_append = without_last_field(Append, tag="a", frozen=True)
+    new = Append(0, 1.0, 0, [3, 4], tenants=["acme", None])
+    back = msgspec.msgpack.decode(msgspec.msgpack.encode(new), type=old_append)
+    assert back.sizes == [3, 4]  # type: ignore[attr-defined]
+    older = msgspec.msgpack.encode(back)
+    assert msgspec.msgpack.decode(older, type=Append) == Append(0, 1.0, 0, [3, 4])
+
+    old_rec = without_last_field(Record, drop=2, gc=False)
+    rec = Record("m1", 1, 0, 1.0, 1.0, 3, 0, 10, first_leased_at=9.0, tenant="acme", leased_at=9.0)
+    back = msgspec.msgpack.decode(msgspec.msgpack.encode(rec), type=old_rec)
+    again = msgspec.msgpack.decode(msgspec.msgpack.encode(back), type=Record)
+    assert (again.first_leased_at, again.tenant, again.leased_at) == (9.0, None, 0.0)
+
+    old_snapshot = without_last_field(Snapshot, drop=2)
+    snap = Snapshot(1, 0, 0, [], [], {}, [], tenants=[TenantSnap("acme", 5.0, 1.0, 5.0, True)])
+    back = msgspec.msgpack.decode(msgspec.msgpack.encode(snap), type=old_snapshot)
+    again = msgspec.msgpack.decode(msgspec.msgpack.encode(back), type=Snapshot)
+    assert (again.tenants, again.busy) == ([], (0.0, 0.0))
