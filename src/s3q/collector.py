@@ -21,7 +21,8 @@ from typing import Protocol
 from . import checkpoint, staging
 from .config import QueueConfig
 from .errors import S3QError
-from .state import DONE, QueueState, Record
+from .records import DONE, Record
+from .state import QueueState
 from .store import Store
 
 DELETE_CONCURRENCY = 16

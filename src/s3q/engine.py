@@ -62,9 +62,10 @@ from .ops import (
     Release,
     Relocate,
 )
+from .records import DONE, Record
 from .snapshot import Located
 from .staging import StagedObject
-from .state import DONE, QueueState, Record, blob_key
+from .state import QueueState, blob_key
 from .store import AlreadyExists, LocalStore, NotFound, Store
 
 logger = logging.getLogger("s3q")

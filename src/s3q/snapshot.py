@@ -22,7 +22,8 @@ import msgspec
 from . import checkpoint, log, tables
 from .errors import StoreError, UnsupportedFormat
 from .message import Message
-from .state import QueueState, Record, blob_key
+from .records import Record
+from .state import QueueState, blob_key
 from .store import NotFound, Store
 
 logger = logging.getLogger("s3q")

@@ -9,7 +9,8 @@ import msgspec
 
 from s3q.lease import LeaseRecord
 from s3q.ops import Append, Lease
-from s3q.state import Record, Snapshot
+from s3q.records import Record
+from s3q.state import Snapshot
 from s3q.tenants import TenantSnap
 
 

@@ -34,7 +34,7 @@ from ..errors import (
     WriterFenced,
 )
 from ..message import Message
-from ..state import DONE
+from ..records import DONE
 from ..store import RetryingStore, Store
 from .history import Call, Final, History, Outcome, Violation, check
 from .schedule import HARSH, FaultProfile, Schedule

@@ -17,8 +17,9 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from .. import log
 from ..errors import InvalidConfig
 from ..message import MessageStatus
+from ..records import DONE
 from ..snapshot import Loaded, load
-from ..state import DONE, blob_key
+from ..state import blob_key
 from . import pieces
 from .options import Options, run
 
