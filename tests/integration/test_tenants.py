@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import random
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from broker_harness import Broker
-from cli_runner import cli, data
+from cli_runner import cli, data, ok
 from conftest import FakeClock, StoreEnv, make_env
 from sqs_broker import SqsBroker
 
@@ -283,10 +284,17 @@ def test_message_group_id_names_the_tenant_on_a_standard_sqs_queue(tmp_path: Pat
         assert later[0]["Attributes"]["MessageGroupId"] == "big"
 
 
-def test_the_cli_enqueues_with_a_tenant(tmp_path: Path) -> None:
+def test_the_cli_enqueues_with_a_tenant_and_stats_show_the_noisy(tmp_path: Path) -> None:
+    """`s3q enqueue --tenant`; each command a process of its own, so the noisy tenant that
+    `s3q stats` shows was folded from the log."""
     ids = data(cli(tmp_path, "enqueue", "jobs", "hello", "--tenant", "acme", "--json"))["ids"]
     got = data(cli(tmp_path, "dequeue", "jobs", "--json"))["messages"]
     assert [(m["id"], m["tenant"]) for m in got] == [(ids[0], "acme")]
+    lines = "".join(f"{i}\n" for i in range(50))
+    ok(cli(tmp_path, "enqueue", "jobs", "--stdin", "--tenant", "big", "-q", input=lines))
+    ok(cli(tmp_path, "dequeue", "jobs", "-n", "40", "--visibility-timeout", "600", "--json"))
+    assert data(cli(tmp_path, "stats", "jobs", "--json"))["noisy_tenants"] == 1
+    assert re.search(r"noisy_tenants\W+1\b", ok(cli(tmp_path, "stats", "jobs")))
 
 
 # ------------------------------------------------------------------------------- under a flood

@@ -189,6 +189,8 @@ def stats_table(stats: s3q.QueueStats, title: str, *, writer: bool = False) -> T
     for name in ("pending", "delayed", "processing", "retry", "completed", "dead"):
         table.add_row(name, f"{getattr(stats, name):,}")
     table.add_row("total_enqueued", f"{stats.total_enqueued:,}", style="dim")
+    if stats.noisy_tenants:  # their messages wait behind the other tenants'
+        table.add_row("noisy_tenants", f"{stats.noisy_tenants:,}", style="yellow")
     if writer:
         table.add_row("commits", f"{stats.commits:,}", style="dim")
         table.add_row("mean_ops_per_commit", f"{stats.mean_ops_per_commit:,.1f}", style="dim")
