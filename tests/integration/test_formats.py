@@ -102,6 +102,53 @@ def test_a_queue_written_by_build_cd2f38b_opens_with_every_message_intact(
         assert (stats.completed, stats.processing, stats.pending) == (42, 1, 0)
 
 
+def payload_v3(name: str) -> bytes:
+    i = int(name[1:])
+    return b"v3 payload %d" % i + b"z" * (i * 11)
+
+
+def test_a_queue_written_by_build_eaadc93_opens_with_every_message_intact(
+    tmp_path: Path,
+) -> None:
+    """Format 3 before fair delivery, buffered enqueues and tenants added their trailing
+    fields (Append.tenants, Record.tenant and leased_at, RunSnap.tenant, Snapshot.shares,
+    vtime, tenants and busy): a run, records, a payload beside the log, completions, a retry,
+    leases, a checkpoint and a tail of log objects after it (``queue-eaadc93.json`` says how
+    it was written). This build reads it, then goes on writing tenants beside its messages."""
+    manifest = json.loads((FIXTURES / "queue-eaadc93.json").read_text())
+    root = shutil.copytree(FIXTURES / "queue-eaadc93", tmp_path / "queue")
+    later = manifest["written_at"] + 7200  # the leases it left (3600 s) have lapsed
+    names = {mid: name for name, mid in manifest["ids"].items()}
+    options = dict(completed_retention=1e9, dedup_window=1e9)
+    with s3q.open(f"file://{root}", clock=lambda: later, **options) as q:
+        stats = q.stats()
+        assert stats.total_enqueued == manifest["total_enqueued"] == 43
+        assert stats.completed == len(manifest["completed"]) == 4
+        for mid in manifest["completed"]:
+            assert q.status(mid) is s3q.MessageStatus.COMPLETED
+        assert q.enqueue(b"again", dedup_id="d28") == manifest["ids"]["m28"]
+        got = q.dequeue(100)
+        expected = {mid: payload_v3(n) for mid, n in names.items() if n != "big"}
+        expected[manifest["ids"]["big"]] = b"B" * 6000
+        for mid in [*manifest["completed"], manifest["ids"]["m23"]]:
+            del expected[mid]  # m23 waits for m22, before it in group "g"
+        assert {m.id: m.payload for m in got} == expected
+        assert {m.id: m.attributes for m in got if names[m.id] in ("m25", "m33")} == {
+            manifest["ids"]["m25"]: {"i": "25"},
+            manifest["ids"]["m33"]: {"i": "33"},
+        }
+        assert all(m.tenant is None for m in got)
+        q.complete_batch(got)
+        [m23] = q.dequeue(10)
+        assert (m23.id, m23.payload) == (manifest["ids"]["m23"], payload_v3("m23"))
+        new = q.enqueue(b"new", tenant="acme")
+    with s3q.open(f"file://{root}", clock=lambda: later + 1, **options) as q:
+        stats = q.stats()
+        assert (stats.completed, stats.processing, stats.pending) == (42, 1, 1)
+        [m] = q.dequeue()
+        assert (m.id, m.payload, m.tenant) == (new, b"new", "acme")
+
+
 def test_this_build_writes_format_3(tmp_path: Path) -> None:
     with s3q.open(f"file://{tmp_path}/q") as q:
         q.enqueue(b"x")
