@@ -384,7 +384,8 @@ async def _produce(process: str, writer: Conn, history: History, budget: Budget)
             "enqueue",
             writer,
             history,
-            lambda q, d=dedup: q.enqueue(d.encode(), dedup_id=d),  # type: ignore[misc]
+            # each producer a tenant: noisy ones are set aside, replayed and checkpointed too
+            lambda q, d=dedup: q.enqueue(d.encode(), dedup_id=d, tenant=process),  # type: ignore[misc]
             dedup=dedup,
         )
         if call.outcome == "ok" and mid is not None:
