@@ -754,7 +754,7 @@ class Engine:
             # Other callers may have taken the members read back for while they were read:
             # read on while the head holds runs without tables and nothing was chosen.
             if chosen or not limit or not self.state.wanted(limit, self._fair):
-                noisy = set(self.state.tenants.noisy_names(now))
+                noisy = self.state.tenants.noisy_names(now)
                 for rec in chosen:
                     self.deliveries[rec.priority] = self.deliveries.get(rec.priority, 0) + 1
                     if rec.tenant in noisy:

@@ -56,6 +56,22 @@ def _served(shares: dict[int, float], vtime: float, priority: int) -> tuple[floa
     return start, start + 1.0 / (priority + 1)
 
 
+#: messages of one noisy tenant set aside, a heap: (arrival number, version or -1 for a run,
+#: order, the record or run)
+Lane = list[tuple[int, int, int, "Record | Run"]]
+
+
+def _noisy_turn(ranked: list[tuple[int, int, str]], wanted: int) -> tuple[str, int]:
+    """Among noisy tenants ranked by (messages in flight, earliest arrival, name), the one to
+    serve and how many of the ``wanted`` it gets: until the next has as few in flight, or, when
+    they are even, an equal part each."""
+    ranked.sort()
+    flight, _, name = ranked[0]
+    if len(ranked) == 1:
+        return name, wanted
+    return name, min(wanted, max(ranked[1][0] - flight, -(-wanted // len(ranked))))
+
+
 class QuietCounts(NamedTuple):
     """What ``quiet_counts`` finds."""
 
@@ -130,7 +146,7 @@ class QueueState:
         # Tenant fairness: messages of noisy tenants met at the head of their priority wait
         # aside, a heap per tenant (arrival number, version or -1 for a run, order, item).
         self.tenants = Tenants()
-        self._aside: dict[int, dict[str, list[tuple[int, int, int, Record | Run]]]] = {}
+        self._aside: dict[int, dict[str, Lane]] = {}
         self._aside_order = itertools.count()
         self._timers: list[tuple[float, int, int, str]] = []  # (time, arrival, version, id)
         self._groups: dict[str, deque[str]] = {}
@@ -906,7 +922,7 @@ class QueueState:
         return chosen
 
     def _fetch(
-        self, priority: int, count: int, now: float, given: dict[str, int] | None = None
+        self, priority: int, count: int, now: float, given: dict[str, int]
     ) -> list[Record] | None:
         """Up to ``count`` deliverable messages of ``priority``, in order, taken from the ready
         structures; a group's head ends the list (its followers go with it). None if a run's
@@ -944,11 +960,10 @@ class QueueState:
                     bound = quiet[0]  # the head goes, up to the earliest quiet lane
                 if aside is not None:
                     name, room = aside
-                    taken = self._take_aside(lanes, name, min(room, count - len(out)), front, now)
+                    taken = self._take_aside(lanes, name, room, front, now)
                     if taken is None:
                         return out or None
-                    if given is not None:
-                        given[name] = given.get(name, 0) + len(taken)
+                    given[name] = given.get(name, 0) + len(taken)
                     out.extend(taken)
                     if out and out[-1].group is not None:
                         break
@@ -996,11 +1011,13 @@ class QueueState:
         else:
             heapq.heappop(self._ready[priority])
         assert item.tenant is not None
-        lane = self._aside.setdefault(priority, {}).setdefault(item.tenant, [])
+        self._push_aside(self._aside.setdefault(priority, {}).setdefault(item.tenant, []), item)
+
+    def _push_aside(self, lane: Lane, item: Record | Run) -> None:
         version = -1 if isinstance(item, Run) else item.version
         heapq.heappush(lane, (_front(item), version, next(self._aside_order), item))
 
-    def _lane_head(self, lane: list[tuple[int, int, int, Record | Run]]) -> int | None:
+    def _lane_head(self, lane: Lane) -> int | None:
         """The arrival number of the first valid entry of ``lane``, dropping stale ones."""
         while lane:
             n, version, _, item = lane[0]
@@ -1012,23 +1029,17 @@ class QueueState:
             heapq.heappop(lane)
         return None
 
-    def _lane_next(self, lane: list[tuple[int, int, int, Record | Run]], now: float) -> int | None:
+    def _lane_next(self, lane: Lane, now: float) -> int | None:
         """``_lane_head``, past a group's head that must wait for messages after it still
-        leased (it goes on a timer, as ``_deliverable_head`` does)."""
+        leased (``_deliverable_head`` puts it on a timer)."""
         while (n := self._lane_head(lane)) is not None:
             item = lane[0][3]
-            if not isinstance(item, Record) or item.group is None:
+            if isinstance(item, Run) or self._deliverable_head(item, now):
                 return n
-            if (until := self._held_behind(item, now)) is not None:
-                heapq.heappop(lane)
-                heapq.heappush(self._timers, (until, item.arrival, item.version, item.id))
-                continue
-            return n
+            heapq.heappop(lane)
         return None
 
-    def _quiet_lane(
-        self, lanes: dict[str, list[tuple[int, int, int, Record | Run]]], now: float
-    ) -> tuple[int, str, int | None] | None:
+    def _quiet_lane(self, lanes: dict[str, Lane], now: float) -> tuple[int, str, int | None] | None:
         """The lane of a tenant quiet again with the earliest message: (its number, tenant,
         the number of the next lane's earliest); lanes left empty are dropped."""
         heads: list[tuple[int, str]] = []
@@ -1044,31 +1055,20 @@ class QueueState:
         return heads[0][0], heads[0][1], heads[1][0] if len(heads) > 1 else None
 
     def _noisiest_last(
-        self,
-        lanes: dict[str, list[tuple[int, int, int, Record | Run]]],
-        given: dict[str, int] | None,
-        wanted: int,
-        now: float,
+        self, lanes: dict[str, Lane], given: dict[str, int], wanted: int, now: float
     ) -> tuple[str, int] | None:
-        """The noisy tenant to deliver from (the fewest in flight, then the earliest message),
-        and how many of the ``wanted`` to take: until another has as few, or (when others have
-        as few already) an equal part of them each."""
-        given = given or {}
-        ranked = sorted(
+        """The noisy tenant to deliver from, and how many of the ``wanted`` (``_noisy_turn``,
+        counting ``given``: what this delivery chose of each so far)."""
+        ranked = [
             (self.tenants.in_flight_of(name) + given.get(name, 0), n, name)
             for name, lane in lanes.items()
             if (n := self._lane_next(lane, now)) is not None
-        )
-        if not ranked:
-            return None
-        flight, _, name = ranked[0]
-        if len(ranked) == 1:
-            return name, wanted
-        return name, max(ranked[1][0] - flight, -(-wanted // len(ranked)))
+        ]
+        return _noisy_turn(ranked, wanted) if ranked else None
 
     def _take_aside(
         self,
-        lanes: dict[str, list[tuple[int, int, int, Record | Run]]],
+        lanes: dict[str, Lane],
         name: str,
         count: int,
         bound: int | None,
@@ -1086,12 +1086,14 @@ class QueueState:
             item = heapq.heappop(lane)[3]
             if isinstance(item, Run):
                 if item.table is None:
-                    heapq.heappush(lane, (n, -1, next(self._aside_order), item))
+                    self._push_aside(lane, item)
                     return taken or None
                 room = count - len(taken)
-                taken.extend(self._take_many(item, room if bound is None else min(room, bound - n)))
+                if bound is not None:
+                    room = min(room, bound - n)
+                taken.extend(self._take_many(item, room))
                 if len(item):
-                    heapq.heappush(lane, (item.front(), -1, next(self._aside_order), item))
+                    self._push_aside(lane, item)
             elif self._deliverable_head(item, now):
                 taken.append(item)
                 if item.group is not None:
@@ -1255,7 +1257,7 @@ class QueueState:
     def quiet_counts(self, now: float) -> QuietCounts:
         """Tenant fairness at ``now``, as SQS fair queues report it: the tenants noisy, and the
         messages of the others (quiet tenants, and messages with no tenant)."""
-        noisy = set(self.tenants.noisy_names(now))
+        noisy = self.tenants.noisy_names(now)
         visible = in_flight = delayed = 0
         oldest = now
         noisy_records = 0  # queued records of noisy tenants (the rest of them are in runs)
@@ -1317,7 +1319,7 @@ class QueueState:
         by_priority: dict[int, list[Record]] = {}
         for rec in itertools.chain(eligible, untouched):
             by_priority.setdefault(rec.priority, []).append(rec)
-        noisy = set(self.tenants.noisy_names(now))
+        noisy = self.tenants.noisy_names(now)
         given: dict[str, int] = {}
         out: list[Record] = []
         if not fair:
@@ -1344,23 +1346,21 @@ class QueueState:
     ) -> list[Record]:
         """The first ``wanted`` of deliverable ``recs`` (of one priority) in the order
         ``select`` takes them: quiet tenants' in arrival order, then noisy tenants' in turns
-        (``_noisiest_last``), which ``given`` counts."""
-        recs = heapq.nsmallest(len(recs), recs, key=lambda r: r.arrival)
+        (``_noisy_turn``), which ``given`` counts."""
+        recs = sorted(recs, key=lambda r: r.arrival)
         out = [rec for rec in recs if rec.tenant not in noisy][:wanted]
         lanes: dict[str, deque[Record]] = {}
         for rec in recs:
             if rec.tenant in noisy:
                 lanes.setdefault(rec.tenant, deque()).append(rec)
         while len(out) < wanted and lanes:
-            left = wanted - len(out)
-            ranked = sorted(
+            ranked = [
                 (self.tenants.in_flight_of(name) + given.get(name, 0), lane[0].arrival, name)
                 for name, lane in lanes.items()
-            )
-            flight, _, name = ranked[0]
-            room = left if len(ranked) == 1 else max(ranked[1][0] - flight, -(-left // len(ranked)))
+            ]
+            name, room = _noisy_turn(ranked, wanted - len(out))
             lane, took = lanes[name], 0
-            while took < min(room, left) and lane:
+            while took < room and lane:
                 rec = lane.popleft()
                 out.append(rec)
                 took += 1

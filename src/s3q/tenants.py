@@ -72,18 +72,15 @@ class Tenants:
         self.busy = 0.0  # the queue's recent processing time, as of ``busy_at``
         self.busy_at = 0.0
 
-    def __bool__(self) -> bool:
-        return bool(self.by_name)
-
     def noisy(self, name: str | None, now: float) -> bool:
         """Whether ``name``'s messages wait behind quiet ones at ``now``."""
         if name is None or name not in self.flagged:
             return False
         return now - self.by_name[name].last_sent < QUIET_AFTER
 
-    def noisy_names(self, now: float) -> list[str]:
+    def noisy_names(self, now: float) -> set[str]:
         """The tenants noisy at ``now``."""
-        return [name for name in self.flagged if self.noisy(name, now)]
+        return {name for name in self.flagged if self.noisy(name, now)}
 
     def in_flight_of(self, name: str) -> int:
         tenant = self.by_name.get(name)
@@ -95,9 +92,7 @@ class Tenants:
         """``count`` messages of ``name`` queued at ``at`` (``sent``: new ones, not redriven)."""
         if name is None:
             return
-        tenant = self.by_name.get(name)
-        if tenant is None:
-            tenant = self.by_name[name] = Tenant()
+        tenant = self._named(name)
         if sent:
             if at - tenant.last_sent >= QUIET_AFTER:
                 self.flagged.discard(name)
@@ -175,7 +170,10 @@ class Tenants:
         """A leased message of ``name`` in a checkpoint."""
         self.in_flight += 1
         if name is not None:
-            tenant = self.by_name.get(name)
-            if tenant is None:
-                tenant = self.by_name[name] = Tenant()
-            tenant.in_flight += 1
+            self._named(name).in_flight += 1
+
+    def _named(self, name: str) -> Tenant:
+        tenant = self.by_name.get(name)
+        if tenant is None:
+            tenant = self.by_name[name] = Tenant()
+        return tenant
