@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
-import random
 import tempfile
 import time
 import uuid
 from typing import Any
 
 import local_s3
+from floods import quiet_dwell
 
 import s3q
 
@@ -46,46 +45,6 @@ def drain(url: str, options: dict[str, Any], messages: int, batch: int, tenants:
             done += len(got)
         assert done == messages, done
         return done / (time.perf_counter() - started)
-
-
-async def quiet_dwell(
-    url: str, options: dict[str, Any], flood: bool, seconds: float, tenant: str | None
-) -> list[float]:
-    """The sorted dwell times (s) of the quiet tenants' messages delivered (see the module)."""
-    q = await s3q.open_async(url, **options)
-    dwell: list[float] = []
-    done = asyncio.Event()
-    big = {"payload": b"big", "tenant": tenant}
-    acks: set[asyncio.Task[None]] = set()
-
-    async def consume() -> None:
-        while not done.is_set():
-            for m in await q.dequeue(max_messages=1, wait=0.1):
-                if m.payload != b"big":
-                    dwell.append(time.time() - m.enqueued_at)
-                await asyncio.sleep(random.uniform(0.1, 0.3))
-                ack = asyncio.create_task(q.complete(m))
-                acks.add(ack)
-                ack.add_done_callback(acks.discard)
-
-    async def every(pause: float, send: Any) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            await send()
-            await asyncio.sleep(pause)
-
-    if flood:
-        await q.enqueue_batch([big] * 3000)
-    consumers = [asyncio.create_task(consume()) for _ in range(32)]
-    senders = [every(0.25, functools.partial(q.enqueue, b"q", tenant=f"t{i}")) for i in range(4)]
-    if flood:
-        senders.append(every(0.05, functools.partial(q.enqueue_batch, [big] * 20)))
-    await asyncio.gather(*senders)
-    await asyncio.sleep(0.3)
-    done.set()
-    await asyncio.gather(*consumers, *acks)
-    await q.close()
-    return sorted(dwell)
 
 
 def at(values: list[float], p: float) -> str:
@@ -133,7 +92,7 @@ def main() -> None:
                 ("the same flood, no tenant", True, None),
             ):
                 url, options = where(store)
-                dwell = asyncio.run(quiet_dwell(url, options, flood, args.seconds, tenant))
+                dwell = asyncio.run(quiet_dwell(url, options, flood, tenant, args.seconds))
                 sent = int(args.seconds / 0.25) * 4
                 print(
                     f"| {store} | {label} | {len(dwell)} of ~{sent} | {at(dwell, 0.5)} | "

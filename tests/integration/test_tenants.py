@@ -8,10 +8,7 @@ in flight goes first; a tenant is quiet again once drained or after 5 minutes wi
 from __future__ import annotations
 
 import asyncio
-import functools
-import random
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +18,7 @@ import pytest
 from broker_harness import Broker
 from cli_runner import cli, data, ok
 from conftest import FakeClock, StoreEnv, make_env
+from floods import quiet_dwell
 from sqs_broker import SqsBroker
 
 import s3q
@@ -307,51 +305,6 @@ def s3_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreEnv]
     e.close_all()
 
 
-async def quiet_dwell(env: StoreEnv, flood_tenant: str | None, flood: bool) -> list[float]:
-    """Four quiet tenants send 4 messages a second each to a queue 32 consumers drain (each
-    message takes one 100 to 300 ms: about 150 a second in all); with ``flood``, one more sends 100
-    times that (400 a second, on a backlog of 3,000) as ``flood_tenant``. The seconds each
-    quiet message waited, from its enqueue to its delivery, sorted; those not delivered within
-    4 s are missing."""
-    q = await env.open_async()
-    dwell: list[float] = []
-    done = asyncio.Event()
-    big = {"payload": b"big", "tenant": flood_tenant}
-    acks: set[asyncio.Task[None]] = set()
-
-    async def consume() -> None:
-        while not done.is_set():
-            for m in await q.dequeue(max_messages=1, wait=0.1):
-                if m.payload != b"big":
-                    dwell.append(time.time() - m.enqueued_at)
-                await asyncio.sleep(random.uniform(0.1, 0.3))
-                ack = asyncio.create_task(q.complete(m))  # acknowledged while it asks again
-                acks.add(ack)
-                ack.add_done_callback(acks.discard)
-
-    async def every(seconds: float, send: Any) -> None:
-        end = time.monotonic() + 4.0
-        while time.monotonic() < end:
-            await send()
-            await asyncio.sleep(seconds)
-
-    try:
-        if flood:
-            await q.enqueue_batch([big] * 3000)
-        consumers = [asyncio.create_task(consume()) for _ in range(32)]
-        quiet = [functools.partial(q.enqueue, b"q", tenant=f"t{i}") for i in range(4)]
-        senders = [every(0.25, send) for send in quiet]
-        if flood:
-            senders.append(every(0.05, functools.partial(q.enqueue_batch, [big] * 20)))
-        await asyncio.gather(*senders)
-        await asyncio.sleep(0.3)
-        done.set()
-        await asyncio.gather(*consumers, *acks)
-    finally:
-        await q.close()
-    return sorted(dwell)
-
-
 @pytest.mark.slow
 def test_quiet_tenants_dwell_within_twice_their_time_without_a_flood(s3_env: StoreEnv) -> None:
     """On S3, a tenant floods 100x a quiet tenant's rate, past what the consumers can take:
@@ -359,9 +312,12 @@ def test_quiet_tenants_dwell_within_twice_their_time_without_a_flood(s3_env: Sto
     four times at the 90th percentile (a busy writer's commits queue behind each other: two
     PUTs, not one, for each of the enqueue and the lease). Without tenants the flood is one
     crowd, and they wait behind its backlog."""
-    calm = asyncio.run(quiet_dwell(s3_env.sibling(), "big", flood=False))
-    flooded = asyncio.run(quiet_dwell(s3_env.sibling(), "big", flood=True))
-    crowd = asyncio.run(quiet_dwell(s3_env.sibling(), None, flood=True))
+
+    def run(flood: bool, tenant: str | None) -> list[float]:
+        env = s3_env.sibling()
+        return asyncio.run(quiet_dwell(env.url, env.options, flood, tenant, seconds=4.0))
+
+    calm, flooded, crowd = run(False, "big"), run(True, "big"), run(True, None)
     assert len(calm) >= 60 and len(flooded) >= 60, (len(calm), len(flooded))
 
     def at(dwell: list[float], p: float) -> float:
