@@ -87,7 +87,7 @@ async def _delete_garbage(
 ) -> None:
     """Delete garbage stamped at or before the stable checkpoint, and older checkpoints."""
     store, state, known = writer.store, writer.state, writer.checkpoints
-    doomed = [key for stamp, key in state.garbage if stamp <= stable]
+    doomed = state.payloads.doomed(stable)
     old_checkpoints = [checkpoint.key(s) for s in seqs if s < stable]
     limit = asyncio.Semaphore(DELETE_CONCURRENCY)
 
@@ -105,7 +105,7 @@ async def _delete_garbage(
     }
     report.errors = [str(r) for r in results if isinstance(r, S3QError)]
     gone = set(doomed) - failed
-    state.garbage = [(stamp, key) for stamp, key in state.garbage if key not in gone]
+    state.payloads.forget(gone)
     report.deleted_objects = len(gone)
     report.deleted_checkpoints = len(set(old_checkpoints) - failed)
     for s in seqs:
@@ -119,13 +119,12 @@ async def _relocate_stragglers(writer: Writer, report: CompactionReport) -> None
     newest = max(writer.checkpoints, default=0)
     chosen: list[int] = []
     budget = RELOCATE_BUDGET
-    for seq in sorted(state.refs):
+    for seq, live, written in state.payloads.holding():
         if seq >= newest or budget <= 0:
             break
         if seq in state.runs:  # untouched messages keep it: they leave in their own time
             continue
-        live = state.live_bytes[seq]
-        if live <= STRAGGLER_SHARE * state.written_bytes.get(seq, live) and live <= budget:
+        if live <= STRAGGLER_SHARE * written and live <= budget:
             chosen.append(seq)
             budget -= live
     if not chosen:
@@ -158,13 +157,13 @@ async def _delete_orphans(writer: Writer, report: CompactionReport) -> None:
     keys = await store.keys(staging.PREFIX)
     if not keys:
         return
-    garbage = {key for _, key in state.garbage}
+    garbage, needed = state.payloads.garbage_keys(), state.payloads.staged_refs
     limit = asyncio.Semaphore(DELETE_CONCURRENCY)
 
     async def delete(key: str) -> bool:
         async with limit:
             # Decided at the last moment: a commit may have claimed it meanwhile.
-            if key in writer.staged_claims or key in state.staged_refs:
+            if key in writer.staged_claims or key in needed:
                 return False
             await store.delete(key)
             return True
@@ -172,7 +171,7 @@ async def _delete_orphans(writer: Writer, report: CompactionReport) -> None:
     doomed = [
         key
         for key in keys
-        if key not in state.staged_refs
+        if key not in needed
         and key not in garbage
         and (born := staging.written_at(key)) is not None
         and born <= cutoff

@@ -135,7 +135,7 @@ class GroupCommit:
         lease: WriterLease,
         token: str,
         clock: Callable[[], float],
-        apply: Callable[[AnyOp, int], None],
+        apply: Callable[[AnyOp, int], int],
         commit_timeout: float,
         *,
         window: float = 0.0,
@@ -172,8 +172,12 @@ class GroupCommit:
 
     def add(self, op: AnyOp) -> Batch:
         """Fold ``op`` into the index and the batch being filled; the batch it rides."""
+        return self.add_counted(op)[0]
+
+    def add_counted(self, op: AnyOp) -> tuple[Batch, int]:
+        """``add``, with what folding ``op`` answered (what a Prune forgot)."""
         batch = self.filling
-        self._apply(op, batch.seq)
+        answer = self._apply(op, batch.seq)
         if not batch.ops:
             batch.opened = time.monotonic()
         batch.ops.append(op)
@@ -182,7 +186,7 @@ class GroupCommit:
             self.task = asyncio.create_task(self._loop())
         elif self._hurry is not None and _full(batch):
             self._hurry.set()
-        return batch
+        return batch, answer
 
     def add_payloads(self, op: AnyOp, ids: list[str], payloads: list[bytes], size: int) -> Batch:
         """Like ``add``, for an op whose payloads ride the same log object, in this order,

@@ -328,8 +328,10 @@ class Engine:
         config, now = self.config, self.clock()
         if not self.state.prunable(now, config.completed_retention, config.dedup_window):
             return 0, None
-        batch = self.commit.add(Prune(now, config.completed_retention, config.dedup_window))
-        return self.state.pruned, batch
+        batch, pruned = self.commit.add_counted(
+            Prune(now, config.completed_retention, config.dedup_window)
+        )
+        return pruned, batch
 
     async def _checkpoint_now(self, replace: bool = False) -> None:
         """Checkpoint the durable log; the caller made sure nothing is in flight."""
@@ -556,7 +558,7 @@ class Engine:
         for obj in objects:
             validate.staged(obj, self.config.max_message_size, self.config.max_delay)
         keys = [obj.key for obj in objects]
-        known = set(self.state.staged_refs) | {key for _, key in self.state.garbage}
+        known = set(self.state.payloads.staged_refs) | self.state.payloads.garbage_keys()
         reused = [key for key in keys if key in known or key in self.staged_claims]
         if reused or len(set(keys)) != len(keys):
             raise InvalidArgument(f"staged object(s) committed twice: {(reused or keys)[:3]}")
@@ -893,7 +895,7 @@ class Engine:
         self._check()
         await self._sweep()  # a lease run out on its last attempt is dead, not next
         await self._fill(self.state.wanted(limit, self._fair))
-        recs = self.state.deliverable(self.clock(), limit, self._fair)
+        recs = self.state.peek(self.clock(), limit, self.config.max_attempts, self._fair)
         payloads = await self._payloads(recs)
         return [self._message(rec, p, receipt=False) for rec, p in zip(recs, payloads, strict=True)]
 

@@ -136,6 +136,13 @@ class Run:
         self.table = table
         self.taken = 0  # members taken from the front
 
+    def copy(self) -> Run:
+        """A run of its own with the same members, to take from without touching this one."""
+        twin = Run.__new__(Run)
+        for name in Run.__slots__:
+            setattr(twin, name, getattr(self, name))
+        return twin
+
     def __len__(self) -> int:
         """The members not taken yet."""
         return self.count - self.taken

@@ -139,8 +139,14 @@ class Recorder:
             stream_of(state).append(("expire", now, max_attempts, _ids(got)))
             return got
 
-        def select(state: Any, now: float, limit: int, max_attempts: int, per_group: int = 1,
-                   fair: bool = False) -> Any:
+        def select(
+            state: Any,
+            now: float,
+            limit: int,
+            max_attempts: int,
+            per_group: int = 1,
+            fair: bool = False,
+        ) -> Any:
             chosen, bury = saved["select"](state, now, limit, max_attempts, per_group, fair)
             stream_of(state).append(
                 ("select", now, limit, max_attempts, per_group, fair, _ids(chosen), _ids(bury))
@@ -183,7 +189,10 @@ def _record_model(save: Callable[[str, list[list[Call]]], None]) -> None:
             run_state_machine_as_test(
                 machine,
                 settings=settings(
-                    max_examples=25, stateful_step_count=60, derandomize=True, deadline=None,
+                    max_examples=25,
+                    stateful_step_count=60,
+                    derandomize=True,
+                    deadline=None,
                     database=None,
                 ),
             )

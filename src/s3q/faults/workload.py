@@ -289,12 +289,13 @@ def queue_options(plan: Plan) -> dict[str, Any]:
 async def read_back(raw: Store) -> Final:
     """The queue in ``raw`` as its log and checkpoints say it is."""
     loaded = await snapshot.load(raw)
-    await tables.fill(raw, loaded.state, loaded.state.untabled())
+    await tables.fill(raw, loaded.state, loaded.state.runs.untabled())
     messages = list(loaded.state.all())
     return Final(
         remaining=[rec.id for rec in messages if rec.state != DONE],
         total_enqueued=loaded.state.total_enqueued,
-        completed=sum(1 for rec in messages if rec.state == DONE) + loaded.state.completed.count,
+        completed=sum(1 for rec in messages if rec.state == DONE)
+        + loaded.state.retention.completed.count,
     )
 
 

@@ -136,7 +136,7 @@ class Piece(msgspec.Struct, array_like=True):
 
 class RunPiece(msgspec.Struct, array_like=True):
     """Members ``first`` to ``first + count`` of a run in log object ``seq`` (see
-    ``state.Run``), pending: ``offset`` is where the payload of the run's member at place
+    ``records.Run``), pending: ``offset`` is where the payload of the run's member at place
     ``front`` lies (when the payloads are in the log object, back to back)."""
 
     queue: str
@@ -237,25 +237,24 @@ class RunTables:
 
 def run_pieces(state: QueueState) -> Iterator[RunPiece]:
     """The untouched messages of ``state``, as run pieces of at most PARTITION_ROWS."""
-    for runs in state.runs.values():
-        for run in runs:
-            front, left = run.front_place(), len(run)
-            each = run.bytes / left if left else 0
-            for first in range(front, front + left, PARTITION_ROWS):
-                count = min(PARTITION_ROWS, front + left - first)
-                yield RunPiece(
-                    state.queue,
-                    run.seq,
-                    first,
-                    count,
-                    front,
-                    run.offset,
-                    run.stage,
-                    run.priority,
-                    run.enqueued_at,
-                    round(each * count),
-                    run.tenant,
-                )
+    for run in state.runs:
+        front, left = run.front_place(), len(run)
+        each = run.bytes / left if left else 0
+        for first in range(front, front + left, PARTITION_ROWS):
+            count = min(PARTITION_ROWS, front + left - first)
+            yield RunPiece(
+                state.queue,
+                run.seq,
+                first,
+                count,
+                front,
+                run.offset,
+                run.stage,
+                run.priority,
+                run.enqueued_at,
+                round(each * count),
+                run.tenant,
+            )
 
 
 def plan(entries: Iterable[Entry], runs: Iterable[RunPiece] = ()) -> list[list[Piece | RunPiece]]:

@@ -1,0 +1,101 @@
+"""An Append's messages as the index holds them: runs of plain members, records of the rest.
+
+A member is plain when it is visible at once, in no group and its payload is not apart; plain
+members of one priority and one tenant that follow one another form a run (``records.Run``),
+the others become records (``records.Record``) of their own. Pure: the index numbers what this
+finds and keeps it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import NamedTuple
+
+from . import ids
+from .ops import Append
+from .records import Record
+
+
+class Stretch(NamedTuple):
+    """Members ``start`` to ``end`` of an Append, plain, of one priority and tenant, their
+    payloads from ``offset`` in the log object (when they lie there)."""
+
+    start: int
+    end: int
+    priority: int
+    offset: int
+    tenant: str | None
+
+
+class Apart(NamedTuple):
+    """Member ``member`` of an Append, to be a record: its payload in staged object or blob
+    ``stage`` (None: in the log object) at ``offset``."""
+
+    member: int
+    stage: str | None
+    offset: int
+
+
+def pieces(op: Append) -> Iterator[Stretch | Apart]:
+    """The members of ``op`` in order: stretches of plain ones, and the others one by one."""
+    if not (op.delays or op.groups or op.blobs or op.priorities or op.tenants):  # one run
+        if op.sizes:
+            yield Stretch(0, len(op.sizes), 0, op.offset, None)
+        return
+    key, offsets = op.key, op.offsets
+    priorities, delays, groups, blobs, tenants = (
+        op.priorities,
+        op.delays,
+        op.groups,
+        op.blobs,
+        op.tenants,
+    )
+    offset = op.offset  # of the next payload in the log object
+    start, start_offset, priority = -1, 0, 0  # the stretch being gathered
+    tenant: str | None = None  # (of the stretch)
+    for i, size in enumerate(op.sizes):
+        p = priorities[i] if priorities else 0
+        t = tenants[i] if tenants else None
+        plain = not (
+            (delays and delays[i]) or (groups and groups[i] is not None) or (blobs and i in blobs)
+        )
+        if start >= 0 and (not plain or p != priority or t != tenant):
+            yield Stretch(start, i, priority, start_offset, tenant)
+            start = -1
+        if plain:
+            if start < 0:
+                start, start_offset, priority, tenant = i, offset, p, t
+            if key is None:
+                offset += size
+            continue
+        blob = blobs.get(i) if blobs else None
+        if blob is not None:
+            yield Apart(i, blob, 0)
+        elif key is not None:
+            yield Apart(i, key, offsets[i] if offsets else 0)
+        else:
+            yield Apart(i, None, offset)
+            offset += size
+    if start >= 0:
+        yield Stretch(start, len(op.sizes), priority, start_offset, tenant)
+
+
+def record(op: Append, seq: int, apart: Apart, queue: str, arrival: int) -> Record:
+    """Member ``apart`` of ``op``, in log object ``seq``, as a record numbered ``arrival``."""
+    i, at = apart.member, op.enqueued_at
+    delay = op.delays[i] if op.delays else 0.0
+    return Record(
+        ids.make(queue, seq, op.first + i),
+        arrival,
+        op.priorities[i] if op.priorities else 0,
+        at,
+        at + delay if delay else at,
+        seq,
+        apart.offset,
+        op.sizes[i],
+        op.groups[i] if op.groups else None,
+        op.dedup_ids[i] if op.dedup_ids else None,
+        (op.attributes[i] or None) if op.attributes else None,
+        stage=apart.stage,
+        tenant=op.tenants[i] if op.tenants else None,
+    )

@@ -1,0 +1,471 @@
+"""The delivery index: which message goes next, strictly by priority or by fair shares.
+
+Deliverable messages wait in one of two places per priority: fresh ones (runs, and records
+visible at enqueue and never changed since: version 0) in a FIFO, the others in a heap by
+arrival number. Timers say when a record next becomes deliverable (a delay or a backoff ends, a
+lease runs out); a group delivers one message at a time, in order; noisy tenants' messages wait
+in lanes of their own (``lanes``); fair delivery shares priorities by weight (``shares``).
+
+``select`` takes what it chooses out of these structures (the caller folds a Lease for them at
+once); ``peek`` runs the same ``select`` on a fork that copies the structures and takes from
+copies of the runs, so what peek shows is what a dequeue would deliver, by the same code.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import ChainMap, deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
+from typing import cast
+
+from .lanes import LaneHooks, Lanes, front
+from .records import LEASED, QUEUED, Record, Run
+from .shares import Shares
+from .tenants import Tenants
+
+#: the most messages of one group a dequeue delivers together
+MAX_PER_GROUP = 10
+
+
+def _same(run: Run) -> Run:
+    return run
+
+
+class DeliveryIndex:
+    """The structures that make dequeue, expiry and groups cheap.
+
+    ``records`` are the index's records by id (read, never written, here); ``take`` takes
+    members out of a run as records, doing the owner's bookkeeping."""
+
+    def __init__(
+        self,
+        records: Mapping[str, Record],
+        tenants: Tenants,
+        take: Callable[[Run, int], list[Record]],
+        own: Callable[[Run], Run] = _same,
+    ) -> None:
+        self._records, self._tenants, self._take, self._own = records, tenants, take, own
+        self._fresh: dict[int, deque[Record | Run]] = {}
+        self._fresh_priorities: list[int] = []  # heap of -priority of the FIFOs in _fresh
+        self._ready: dict[int, list[tuple[int, int, str]]] = {}  # heap of (arrival, version, id)
+        self._ready_priorities: list[int] = []  # heap of -priority of the heaps in _ready
+        self._timers: list[tuple[float, int, int, str]] = []  # (time, arrival, version, id)
+        self.groups: dict[str, deque[str]] = {}  # group -> ids of its live messages, in order
+        self.lanes = Lanes(tenants, LaneHooks(take, own, self._deliverable_head))
+        self.shares = Shares()
+
+    # -- folding: what the index learns of each message --------------------------------------------
+
+    def push_fresh(self, item: Record | Run) -> None:
+        """``item`` waits, untouched, behind the fresh messages of its priority."""
+        fifo = self._fresh.get(item.priority)
+        if fifo is None:
+            fifo = self._fresh[item.priority] = deque()
+            heapq.heappush(self._fresh_priorities, -item.priority)
+        fifo.append(item)
+
+    def delay(self, rec: Record) -> None:
+        """``rec``, new, becomes deliverable when its delay ends."""
+        heapq.heappush(self._timers, (rec.visible_at, rec.arrival, 0, rec.id))
+
+    def schedule(self, rec: Record) -> None:
+        """Index ``rec`` anew after a change: a timer for when it next becomes deliverable."""
+        rec.version += 1
+        if rec.state != LEASED and self.follows(rec):
+            return  # scheduled when it heads its group (a leased one: to die when it runs out)
+        when = rec.lease_until if rec.state == LEASED else rec.visible_at
+        heapq.heappush(self._timers, (when, rec.arrival, rec.version, rec.id))
+
+    def join(self, rec: Record) -> bool:
+        """``rec`` joins the end of its group; whether it heads it."""
+        assert rec.group is not None
+        members = self.groups.setdefault(rec.group, deque())
+        members.append(rec.id)
+        return len(members) == 1
+
+    def follows(self, rec: Record) -> bool:
+        """Whether ``rec`` waits behind an earlier message of its group."""
+        return rec.group is not None and self.groups[rec.group][0] != rec.id
+
+    def leave(self, rec: Record) -> None:
+        """``rec`` is finished: the next message of its group may head it."""
+        assert rec.group is not None
+        members = self.groups[rec.group]
+        was_head = members[0] == rec.id
+        members.remove(rec.id)
+        if not members:
+            del self.groups[rec.group]
+        elif was_head:
+            self.schedule(self._records[members[0]])
+
+    def clear(self) -> None:
+        """Nothing is left to deliver (a purge)."""
+        for part in (self.groups, self._ready, self._fresh, self.lanes.by_priority):
+            part.clear()
+        self._ready_priorities.clear()
+        self._fresh_priorities.clear()
+        self._timers.clear()
+
+    def restore(self, records: Iterable[Record], runs: Iterable[Run]) -> None:
+        """The structures for ``records`` (in arrival order, versions 0, their groups joined)
+        and untouched ``runs``, as a snapshot holds them."""
+        fresh: list[Record | Run] = []
+        for rec in records:
+            if rec.state == LEASED or (rec.state == QUEUED and not self.follows(rec)):
+                if rec.state == QUEUED and not rec.backoff and rec.visible_at <= rec.enqueued_at:
+                    fresh.append(rec)
+                else:
+                    when = rec.lease_until if rec.state == LEASED else rec.visible_at
+                    self._timers.append((when, rec.arrival, 0, rec.id))
+        heapq.heapify(self._timers)
+        fresh.extend(runs)
+        fresh.sort(key=lambda item: item.arrival)
+        for item in fresh:
+            self.push_fresh(item)
+
+    # -- choosing ----------------------------------------------------------------------------------
+
+    def expire(self, now: float, max_attempts: int) -> list[Record]:
+        """Make what is due by ``now`` deliverable, but for expired leases with no attempts
+        left: those are returned, and the caller must apply a Bury for them at once (they
+        have left the ready structures). Burying a group's head frees its next message, so
+        expire before ``select``."""
+        bury: list[Record] = []
+        timers, records = self._timers, self._records
+        while timers and timers[0][0] <= now:
+            _, n, version, mid = heapq.heappop(timers)
+            rec = records.get(mid)
+            if rec is None or rec.version != version:
+                continue
+            if rec.state == LEASED and rec.attempts >= max_attempts:
+                bury.append(rec)
+            elif not self.follows(rec):  # a group's later message waits to head it
+                self._push_ready(rec, n)
+        return bury
+
+    def select(
+        self, now: float, limit: int, max_attempts: int, per_group: int = 1, fair: bool = False
+    ) -> tuple[list[Record], list[Record]]:
+        """Up to ``limit`` deliverable messages, best first, and expired ones to bury (as
+        ``expire``: none when it was called at ``now`` and its Bury applied). A group's head
+        comes with up to ``per_group - 1`` of the messages after it, in order. Strictly by
+        priority, or with ``fair`` by shares; first come, first served within one.
+
+        The caller must apply a Lease for the first list and a Bury for the second at once:
+        both have left the ready structures.
+        """
+        bury = self.expire(now, max_attempts)
+        if fair:
+            return self._select_fair(now, limit, max_attempts, per_group), bury
+        chosen: list[Record] = []
+        given: dict[str, int] = {}
+        while len(chosen) < limit:
+            priority = self._top_priority()
+            if priority is None:
+                break
+            got = self._fetch(priority, limit - len(chosen), now, given)
+            if got is None:
+                break  # a run's table is to be read back first (``wanted``)
+            chosen.extend(got)
+            head = chosen[-1] if chosen else None
+            if per_group > 1 and head is not None and head.group is not None:
+                room = min(per_group - 1, limit - len(chosen))
+                chosen.extend(self._followers(head, now, room, max_attempts))
+        return chosen, bury
+
+    def peek(
+        self, now: float, limit: int, max_attempts: int, fair: bool = False, per_group: int = 1
+    ) -> list[Record]:
+        """What ``select`` would deliver at ``now``, leaving the index as it is."""
+        return self.fork().select(now, limit, max_attempts, per_group, fair)[0]
+
+    def fork(self) -> DeliveryIndex:
+        """An index of its own with the same messages, to try deliveries on: its structures are
+        copies, and it takes members from copies of the runs (its records beside these)."""
+        taken: dict[str, Record] = {}
+        copies: dict[int, Run] = {}  # id of a run (or of its copy) -> its copy
+
+        def own(run: Run) -> Run:
+            copy = copies.get(id(run))
+            if copy is None:
+                copy = copies[id(run)] = run.copy()
+                copies[id(copy)] = copy
+            return copy
+
+        def take(run: Run, count: int) -> list[Record]:
+            recs = own(run).take(count)
+            taken.update((rec.id, rec) for rec in recs)
+            return recs
+
+        records = ChainMap(taken, cast("MutableMapping[str, Record]", self._records))
+        forked = DeliveryIndex(records, self._tenants, take, own)
+        forked._fresh = {p: deque(fifo) for p, fifo in self._fresh.items()}
+        forked._fresh_priorities = list(self._fresh_priorities)
+        forked._ready = {p: list(heap) for p, heap in self._ready.items()}
+        forked._ready_priorities = list(self._ready_priorities)
+        forked._timers = list(self._timers)
+        forked.groups = self.groups  # (read only while choosing)
+        forked.lanes = self.lanes.fork(LaneHooks(take, own, forked._deliverable_head))
+        forked.shares = self.shares.copy()
+        return forked
+
+    def _select_fair(
+        self, now: float, limit: int, max_attempts: int, per_group: int
+    ) -> list[Record]:
+        """``select`` by shares: the priority with the lowest start tag (the higher one on a
+        tie) delivers next, one message at a time, from messages taken a share of the limit at
+        a time; those taken and not delivered go back (ahead of the rest of their priority)."""
+        chosen: list[Record] = []
+        trial = self.shares.copy()
+        active = {
+            p
+            for p in {*self._fresh, *self._ready, *self.lanes.by_priority}
+            if self._fresh_head(p) is not None
+            or self._ready_top(p) is not None
+            or self.lanes.heads(p)
+        }
+        taken: dict[int, deque[Record]] = {}
+        given: dict[str, int] = {}
+        stuck = False
+        while len(chosen) < limit and active and not stuck:
+            priority = trial.next(active)
+            buffer = taken.get(priority)
+            if not buffer:
+                weights = sum(p + 1 for p in active)
+                want = -(-(limit - len(chosen)) * (priority + 1) // weights) + 1
+                got = self._fetch(priority, want, now, given)
+                stuck = got is None
+                if not got:
+                    active.discard(priority)
+                    continue
+                buffer = taken[priority] = deque(got)
+            rec = buffer.popleft()
+            chosen.append(rec)
+            trial.served(priority)
+            if per_group > 1 and rec.group is not None and len(chosen) < limit:
+                room = min(per_group - 1, limit - len(chosen))
+                for follower in self._followers(rec, now, room, max_attempts):
+                    chosen.append(follower)
+                    trial.served(follower.priority)
+        for rest in taken.values():
+            for rec in rest:
+                self._push_ready(rec, rec.arrival)
+        return chosen
+
+    def _fetch(
+        self, priority: int, count: int, now: float, given: dict[str, int]
+    ) -> list[Record] | None:
+        """Up to ``count`` deliverable messages of ``priority``, in order, taken from the ready
+        structures; a group's head ends the list (its followers go with it). None if a run's
+        table must be read back first.
+
+        With tenants noisy, a message of a noisy tenant met first goes aside instead; quiet
+        tenants' messages go first, in order (those aside whose tenant is quiet again among
+        them), then noisy ones, the tenant with the fewest in flight first (counting ``given``:
+        the deliveries chosen so far, by tenant, which this adds to)."""
+        out: list[Record] = []
+        lanes = None
+        if self.lanes or self._tenants.flagged:
+            lanes = self.lanes.of(priority)
+        while len(out) < count:
+            fresh, top = self._fresh_head(priority), self._ready_top(priority)
+            from_fresh = fresh is not None and (top is None or front(fresh) < top[0])
+            head = fresh if from_fresh else None if top is None else self._records[top[2]]
+            bound = top[0] if from_fresh and top is not None else None  # a run stops there
+            if lanes is not None:
+                if head is not None and self._tenants.noisy(head.tenant, now):
+                    if from_fresh:
+                        self._fresh[priority].popleft()
+                    else:
+                        heapq.heappop(self._ready[priority])
+                    self.lanes.set_aside(priority, head)
+                    continue
+                first = None if head is None else front(head)
+                quiet = self.lanes.quiet(lanes, now)
+                aside: tuple[str, int] | None = None  # (tenant, count) to take from its lane
+                if quiet is not None and (first is None or quiet[0] < first):
+                    aside = quiet[1], count - len(out)
+                    if quiet[2] is not None and (first is None or quiet[2] < first):
+                        first = quiet[2]  # (the next lane's message is next after)
+                elif head is None:
+                    aside = self.lanes.noisy_next(lanes, given, count - len(out), now)
+                    if aside is None:
+                        break
+                elif quiet is not None and (bound is None or quiet[0] < bound):
+                    bound = quiet[0]  # the head goes, up to the earliest quiet lane
+                if aside is not None:
+                    name, room = aside
+                    taken = self.lanes.take(lanes, name, room, first, now)
+                    if taken is None:
+                        return out or None
+                    given[name] = given.get(name, 0) + len(taken)
+                    out.extend(taken)
+                    if out and out[-1].group is not None:
+                        break
+                    continue
+            if head is None:
+                break
+            if from_fresh:
+                assert fresh is not None
+                if isinstance(fresh, Run):
+                    if fresh.table is None:
+                        return out or None
+                    room = count - len(out)
+                    if bound is not None:
+                        room = min(room, bound - fresh.front())
+                    run = self._own(fresh)
+                    if run is not fresh:  # (a fork takes from its copy)
+                        self._fresh[priority][0] = run
+                    out.extend(self._take(run, room))
+                    continue
+                self._fresh[priority].popleft()
+                out.append(fresh)
+            else:
+                rec = self._records[heapq.heappop(self._ready[priority])[2]]
+                if not self._deliverable_head(rec, now):
+                    continue
+                out.append(rec)
+            if out[-1].group is not None:
+                break
+        if lanes is not None:
+            self.lanes.drop_empty(priority)
+        return out
+
+    def _deliverable_head(self, rec: Record, now: float) -> bool:
+        """Whether ``rec``, out of the ready structures, is to be delivered: a group's head
+        waits (on a timer) while messages after it are still leased, until they are done or
+        back."""
+        if rec.group is not None and (until := self._held_behind(rec, now)) is not None:
+            heapq.heappush(self._timers, (until, rec.arrival, rec.version, rec.id))
+            return False
+        return True
+
+    def _push_ready(self, rec: Record, arrival: int) -> None:
+        """Make ``rec`` deliverable from the ready heap of its priority (by ``arrival``)."""
+        heap = self._ready.get(rec.priority)
+        if heap is None:
+            heap = self._ready[rec.priority] = []
+            heapq.heappush(self._ready_priorities, -rec.priority)
+        heapq.heappush(heap, (arrival, rec.version, rec.id))
+
+    def _top_priority(self) -> int | None:
+        """The highest priority with a message to deliver."""
+        fresh = self._best_fresh()
+        ready = self._best_ready_priority()
+        if fresh is not None:
+            ready = fresh.priority if ready is None else max(fresh.priority, ready)
+        aside = self.lanes.top_priority() if self.lanes else None
+        return ready if aside is None or (ready is not None and ready >= aside) else aside
+
+    def _fresh_head(self, priority: int) -> Record | Run | None:
+        """The next fresh record or run of ``priority``, dropping stale entries."""
+        fifo = self._fresh.get(priority)
+        while fifo:
+            head = fifo[0]
+            if len(head) if isinstance(head, Run) else head.version == 0:
+                return head
+            fifo.popleft()
+        return None
+
+    def _ready_top(self, priority: int) -> tuple[int, int, str] | None:
+        """The first ready entry of ``priority`` (arrival number, version, id), dropping stale
+        ones (records changed since)."""
+        heap = self._ready.get(priority)
+        while heap:
+            _, version, mid = heap[0]
+            rec = self._records.get(mid)
+            if rec is not None and rec.version == version:
+                return heap[0]
+            heapq.heappop(heap)
+        return None
+
+    def _best_ready_priority(self) -> int | None:
+        """The highest priority with a ready entry, forgetting those left with none."""
+        priorities = self._ready_priorities
+        while priorities:
+            priority = -priorities[0]
+            if self._ready_top(priority) is not None:
+                return priority
+            heapq.heappop(priorities)
+            del self._ready[priority]
+        return None
+
+    def _best_fresh(self) -> Record | Run | None:
+        """The first fresh record or run of the highest priority, dropping stale entries
+        (records changed since, runs all taken)."""
+        priorities, fresh = self._fresh_priorities, self._fresh
+        while priorities:
+            head = self._fresh_head(-priorities[0])
+            if head is not None:
+                return head
+            del fresh[-heapq.heappop(priorities)]
+        return None
+
+    def _followers(self, head: Record, now: float, count: int, max_attempts: int) -> list[Record]:
+        """Up to ``count`` messages after ``head`` in its group, deliverable now, in order."""
+        assert head.group is not None
+        found = []
+        for mid in itertools.islice(self.groups[head.group], 1, 1 + count):
+            rec = self._records[mid]
+            if not (
+                (rec.state == QUEUED and rec.visible_at <= now)
+                or (rec.state == LEASED and rec.lease_until <= now and rec.attempts < max_attempts)
+            ):
+                break
+            found.append(rec)
+        return found
+
+    def _held_behind(self, head: Record, now: float) -> float | None:
+        """When the latest lease on a message after ``head`` in its group ends, if one runs
+        (messages delivered together with their head: at most MAX_PER_GROUP after it)."""
+        assert head.group is not None
+        ends = [
+            rec.lease_until
+            for mid in itertools.islice(self.groups[head.group], 1, MAX_PER_GROUP)
+            if (rec := self._records[mid]).state == LEASED and rec.lease_until > now
+        ]
+        return max(ends, default=None)
+
+    # -- reads -------------------------------------------------------------------------------------
+
+    def next_change(self) -> float | None:
+        """The earliest time a timer fires (a delay ends, a lease expires), if any."""
+        timers = self._timers
+        while timers:
+            _, _, version, mid = timers[0]
+            rec = self._records.get(mid)
+            if rec is not None and rec.version == version:
+                return timers[0][0]
+            heapq.heappop(timers)
+        return None
+
+    def fresh_runs(self, limit: int, fair: bool = False) -> Iterator[Run]:
+        """The runs holding the first ``limit`` fresh messages, best priority first; with
+        ``fair``, those of each priority (any may have its turn). Those of noisy tenants do not
+        count (others' go first), nor do the heads of tenants' messages aside."""
+        left, noisy = limit, self._tenants.flagged
+        for priority in sorted({*self._fresh, *self.lanes.by_priority}, reverse=True):
+            if fair:
+                left = limit
+            for head in self.lanes.heads(priority):
+                if isinstance(head, Run):
+                    yield head
+            for item in self._fresh.get(priority, ()):
+                if left <= 0:
+                    break
+                if isinstance(item, Run) and len(item):
+                    yield item
+                    left -= 0 if item.tenant in noisy else len(item)
+                elif isinstance(item, Record) and item.version == 0:
+                    left -= item.tenant not in noisy
+
+    def oldest_quiet(self, noisy: set[str], oldest: float) -> float:
+        """The earliest enqueue time of an untouched message of a quiet tenant (or of none)
+        at the head of a priority or aside, or ``oldest``."""
+        for fifo in self._fresh.values():
+            for item in fifo:
+                if isinstance(item, Run) and len(item) and item.tenant not in noisy:
+                    oldest = min(oldest, item.enqueued_at)
+                    break
+        return self.lanes.oldest_quiet(noisy, oldest)

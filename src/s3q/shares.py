@@ -1,0 +1,35 @@
+"""Fair delivery across priorities: start-time fair queuing, folded from the leases.
+
+Each priority has a weight (``priority + 1``) and a start tag (its share); a delivery of a
+priority starts at its tag, or at the virtual time if that is ahead (a priority that had nothing
+to deliver gets no credit for the time), and moves its tag on by 1 / weight. The priority with
+the lowest tag delivers next, so each gets deliveries in proportion to its weight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class Shares:
+    """Each priority's next start tag, and the start tag of the latest delivery."""
+
+    __slots__ = ("tags", "vtime")
+
+    def __init__(self, tags: dict[int, float] | None = None, vtime: float = 0.0) -> None:
+        self.tags: dict[int, float] = {} if tags is None else tags
+        self.vtime = vtime
+
+    def served(self, priority: int) -> None:
+        """One delivery of ``priority``."""
+        start = max(self.tags.get(priority, 0.0), self.vtime)
+        self.vtime, self.tags[priority] = start, start + 1.0 / (priority + 1)
+
+    def next(self, active: Iterable[int]) -> int:
+        """Of the priorities ``active``, the one to deliver next (the higher on a tie)."""
+        tags, vtime = self.tags, self.vtime
+        return min(active, key=lambda p: (max(tags.get(p, 0.0), vtime), -p))
+
+    def copy(self) -> Shares:
+        """Shares to try deliveries on, leaving these be."""
+        return Shares(dict(self.tags), self.vtime)
