@@ -3,6 +3,10 @@
 ``checkpoint/<seq>`` (20 digits) is written with create-if-absent once log object ``seq`` is
 durable, by the writer that wrote it; the snapshot in it was taken when the index held exactly
 the log up to ``seq``. See ``collector`` for how long checkpoints and log objects are kept.
+
+``take`` snapshots the index (``state.QueueState``); ``restore`` gives the index a snapshot
+describes. Fields are added at the end of a struct only, with defaults: an older checkpoint
+reads with them, and an older build skips them.
 """
 
 from __future__ import annotations
@@ -10,9 +14,34 @@ from __future__ import annotations
 import msgspec
 
 from . import log
-from .state import Snapshot
+from .completed import ChunkSnap
+from .records import DEAD, DONE, LEASED, Record, Run, RunSnap
+from .state import QueueState, Settings
+from .tenants import TenantSnap
 
 PREFIX = "checkpoint/"
+
+
+class Snapshot(msgspec.Struct, array_like=True):
+    """The index at log object ``seq``: what a checkpoint holds."""
+
+    seq: int
+    arrivals: int  # arrival numbers given so far (the latest given)
+    total_enqueued: int
+    messages: list[Record]
+    dedup: list[tuple[str, str, float]]  # (dedup_id, message id, enqueued_at)
+    written_bytes: dict[int, int]  # log seq -> payload bytes it was written with
+    garbage: list[tuple[int, str]]
+    settings: Settings = {}
+    tokens: list[str] = []  # commit tokens, oldest first
+    dead: list[str] | None = None  # dead letters in the order they died (None: older checkpoints)
+    queue: str = ""  # the queue's id (format 2)
+    runs: list[RunSnap] = []  # untouched messages (format 2), in arrival order
+    completed: list[ChunkSnap] = []  # completed messages with no record (format 2)
+    shares: dict[int, float] = {}  # fair delivery: each priority's next start tag
+    vtime: float = 0.0  # fair delivery: the start tag of the latest delivery
+    tenants: list[TenantSnap] = []  # tenant fairness: what the messages do not tell
+    busy: tuple[float, float] = (0.0, 0.0)  # the queue's recent processing time, as of when
 
 
 class Checkpoint(msgspec.Struct, array_like=True):
@@ -45,3 +74,74 @@ def encode(checkpoint: Checkpoint) -> bytearray:
 
 def decode(data: bytes, where: str) -> Checkpoint:
     return _decoder.decode(log.unseal(data, where))
+
+
+def take(state: QueueState) -> Snapshot:
+    """Everything the index holds, as of the operations folded so far."""
+    shares = state.delivery.shares
+    return Snapshot(
+        seq=state.payloads.seq,
+        arrivals=state.arrivals,
+        total_enqueued=state.total_enqueued,
+        messages=list(state.messages.values()),
+        dedup=state.retention.dedup_snap(),
+        written_bytes=state.payloads.written_bytes,
+        garbage=state.payloads.garbage,
+        settings=state.settings,
+        tokens=list(state.retention.tokens),
+        dead=list(state.dead),
+        queue=state.queue,
+        runs=[run.to_snap() for run in state.runs],
+        completed=state.retention.completed.to_snap(),
+        shares=shares.tags,
+        vtime=shares.vtime,
+        tenants=state.tenants.to_snap(),
+        busy=(state.tenants.busy, state.tenants.busy_at),
+    )
+
+
+def restore(snap: Snapshot) -> QueueState:
+    """The index a snapshot describes, its delivery structures rebuilt."""
+    state = QueueState()
+    state.total_enqueued, state.arrivals = snap.total_enqueued, snap.arrivals
+    state.payloads.restore(snap.seq, snap.written_bytes, snap.garbage)
+    state.settings = dict(snap.settings)
+    state.queue = snap.queue
+    delivery, tenants = state.delivery, state.tenants
+    delivery.shares.tags, delivery.shares.vtime = dict(snap.shares), snap.vtime
+    records = sorted(snap.messages, key=lambda r: r.arrival)
+    state.messages.update((rec.id, rec) for rec in records)
+    finished = []
+    for rec in records:
+        rec.version = 0
+        if rec.state == DONE:
+            finished.append((rec.finished_at, rec.id))
+            continue
+        if rec.state == DEAD:
+            state.dead[rec.id] = None
+        else:
+            state.live += 1
+            if rec.group is not None:
+                delivery.join(rec)
+            if rec.state == LEASED:
+                tenants.restored_lease(rec.tenant)
+            else:
+                tenants.arrived(rec.tenant, 1, 0.0, sent=False)
+        state.payloads.keep(rec)
+    if snap.dead is not None:  # the order they died in, ties included
+        state.dead = dict.fromkeys(snap.dead)
+    else:
+        state.dead = dict.fromkeys(
+            sorted(state.dead, key=lambda mid: state.messages[mid].finished_at)
+        )
+    state.retention.restore(snap.dedup, snap.tokens, finished, snap.completed)
+    runs = [Run.from_snap(state.queue, snap_run) for snap_run in snap.runs]
+    for run in runs:
+        count = len(run)
+        state.runs.add(run)
+        state.live += count
+        state.payloads.keep_many(run.seq, run.stage, count, run.bytes)
+        tenants.arrived(run.tenant, count, 0.0, sent=False)
+    tenants.restore(snap.tenants, snap.busy)
+    delivery.restore(records, runs)
+    return state

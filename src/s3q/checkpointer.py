@@ -88,7 +88,9 @@ class Checkpointer:
         """The encoded checkpoint of ``state``, which holds exactly the log up to ``seq``."""
         now = self.clock()
         self.changes_at, self.objects_since, self.last_at = state.changes, 0, now
-        data = checkpoint.encode(checkpoint.Checkpoint(seq, self.token, now, state.snapshot()))
+        data = checkpoint.encode(
+            checkpoint.Checkpoint(seq, self.token, now, checkpoint.take(state))
+        )
         self.last_bytes = len(data)
         return data
 

@@ -14,18 +14,15 @@ copies of the runs, so what peek shows is what a dequeue would deliver, by the s
 from __future__ import annotations
 
 import heapq
-import itertools
 from collections import ChainMap, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from typing import cast
 
+from .groups import Groups
 from .lanes import LaneHooks, Lanes, front
 from .records import LEASED, QUEUED, Record, Run
 from .shares import Shares
 from .tenants import Tenants
-
-#: the most messages of one group a dequeue delivers together
-MAX_PER_GROUP = 10
 
 
 def _same(run: Run) -> Run:
@@ -51,7 +48,7 @@ class DeliveryIndex:
         self._ready: dict[int, list[tuple[int, int, str]]] = {}  # heap of (arrival, version, id)
         self._ready_priorities: list[int] = []  # heap of -priority of the heaps in _ready
         self._timers: list[tuple[float, int, int, str]] = []  # (time, arrival, version, id)
-        self.groups: dict[str, deque[str]] = {}  # group -> ids of its live messages, in order
+        self.groups = Groups(records)
         self.lanes = Lanes(tenants, LaneHooks(take, own, self._deliverable_head))
         self.shares = Shares()
 
@@ -78,26 +75,18 @@ class DeliveryIndex:
         heapq.heappush(self._timers, (when, rec.arrival, rec.version, rec.id))
 
     def join(self, rec: Record) -> bool:
-        """``rec`` joins the end of its group; whether it heads it."""
-        assert rec.group is not None
-        members = self.groups.setdefault(rec.group, deque())
-        members.append(rec.id)
-        return len(members) == 1
+        """``Groups.join``."""
+        return self.groups.join(rec)
 
     def follows(self, rec: Record) -> bool:
-        """Whether ``rec`` waits behind an earlier message of its group."""
-        return rec.group is not None and self.groups[rec.group][0] != rec.id
+        """``Groups.follows``."""
+        return self.groups.follows(rec)
 
     def leave(self, rec: Record) -> None:
         """``rec`` is finished: the next message of its group may head it."""
-        assert rec.group is not None
-        members = self.groups[rec.group]
-        was_head = members[0] == rec.id
-        members.remove(rec.id)
-        if not members:
-            del self.groups[rec.group]
-        elif was_head:
-            self.schedule(self._records[members[0]])
+        head = self.groups.leave(rec)
+        if head is not None:
+            self.schedule(head)
 
     def clear(self) -> None:
         """Nothing is left to deliver (a purge)."""
@@ -171,7 +160,7 @@ class DeliveryIndex:
             head = chosen[-1] if chosen else None
             if per_group > 1 and head is not None and head.group is not None:
                 room = min(per_group - 1, limit - len(chosen))
-                chosen.extend(self._followers(head, now, room, max_attempts))
+                chosen.extend(self.groups.followers(head, now, room, max_attempts))
         return chosen, bury
 
     def peek(
@@ -205,7 +194,8 @@ class DeliveryIndex:
         forked._ready = {p: list(heap) for p, heap in self._ready.items()}
         forked._ready_priorities = list(self._ready_priorities)
         forked._timers = list(self._timers)
-        forked.groups = self.groups  # (read only while choosing)
+        forked.groups = Groups(records)  # (the same members: read only while choosing)
+        forked.groups.members = self.groups.members
         forked.lanes = self.lanes.fork(LaneHooks(take, own, forked._deliverable_head))
         forked.shares = self.shares.copy()
         return forked
@@ -245,7 +235,7 @@ class DeliveryIndex:
             trial.served(priority)
             if per_group > 1 and rec.group is not None and len(chosen) < limit:
                 room = min(per_group - 1, limit - len(chosen))
-                for follower in self._followers(rec, now, room, max_attempts):
+                for follower in self.groups.followers(rec, now, room, max_attempts):
                     chosen.append(follower)
                     trial.served(follower.priority)
         for rest in taken.values():
@@ -336,7 +326,7 @@ class DeliveryIndex:
         """Whether ``rec``, out of the ready structures, is to be delivered: a group's head
         waits (on a timer) while messages after it are still leased, until they are done or
         back."""
-        if rec.group is not None and (until := self._held_behind(rec, now)) is not None:
+        if rec.group is not None and (until := self.groups.held_behind(rec, now)) is not None:
             heapq.heappush(self._timers, (until, rec.arrival, rec.version, rec.id))
             return False
         return True
@@ -401,31 +391,6 @@ class DeliveryIndex:
                 return head
             del fresh[-heapq.heappop(priorities)]
         return None
-
-    def _followers(self, head: Record, now: float, count: int, max_attempts: int) -> list[Record]:
-        """Up to ``count`` messages after ``head`` in its group, deliverable now, in order."""
-        assert head.group is not None
-        found = []
-        for mid in itertools.islice(self.groups[head.group], 1, 1 + count):
-            rec = self._records[mid]
-            if not (
-                (rec.state == QUEUED and rec.visible_at <= now)
-                or (rec.state == LEASED and rec.lease_until <= now and rec.attempts < max_attempts)
-            ):
-                break
-            found.append(rec)
-        return found
-
-    def _held_behind(self, head: Record, now: float) -> float | None:
-        """When the latest lease on a message after ``head`` in its group ends, if one runs
-        (messages delivered together with their head: at most MAX_PER_GROUP after it)."""
-        assert head.group is not None
-        ends = [
-            rec.lease_until
-            for mid in itertools.islice(self.groups[head.group], 1, MAX_PER_GROUP)
-            if (rec := self._records[mid]).state == LEASED and rec.lease_until > now
-        ]
-        return max(ends, default=None)
 
     # -- reads -------------------------------------------------------------------------------------
 

@@ -155,7 +155,7 @@ async def _load_checkpoint(store: Store) -> Loaded:
         except (StoreError, msgspec.DecodeError, NotFound) as exc:
             logger.warning("skipping unreadable checkpoint %s of %s: %s", seq, store.url, exc)
             continue
-        return Loaded(QueueState.restore(ck.snapshot), seq, {seq: ck.at})
+        return Loaded(checkpoint.restore(ck.snapshot), seq, {seq: ck.at})
     return Loaded(QueueState(), 0)
 
 

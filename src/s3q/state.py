@@ -12,21 +12,19 @@ depend on time take ``now``). The index is a coordinator of parts, each a module
   (``retention.Retention``);
 - tenants' counts (``tenants.Tenants``).
 
-Given the same operations, the parts hold the same: a checkpoint (``Snapshot``) of them restores
-an index that folds on as the original would. ``select`` takes messages out of the delivery
-structures before their Lease is folded: the caller folds it at once.
+Given the same operations, the parts hold the same: a checkpoint's snapshot of them
+(``checkpoint.take``, ``checkpoint.restore``) gives an index that folds on as the original
+would. ``select`` takes messages out of the delivery structures before their Lease is folded:
+the caller folds it at once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import NamedTuple
-
-import msgspec
 
 from . import appends, ids
-from .completed import ChunkSnap
-from .delivery import MAX_PER_GROUP, DeliveryIndex
+from .delivery import DeliveryIndex
+from .groups import MAX_PER_GROUP
 from .message import MessageStatus
 from .ops import (
     AnyOp,
@@ -49,49 +47,17 @@ from .ops import (
     Relocate,
 )
 from .payload_refs import PayloadRefs, blob_key
-from .records import DEAD, DONE, LEASED, QUEUED, Record, Run, RunSnap, Table
+from .records import DEAD, DONE, LEASED, QUEUED, Record, Run, Table
 from .retention import Retention
 from .runs import RunIndex
-from .tenants import Ended, Tenants, TenantSnap
+from .tenants import QuietCounts, Tenants
 
-__all__ = ["MAX_PER_GROUP", "TABLE_BUDGET", "QueueState", "QuietCounts", "Snapshot", "blob_key"]
+__all__ = ["MAX_PER_GROUP", "TABLE_BUDGET", "QueueState", "QuietCounts", "blob_key"]
 
 #: untouched messages whose tables the index keeps (a few bytes each) beyond those it needs now
 TABLE_BUDGET = 1_000_000
 
 Settings = dict[str, int | float | str | dict[str, str] | None]
-
-
-class QuietCounts(NamedTuple):
-    """What ``quiet_counts`` finds."""
-
-    noisy_tenants: int
-    visible: int
-    in_flight: int
-    delayed: int
-    oldest_age: float
-
-
-class Snapshot(msgspec.Struct, array_like=True):
-    """The index at log object ``seq``: what a checkpoint holds."""
-
-    seq: int
-    arrivals: int  # arrival numbers given so far (the latest given)
-    total_enqueued: int
-    messages: list[Record]
-    dedup: list[tuple[str, str, float]]  # (dedup_id, message id, enqueued_at)
-    written_bytes: dict[int, int]  # log seq -> payload bytes it was written with
-    garbage: list[tuple[int, str]]
-    settings: Settings = {}
-    tokens: list[str] = []  # commit tokens, oldest first
-    dead: list[str] | None = None  # dead letters in the order they died (None: older checkpoints)
-    queue: str = ""  # the queue's id (format 2)
-    runs: list[RunSnap] = []  # untouched messages (format 2), in arrival order
-    completed: list[ChunkSnap] = []  # completed messages with no record (format 2)
-    shares: dict[int, float] = {}  # fair delivery: each priority's next start tag
-    vtime: float = 0.0  # fair delivery: the start tag of the latest delivery
-    tenants: list[TenantSnap] = []  # tenant fairness: what the messages do not tell
-    busy: tuple[float, float] = (0.0, 0.0)  # the queue's recent processing time, as of when
 
 
 class QueueState:
@@ -108,7 +74,7 @@ class QueueState:
         self.total_enqueued = 0
         self.live = 0  # queued or leased
         self.dead: dict[str, None] = {}  # ordered set, oldest first
-        self._arrivals = 0  # arrival numbers given so far (the latest given)
+        self.arrivals = 0  # arrival numbers given so far (the latest given)
         self._sizes: dict[int, int] = {}  # one int object per distinct payload size
         self.settings: Settings = {}  # saved with the queue
         self.queue = ""  # the queue's id: what its message ids begin with (``ids``)
@@ -141,7 +107,7 @@ class QueueState:
         elif isinstance(op, Complete):
             self._complete(op.ids, op.at)
         elif isinstance(op, Release):
-            self._ended(op.ids, 0.0, requeued=True)
+            self.tenants.ended_records(map(self.messages.__getitem__, op.ids), 0.0, True)
             for mid in op.ids:
                 rec = self.messages[mid]
                 rec.state, rec.receipt, rec.attempts = QUEUED, None, rec.attempts - 1
@@ -155,7 +121,9 @@ class QueueState:
         elif isinstance(op, Fail):
             self._fail(op)
         elif isinstance(op, Bury):
-            self._ended(op.ids, 0.0, requeued=False)  # (no outcome: not timed)
+            self.tenants.ended_records(
+                map(self.messages.__getitem__, op.ids), 0.0, False
+            )  # untimed
             for mid in op.ids:
                 rec = self.messages[mid]
                 rec.last_error = op.error
@@ -208,7 +176,7 @@ class QueueState:
             if isinstance(piece, appends.Stretch):
                 self._add_run(op, seq, piece)
             else:
-                self._add(appends.record(op, seq, piece, self.queue, self._arrivals + 1))
+                self._add(appends.record(op, seq, piece, self.queue, self.arrivals + 1))
         if op.key is not None:
             self.payloads.unneeded(seq, op.key)  # (if every message was a duplicate)
 
@@ -222,7 +190,7 @@ class QueueState:
             self.queue,
             seq,
             op.first + start,
-            self._arrivals + 1,
+            self.arrivals + 1,
             count,
             stretch.priority,
             op.enqueued_at,
@@ -232,7 +200,7 @@ class QueueState:
             table if keep else None,
             stretch.tenant,
         )
-        self._arrivals += count
+        self.arrivals += count
         self.tenants.arrived(run.tenant, count, op.enqueued_at)
         self.total_enqueued += count
         self.live += count
@@ -252,7 +220,7 @@ class QueueState:
         self._add(
             Record(
                 op.id,
-                self._arrivals + 1,
+                self.arrivals + 1,
                 op.priority,
                 op.enqueued_at,
                 op.visible_at,
@@ -268,7 +236,7 @@ class QueueState:
 
     def _add(self, rec: Record) -> None:
         """``rec``, new, numbered the next arrival."""
-        self._arrivals += 1
+        self.arrivals += 1
         rec.size = self._sizes.setdefault(rec.size, rec.size)
         self.messages[rec.id] = rec
         self.total_enqueued += 1
@@ -327,7 +295,7 @@ class QueueState:
     def _fail(self, op: Fail) -> None:
         rec = self.messages[op.id]
         rec.last_error = op.error
-        self._ended([op.id], op.at, requeued=op.retry_at is not None)
+        self.tenants.ended_records([rec], op.at, op.retry_at is not None)
         if op.retry_at is None:
             self._die(rec, op.at)
         else:
@@ -340,7 +308,7 @@ class QueueState:
         places: dict[int, list[int]] = {}
         freed: dict[tuple[int, str | None], list[int]] = {}  # (payload_seq, stage): [count, bytes]
         messages, retention, payloads = self.messages, self.retention, self.payloads
-        self._ended(mids, at, requeued=False)
+        self.tenants.ended_records(map(messages.__getitem__, mids), at, False)
         for mid in mids:
             rec = messages[mid]
             rec.state, rec.finished_at, rec.receipt, rec.attributes = DONE, at, None, None
@@ -366,26 +334,6 @@ class QueueState:
         if places:
             retention.completed.add(at, places)
 
-    def _ended(self, mids: list[str], at: float, requeued: bool) -> None:
-        """Tenants' counts: messages ``mids`` leave the leased (or the queued) together at
-        ``at`` (0: their processing time not counted), ``requeued`` if queued again."""
-        ended = Ended()
-        by_tenant = ended.by_tenant
-        for rec in map(self.messages.__getitem__, mids):
-            if rec.state == LEASED:
-                held = 0.0
-                if at and rec.leased_at:
-                    held = max(0.0, min(at, rec.lease_until) - rec.leased_at)
-                ended.leased += 1
-                ended.held += held
-                if rec.tenant is not None:
-                    entry = by_tenant.setdefault(rec.tenant, [0, 0.0, 0])
-                    entry[0] += 1
-                    entry[1] += held
-            elif rec.state == QUEUED and not requeued and rec.tenant is not None:
-                by_tenant.setdefault(rec.tenant, [0, 0.0, 0])[2] += 1
-        self.tenants.ended(ended, at, requeued)
-
     def _die(self, rec: Record, at: float) -> None:
         """``rec`` is a dead letter from ``at`` on."""
         rec.state, rec.finished_at, rec.receipt = DEAD, at, None
@@ -397,8 +345,8 @@ class QueueState:
 
     def _redrive(self, rec: Record, at: float) -> None:
         del self.dead[rec.id]
-        self._arrivals += 1
-        rec.arrival = self._arrivals
+        self.arrivals += 1
+        rec.arrival = self.arrivals
         rec.state, rec.attempts, rec.visible_at, rec.backoff = QUEUED, 0, at, False
         self.live += 1
         self.tenants.arrived(rec.tenant, 1, at, sent=False)
@@ -416,78 +364,6 @@ class QueueState:
         self.dead.clear()
         self.delivery.clear()
         self.tenants.purged()
-
-    # -- snapshots (checkpoints) -----------------------------------------------------------------
-
-    def snapshot(self) -> Snapshot:
-        """Everything the index holds, as of the operations folded so far."""
-        shares = self.delivery.shares
-        return Snapshot(
-            seq=self.payloads.seq,
-            arrivals=self._arrivals,
-            total_enqueued=self.total_enqueued,
-            messages=list(self.messages.values()),
-            dedup=self.retention.dedup_snap(),
-            written_bytes=self.payloads.written_bytes,
-            garbage=self.payloads.garbage,
-            settings=self.settings,
-            tokens=list(self.retention.tokens),
-            dead=list(self.dead),
-            queue=self.queue,
-            runs=[run.to_snap() for run in self.runs],
-            completed=self.retention.completed.to_snap(),
-            shares=shares.tags,
-            vtime=shares.vtime,
-            tenants=self.tenants.to_snap(),
-            busy=(self.tenants.busy, self.tenants.busy_at),
-        )
-
-    @classmethod
-    def restore(cls, snap: Snapshot) -> QueueState:
-        """The index a snapshot describes, its delivery structures rebuilt."""
-        state = cls()
-        state.total_enqueued, state._arrivals = snap.total_enqueued, snap.arrivals
-        state.payloads.restore(snap.seq, snap.written_bytes, snap.garbage)
-        state.settings = dict(snap.settings)
-        state.queue = snap.queue
-        delivery, tenants = state.delivery, state.tenants
-        delivery.shares.tags, delivery.shares.vtime = dict(snap.shares), snap.vtime
-        records = sorted(snap.messages, key=lambda r: r.arrival)
-        state.messages.update((rec.id, rec) for rec in records)
-        finished = []
-        for rec in records:
-            rec.version = 0
-            if rec.state == DONE:
-                finished.append((rec.finished_at, rec.id))
-                continue
-            if rec.state == DEAD:
-                state.dead[rec.id] = None
-            else:
-                state.live += 1
-                if rec.group is not None:
-                    delivery.join(rec)
-                if rec.state == LEASED:
-                    tenants.restored_lease(rec.tenant)
-                else:
-                    tenants.arrived(rec.tenant, 1, 0.0, sent=False)
-            state.payloads.keep(rec)
-        if snap.dead is not None:  # the order they died in, ties included
-            state.dead = dict.fromkeys(snap.dead)
-        else:
-            state.dead = dict.fromkeys(
-                sorted(state.dead, key=lambda mid: state.messages[mid].finished_at)
-            )
-        state.retention.restore(snap.dedup, snap.tokens, finished, snap.completed)
-        runs = [Run.from_snap(state.queue, snap_run) for snap_run in snap.runs]
-        for run in runs:
-            count = len(run)
-            state.runs.add(run)
-            state.live += count
-            state.payloads.keep_many(run.seq, run.stage, count, run.bytes)
-            tenants.arrived(run.tenant, count, 0.0, sent=False)
-        tenants.restore(snap.tenants, snap.busy)
-        delivery.restore(records, runs)
-        return state
 
     # -- run tables --------------------------------------------------------------------------------
 
@@ -574,34 +450,10 @@ class QueueState:
         return counts
 
     def quiet_counts(self, now: float) -> QuietCounts:
-        """Tenant fairness at ``now``, as SQS fair queues report it: the tenants noisy, and the
-        messages of the others (quiet tenants, and messages with no tenant)."""
-        noisy = self.tenants.noisy_names(now)
-        visible = in_flight = delayed = 0
-        oldest = now
-        noisy_records = 0  # queued records of noisy tenants (the rest of them are in runs)
-        for rec in self.messages.values():
-            if rec.state == LEASED and rec.lease_until > now:
-                in_flight += rec.tenant not in noisy
-                continue
-            if rec.state == LEASED:  # its lease ran out: visible (as ``status`` says)
-                if rec.tenant not in noisy:
-                    visible += 1
-                    oldest = min(oldest, rec.enqueued_at)
-                continue
-            if rec.state != QUEUED:
-                continue
-            if rec.tenant in noisy:
-                noisy_records += 1
-            elif rec.visible_at > now:
-                delayed += 1
-            else:
-                visible += 1
-                oldest = min(oldest, rec.enqueued_at)
-        noisy_waiting = sum(self.tenants.by_name[name].waiting for name in noisy)
-        visible += self.runs.untouched - (noisy_waiting - noisy_records)
-        oldest = self.delivery.oldest_quiet(noisy, oldest)
-        return QuietCounts(len(noisy), visible, in_flight, delayed, now - oldest)
+        """``Tenants.quiet_counts`` of this index's messages."""
+        return self.tenants.quiet_counts(
+            self.messages.values(), self.runs.untouched, self.delivery.oldest_quiet, now
+        )
 
     def completed_at(self, mid: str) -> float | None:
         """When ``mid`` was completed, if it is a completed message with no record."""

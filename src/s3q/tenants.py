@@ -14,9 +14,12 @@ queue knows the same noisy tenants.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
 
 import msgspec
+
+from .records import LEASED, QUEUED, Record
 
 SHARE = 0.1  # of in-flight messages or of recent processing time
 MIN_IN_FLIGHT = 30
@@ -45,6 +48,16 @@ class Tenant:
         self.last_sent = 0.0  # when its latest message was enqueued
         self.busy = 0.0  # recent processing time, as of ``busy_at``
         self.busy_at = 0.0
+
+
+class QuietCounts(NamedTuple):
+    """What ``Tenants.quiet_counts`` finds."""
+
+    noisy_tenants: int
+    visible: int
+    in_flight: int
+    delayed: int
+    oldest_age: float
 
 
 class Ended:
@@ -132,6 +145,26 @@ class Tenants:
                     self.flagged.add(name)
             self._check_drained(name, tenant)
 
+    def ended_records(self, recs: Iterable[Record], at: float, requeued: bool) -> None:
+        """Messages ``recs`` leave the leased (or the queued) together at ``at`` (0: their
+        processing time not counted), ``requeued`` if queued again."""
+        ended = Ended()
+        by_tenant = ended.by_tenant
+        for rec in recs:
+            if rec.state == LEASED:
+                held = 0.0
+                if at and rec.leased_at:
+                    held = max(0.0, min(at, rec.lease_until) - rec.leased_at)
+                ended.leased += 1
+                ended.held += held
+                if rec.tenant is not None:
+                    entry = by_tenant.setdefault(rec.tenant, [0, 0.0, 0])
+                    entry[0] += 1
+                    entry[1] += held
+            elif rec.state == QUEUED and not requeued and rec.tenant is not None:
+                by_tenant.setdefault(rec.tenant, [0, 0.0, 0])[2] += 1
+        self.ended(ended, at, requeued)
+
     def purged(self) -> None:
         """Every message not completed is gone."""
         self.by_name.clear()
@@ -177,3 +210,43 @@ class Tenants:
         if tenant is None:
             tenant = self.by_name[name] = Tenant()
         return tenant
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def quiet_counts(
+        self,
+        records: Iterable[Record],
+        untouched: int,
+        oldest_aside: Callable[[set[str], float], float],
+        now: float,
+    ) -> QuietCounts:
+        """Tenant fairness at ``now``, as SQS fair queues report it: the tenants noisy, and the
+        messages of the others (quiet tenants, and messages with no tenant), from the index's
+        ``records``, its ``untouched`` messages and the earliest enqueue time of a quiet one
+        among those (``oldest_aside(noisy, oldest so far)``)."""
+        noisy = self.noisy_names(now)
+        visible = in_flight = delayed = 0
+        oldest = now
+        noisy_records = 0  # queued records of noisy tenants (the rest of them are in runs)
+        for rec in records:
+            if rec.state == LEASED and rec.lease_until > now:
+                in_flight += rec.tenant not in noisy
+                continue
+            if rec.state == LEASED:  # its lease ran out: visible (as ``status`` says)
+                if rec.tenant not in noisy:
+                    visible += 1
+                    oldest = min(oldest, rec.enqueued_at)
+                continue
+            if rec.state != QUEUED:
+                continue
+            if rec.tenant in noisy:
+                noisy_records += 1
+            elif rec.visible_at > now:
+                delayed += 1
+            else:
+                visible += 1
+                oldest = min(oldest, rec.enqueued_at)
+        noisy_waiting = sum(self.by_name[name].waiting for name in noisy)
+        visible += untouched - (noisy_waiting - noisy_records)
+        oldest = oldest_aside(noisy, oldest)
+        return QuietCounts(len(noisy), visible, in_flight, delayed, now - oldest)

@@ -14,19 +14,26 @@ import msgspec
 import pytest
 
 import s3q.tenants
+from s3q import checkpoint
 from s3q import state as new_state
 
 STREAMS = dict(fold_streams.streams())
 
 
 def _snap_bytes(state: Any) -> bytes:
-    return msgspec.msgpack.encode(state.snapshot())
+    if isinstance(state, fold_before.QueueState):
+        return msgspec.msgpack.encode(state.snapshot())
+    return msgspec.msgpack.encode(checkpoint.take(state))
 
 
-def _start(stream: list[Any], cls: Any, snapshot_type: Any) -> Any:
+def _start(stream: list[Any], new: bool) -> Any:
     if stream[0][0] == "new":
-        return cls()
-    return cls.restore(msgspec.msgpack.decode(stream[0][2], type=snapshot_type))
+        return new_state.QueueState() if new else fold_before.QueueState()
+    if new:
+        return checkpoint.restore(msgspec.msgpack.decode(stream[0][2], type=checkpoint.Snapshot))
+    return fold_before.QueueState.restore(
+        msgspec.msgpack.decode(stream[0][2], type=fold_before.Snapshot)
+    )
 
 
 @pytest.fixture
@@ -67,8 +74,8 @@ def test_old_and_new_index_answer_alike(name: str, parameters: Any) -> None:
     stream = STREAMS[name]
     parameters(stream)
     twin = fold_streams.decode(fold_streams.encode(stream))  # operations of its own
-    old = _start(stream, fold_before.QueueState, fold_before.Snapshot)
-    new = _start(twin, new_state.QueueState, new_state.Snapshot)
+    old = _start(stream, new=False)
+    new = _start(twin, new=True)
     for i, (call, mine) in enumerate(zip(stream, twin, strict=True)):
         kind = call[0]
         where = f"{name} call {i} {kind}"

@@ -7,10 +7,10 @@ from typing import Any
 
 import msgspec
 
+from s3q.checkpoint import Snapshot
 from s3q.lease import LeaseRecord
 from s3q.ops import Append, Lease
 from s3q.records import Record
-from s3q.state import Snapshot
 from s3q.tenants import TenantSnap
 
 
