@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from urllib.parse import quote
 
 import aiohttp
@@ -53,7 +53,7 @@ from .config import Setting
 from .errors import InvalidArgument, QueueClosed, S3QError, StoreError, Unavailable
 from .message import Message, MessageStatus, QueueStats
 from .staging import StagedObject
-from .surface import Target
+from .surface import AsyncQueueSurface, Target, documented
 
 __all__ = [
     "TOKEN_ENV",
@@ -442,6 +442,7 @@ class _Requests:
         return _Call("POST", f"{self.base}/compact", CompactionReport, None, {})
 
 
+@documented
 class _RemoteQueueBase:
     """The coroutines of a queue a broker serves, whatever makes its requests (``_send``):
     :class:`AsyncRemoteQueue` awaits them over aiohttp; :class:`RemoteQueue` runs the
@@ -467,6 +468,7 @@ class _RemoteQueueBase:
 
     @property
     def name(self) -> str:
+        """The queue's name at the broker."""
         return self._requests.name
 
     @property
@@ -485,10 +487,6 @@ class _RemoteQueueBase:
         durability: str | None = None,
         tenant: str | None = None,
     ) -> str:
-        """Add a message; its id once it is durable (the first id on a dedup hit).
-        ``durability``: "buffered" to be answered before then, "durable", or None (the
-        queue's setting). ``tenant``: who it is for; while a tenant is noisy (holds much of
-        what is in flight or of the processing time), other tenants' messages go first."""
         call = self._requests.enqueue(
             payload, priority, delay, dedup_id, group, attributes, durability, tenant
         )
@@ -497,14 +495,11 @@ class _RemoteQueueBase:
     async def enqueue_batch(
         self, items: Iterable[bytes | dict[str, Any]], *, durability: str | None = None
     ) -> list[str]:
-        """Add many messages in one commit: payloads, or dicts of ``enqueue``'s keywords
-        (``durability`` as ``enqueue``'s, for the whole batch)."""
         return await self._run(self._requests.enqueue_batch(items, durability))
 
     async def enqueue_staged(
         self, objects: Iterable[StagedObject], token: str | None = None
     ) -> list[str] | None:
-        """Commit the messages of staged objects in one log object; see s3q.AsyncQueue."""
         return await self._run(self._requests.enqueue_staged(objects, token))
 
     async def dequeue(
@@ -515,82 +510,59 @@ class _RemoteQueueBase:
         *,
         per_group: int = 1,
     ) -> list[Message]:
-        """Lease up to ``max_messages``; the broker waits up to ``wait`` seconds for the first.
-        ``per_group``: a group's messages delivered together, in order (1 to 10; 1: one at a
-        time); while any of them is leased, the group's later messages wait."""
         call = self._requests.dequeue(max_messages, visibility_timeout, wait, per_group)
         return await self._run(call)
 
     async def complete(self, target: Target) -> None:
-        """Acknowledge a delivered message: it is done."""
         await self._run(self._requests.complete([target]))
 
     async def complete_batch(self, targets: Iterable[Target]) -> None:
-        """Acknowledge many delivered messages in one commit (all or none)."""
         call = self._requests.complete(targets)
         if call.body and call.body["receipts"]:
             await self._run(call)
 
     async def fail(self, target: Target, error: str | None = None) -> float | None:
-        """Give a delivered message back: retried after a backoff, or dead if out of attempts.
-        When it will be retried (unix time), or None if it is dead."""
         return await self._run(self._requests.fail(target, error))
 
     async def release(self, targets: Target | Iterable[Target]) -> None:
-        """Give delivered messages back unprocessed: visible at once, the delivery uncounted."""
         call = self._requests.release(targets)
         if call.body and call.body["receipts"]:
             await self._run(call)
 
     async def extend(self, target: Target, seconds: float, *, revive: bool = False) -> None:
-        """Make a lease end ``seconds`` from now (0: the message is visible again at once).
-        ``revive``: also a lease that has run out, if nobody was delivered the message since
-        (as SQS's ChangeMessageVisibility); otherwise that is ReceiptExpired."""
         await self._run(self._requests.extend(target, seconds, revive))
 
     async def status(self, id: str) -> MessageStatus:
-        """Where message ``id`` stands; MessageNotFound if unknown or past retention."""
         return await self._run(self._requests.status(id))
 
     async def stats(self) -> QueueStats:
-        """Counts by status and the writer's commit figures."""
         return await self._run(self._requests.stats())
 
     async def peek(self, limit: int = 10) -> list[Message]:
-        """The next ``limit`` messages a dequeue would deliver, without leasing them."""
         return await self._run(self._requests.peek(limit))
 
     async def dead_letters(self, limit: int = 100) -> list[Message]:
-        """Up to ``limit`` dead messages, oldest first, with their last error."""
         return await self._run(self._requests.dead_letters(limit))
 
     async def redrive(self, ids: Iterable[str] | None = None) -> int:
-        """Move dead messages (all, or those named) back to pending; how many moved."""
         return await self._run(self._requests.redrive(ids))
 
     async def discard(self, ids: Iterable[str]) -> int:
-        """Remove dead letters for good (e.g. once copied to another queue); how many."""
         return await self._run(self._requests.discard(ids))
 
     async def configure(self, /, **settings: Any) -> dict[str, Setting]:
-        """Change saved queue settings (``s3q.config.PERSISTED``); the settings now in force."""
         return await self._run(self._requests.configure(settings))
 
     async def cleanup(self) -> int:
-        """Forget completed messages past ``completed_retention``; how many were forgotten."""
         return await self._run(self._requests.cleanup())
 
     async def purge(self) -> int:
-        """Remove every message not completed; how many were removed."""
         return await self._run(self._requests.purge())
 
     async def compact(self) -> CompactionReport:
-        """Checkpoint now and collect garbage (both also happen on their own)."""
         return await self._run(self._requests.compact())
 
     async def close(self) -> None:
-        """Refuse further calls, like a closed :class:`s3q.AsyncQueue`; the broker keeps the
-        queue (close the :class:`AsyncClient` to drop its connections)."""
         self._closed = True
 
 
@@ -677,6 +649,7 @@ def connect(url: str | Sequence[str], token: str | None = None, timeout: float =
     return Client(url, token, timeout)
 
 
+@documented
 class _InPlaceQueue(_RemoteQueueBase):
     """The coroutines of :class:`AsyncRemoteQueue` over a blocking :class:`Client`: each
     request is made in place, so they never suspend (:class:`RemoteQueue` runs them)."""
@@ -693,6 +666,7 @@ class _InPlaceQueue(_RemoteQueueBase):
         return self._client._run(call)
 
 
+@documented
 class RemoteQueue:
     """A queue served by a broker; the same methods as :class:`s3q.Queue`, over HTTP (those of
     :class:`AsyncRemoteQueue`, blocking: see :mod:`s3q.blocking`)."""
@@ -705,6 +679,7 @@ class RemoteQueue:
 
     @property
     def name(self) -> str:
+        """The queue's name at the broker."""
         return self._aq.name
 
     @property
@@ -733,8 +708,6 @@ class RemoteQueue:
     compact = blocking(_InPlaceQueue.compact)
 
     def close(self) -> None:
-        """Refuse further calls, like a closed :class:`s3q.Queue`; the broker keeps the queue
-        (close the :class:`Client` to drop its connections)."""
         self._run(self._aq.close())
 
     def __enter__(self) -> RemoteQueue:
@@ -859,6 +832,7 @@ def connect_async(
     return AsyncClient(url, token, timeout)
 
 
+@documented
 class AsyncRemoteQueue(_RemoteQueueBase):
     """A queue served by a broker; the same coroutines as :class:`s3q.AsyncQueue`."""
 
@@ -886,3 +860,7 @@ class AsyncRemoteQueue(_RemoteQueueBase):
 
     def __repr__(self) -> str:
         return f"<s3q.client.AsyncRemoteQueue {self.url}>"
+
+
+if TYPE_CHECKING:  # mypy checks that AsyncRemoteQueue offers the whole surface
+    _remote: type[AsyncQueueSurface] = AsyncRemoteQueue
