@@ -35,24 +35,15 @@ class Settings(Protocol):
     """What a session takes of its :class:`~s3q.worker.Worker`: the handler and the settings
     (checked by the worker)."""
 
-    @property
-    def handler(self) -> Handler: ...
-    @property
-    def concurrency(self) -> int: ...
-    @property
-    def prefetch(self) -> int | None: ...
-    @property
-    def visibility_timeout(self) -> float | None: ...
-    @property
-    def ack_interval(self) -> float: ...
-    @property
-    def grace(self) -> float: ...
-    @property
-    def on_event(self) -> EventHook | None: ...
-    @property
-    def metrics(self) -> WorkerMetrics | None: ...
-    @property
-    def poll_wait(self) -> float: ...
+    handler: Handler
+    concurrency: int
+    prefetch: int | None
+    visibility_timeout: float | None
+    ack_interval: float
+    grace: float
+    on_event: EventHook | None
+    metrics: WorkerMetrics | None
+    poll_wait: float
 
 
 class Session:
