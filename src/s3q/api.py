@@ -9,7 +9,7 @@ import threading
 import weakref
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import validate
 from .blocking import blocking
@@ -23,7 +23,7 @@ from .staging import StagedObject
 from .state import MAX_PER_GROUP
 from .store import open_store
 from .store.base import Counts
-from .surface import Target
+from .surface import AsyncQueueSurface, Target, documented
 
 T = TypeVar("T")
 
@@ -44,6 +44,7 @@ async def open_async(url: str, **options: Any) -> AsyncQueue:
     return AsyncQueue(await Engine.open(store, config, settings))
 
 
+@documented  # the docstrings of the queue's methods: s3q.surface
 class AsyncQueue:
     """A queue opened by :func:`open_async`. Every method is a coroutine."""
 
@@ -56,6 +57,7 @@ class AsyncQueue:
 
     @property
     def config(self) -> QueueConfig:
+        """The configuration in force: the options of the open, the saved settings applied."""
         return self._engine.config
 
     @property
@@ -88,10 +90,6 @@ class AsyncQueue:
         durability: str | None = None,
         tenant: str | None = None,
     ) -> str:
-        """Add a message; its id once it is durable (the first id on a dedup hit).
-        ``durability``: "buffered" to be answered before then, "durable", or None (the
-        queue's setting). ``tenant``: who it is for; while a tenant is noisy (holds much of
-        what is in flight or of the processing time), other tenants' messages go first."""
         validate.durability(durability)
         item = validate.item(
             payload,
@@ -109,8 +107,6 @@ class AsyncQueue:
     async def enqueue_batch(
         self, items: Iterable[bytes | dict[str, Any]], *, durability: str | None = None
     ) -> list[str]:
-        """Add many messages in one commit: payloads, or dicts of ``enqueue``'s keywords
-        (``durability`` as ``enqueue``'s, for the whole batch)."""
         validate.durability(durability)
         if isinstance(items, bytes | str | dict):
             raise InvalidArgument("enqueue_batch takes a list of payloads or dicts")
@@ -123,9 +119,6 @@ class AsyncQueue:
     async def enqueue_staged(
         self, objects: Iterable[StagedObject], token: str | None = None
     ) -> Sequence[str] | None:
-        """Commit the messages of staged objects (``s3q.staging``) in one log object, all or
-        none. With ``token``, a commit carrying a token seen before enqueues nothing and
-        returns None (a replayed streaming batch); otherwise the ids, as ``enqueue_batch``."""
         if token is not None and (not isinstance(token, str) or not token):
             raise InvalidArgument(f"token must be a non-empty string, got {token!r}")
         return await self._engine.enqueue_staged(list(objects), token)
@@ -152,9 +145,6 @@ class AsyncQueue:
         *,
         per_group: int = 1,
     ) -> list[Message]:
-        """Lease up to ``max_messages``, waiting up to ``wait`` seconds for the first.
-        ``per_group``: a group's messages delivered together, in order (1 to 10; 1: one at a
-        time); while any of them is leased, the group's later messages wait."""
         validate.count("max_messages", max_messages, 1, MAX_DEQUEUE)
         validate.count("per_group", per_group, 1, MAX_PER_GROUP)
         if visibility_timeout is not None:
@@ -163,32 +153,23 @@ class AsyncQueue:
         return await self._engine.dequeue(max_messages, visibility_timeout, wait, per_group)
 
     async def complete(self, target: Target) -> None:
-        """Acknowledge a delivered message: it is done."""
         await self._engine.complete([validate.receipt_of(target)])
 
     async def complete_batch(self, targets: Iterable[Target]) -> None:
-        """Acknowledge many delivered messages in one commit (all or none)."""
         receipts = [validate.receipt_of(t) for t in targets]
         if receipts:
             await self._engine.complete(receipts)
 
     async def fail(self, target: Target, error: str | None = None) -> float | None:
-        """Give a delivered message back: retried after a backoff, or dead if out of attempts.
-        When it will be retried (unix seconds), or None if it is now dead."""
         return await self._engine.fail(validate.receipt_of(target), validate.error_text(error))
 
     async def release(self, targets: Target | Iterable[Target]) -> None:
-        """Give delivered messages back unprocessed: visible at once, the delivery uncounted
-        (for a consumer shutting down with messages it never started)."""
         items = [targets] if isinstance(targets, Message | str) else list(targets)
         receipts = [validate.receipt_of(t) for t in items]
         if receipts:
             await self._engine.release(receipts)
 
     async def extend(self, target: Target, seconds: float, *, revive: bool = False) -> None:
-        """Make a lease end ``seconds`` from now (0: the message is visible again at once).
-        ``revive``: also a lease that has run out, if nobody was delivered the message since
-        (as SQS's ChangeMessageVisibility); otherwise that is ReceiptExpired."""
         receipt = validate.receipt_of(target)
         limit = validate.seconds("seconds", seconds, MAX_VISIBILITY)
         await self._engine.extend(receipt, limit, validate.flag("revive", revive))
@@ -199,53 +180,38 @@ class AsyncQueue:
         self._engine.stop_waiting()
 
     async def status(self, id: str) -> MessageStatus:
-        """Where message ``id`` stands; MessageNotFound if unknown or past retention."""
         if not isinstance(id, str):
             raise InvalidArgument(f"id must be a string, got {type(id).__name__}")
         return await self._engine.status(id)
 
     async def stats(self) -> QueueStats:
-        """Counts by status and the writer's commit figures."""
         return await self._engine.stats()
 
     async def peek(self, limit: int = 10) -> list[Message]:
-        """The next ``limit`` messages a dequeue would deliver, without leasing them."""
         return await self._engine.peek(validate.count("limit", limit, 1, MAX_DEQUEUE))
 
     async def dead_letters(self, limit: int = 100) -> list[Message]:
-        """Up to ``limit`` dead messages, oldest first, with their last error."""
         return await self._engine.dead_letters(validate.count("limit", limit, 1, MAX_DEQUEUE))
 
     async def redrive(self, ids: Iterable[str] | None = None) -> int:
-        """Move dead messages (all, or those named) back to pending; how many moved."""
         return await self._engine.redrive(None if ids is None else _ids(ids, "redrive"))
 
     async def discard(self, ids: Iterable[str]) -> int:
-        """Remove dead letters for good (e.g. once copied to another queue); how many.
-        MessageNotFound, and nothing removed, if one of ``ids`` is not a dead letter."""
         return await self._engine.discard(_ids(ids, "discard"))
 
     async def configure(self, /, **settings: Any) -> dict[str, Setting]:
-        """Change queue settings (those of ``s3q.config.PERSISTED``: ``max_attempts``,
-        ``visibility_timeout``, ``max_message_size``, ``attributes``, …) of the open queue, in
-        force at once and saved with it; the saved settings now in force (call it with no
-        argument to read them)."""
         return await self._engine.configure(_settings(settings))
 
     async def cleanup(self) -> int:
-        """Forget completed messages past ``completed_retention``; how many were forgotten."""
         return await self._engine.cleanup()
 
     async def purge(self) -> int:
-        """Remove every message not completed; how many were removed."""
         return await self._engine.purge()
 
     async def compact(self) -> CompactionReport:
-        """Checkpoint now and collect garbage (both also happen on their own)."""
         return await self._engine.compact()
 
     async def close(self) -> None:
-        """Finish pending commits and release the queue."""
         await self._engine.close()
 
     async def __aenter__(self) -> AsyncQueue:
@@ -261,6 +227,10 @@ class AsyncQueue:
 
     def __repr__(self) -> str:
         return f"<s3q.AsyncQueue {self.url}>"
+
+
+if TYPE_CHECKING:  # mypy checks that AsyncQueue offers the whole surface
+    _embedded: type[AsyncQueueSurface] = AsyncQueue
 
 
 def _ids(ids: object, what: str) -> list[str]:
@@ -353,6 +323,7 @@ def open(url: str, **options: Any) -> Queue:
         raise
 
 
+@documented
 class Queue:
     """A queue opened by :func:`open`; the same methods as :class:`AsyncQueue`, blocking (each
     runs the coroutine of :attr:`async_queue` on the queue's event-loop thread)."""
@@ -375,6 +346,7 @@ class Queue:
 
     @property
     def config(self) -> QueueConfig:
+        """The configuration in force: the options of the open, the saved settings applied."""
         return self._aq.config
 
     @property
@@ -411,7 +383,6 @@ class Queue:
     compact = blocking(AsyncQueue.compact)
 
     def close(self) -> None:
-        """Finish pending commits and release the queue. Closing twice is fine."""
         runner, self._runner = self._runner, None
         if runner is None:
             return

@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidConfig
+from .store import STORE_OPTIONS
 
 if TYPE_CHECKING:
     from .lease import CasLease
@@ -34,18 +35,6 @@ STRICT, FAIR = "strict", "fair"  # the values of ``delivery``
 MAX_WINDOW = 10.0  # commit_window: a call waits at most this for company
 #: the commit window of object stores when none is given: a PUT's worth of latency, about
 OBJECT_WINDOW = 0.02
-
-STORE_OPTIONS = frozenset(
-    {
-        "endpoint_url",
-        "region",
-        "access_key_id",
-        "secret_access_key",
-        "session_token",
-        "allow_http",
-        "store_timeout",
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)

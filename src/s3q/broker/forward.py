@@ -29,7 +29,16 @@ import logging
 import time
 import types
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
-from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    ParamSpec,
+    Protocol,
+    TypeVar,
+    overload,
+)
 from urllib.parse import urlsplit
 
 from ..client import AsyncClient, AsyncRemoteQueue
@@ -42,7 +51,7 @@ from ..errors import (
     Unavailable,
 )
 from ..message import Message
-from ..surface import AsyncQueueSurface
+from ..surface import AsyncQueueSurface, documented
 from . import peerauth
 from .peerauth import is_loopback
 from .wire import BrokerUnreachable
@@ -205,6 +214,7 @@ class forwarded(Generic[P, R]):
         return types.MethodType(self.function, obj)
 
 
+@documented  # the docstrings of the queue's methods: s3q.surface
 class ForwardedQueue:
     """A queue led by another broker of the cluster; the coroutines of :class:`s3q.AsyncQueue`."""
 
@@ -304,7 +314,11 @@ class ForwardedQueue:
     compact = forwarded(AsyncQueueSurface.compact)
 
     async def close(self) -> None:
-        """Nothing to close: the leader owns the queue."""
+        pass  # nothing to close: the leader owns the queue
 
     def __repr__(self) -> str:
         return f"<s3q.broker.ForwardedQueue {self.name} led by {self.leader}>"
+
+
+if TYPE_CHECKING:  # mypy checks that ForwardedQueue offers the whole surface
+    _forwarded: type[AsyncQueueSurface] = ForwardedQueue

@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..api import AsyncQueue, open_async
-from ..config import STORE_OPTIONS, QueueConfig
+from ..config import QueueConfig
 from ..errors import QueueLocked, Unavailable
 from ..lease import KEY as LEASE_KEY
-from ..store import open_store, queue_url
+from ..store import STORE_OPTIONS, open_store, queue_url
 from ..store.base import Counts
 from .forward import RETRY_PAUSE, ForwardedQueue, Peers
 from .lease import BrokerLease

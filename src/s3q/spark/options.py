@@ -7,9 +7,8 @@ from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..config import STORE_OPTIONS
 from ..errors import InvalidConfig
-from ..store import Store, open_store
+from ..store import STORE_OPTIONS, Store, open_store
 
 T = TypeVar("T")
 

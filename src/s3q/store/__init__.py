@@ -22,7 +22,6 @@ from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 from obstore.store import MemoryStore, S3Store, from_url
 
-from ..config import STORE_OPTIONS
 from ..errors import InvalidConfig
 from .base import AlreadyExists, Conflict, NotFound, Store, TransientError
 from .local import LocalStore
@@ -30,6 +29,7 @@ from .objectstore import DEFAULT_TIMEOUT, RETRY, ObjectStore, client_options
 from .retry import RetryingStore
 
 __all__ = [
+    "STORE_OPTIONS",
     "AlreadyExists",
     "Conflict",
     "LocalStore",
@@ -43,6 +43,19 @@ __all__ = [
     "queue_name",
     "queue_url",
 ]
+
+#: the keyword options of ``s3q.open`` that go to the store (also in a store URL's query)
+STORE_OPTIONS = frozenset(
+    {
+        "endpoint_url",
+        "region",
+        "access_key_id",
+        "secret_access_key",
+        "session_token",
+        "allow_http",
+        "store_timeout",
+    }
+)
 
 _memory: dict[str, Any] = {}
 _memory_lock = threading.Lock()

@@ -7,24 +7,22 @@ import asyncio
 import inspect
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..api import AsyncQueue
 from ..errors import ReceiptExpired
 from ..message import Message
+from ..metrics import WorkerMetrics
 from ..surface import AsyncQueueSurface
 from .acks import Acks
-from .events import Dead, Retry, WorkerStarted, WorkerStopped, WorkerStopping
-from .handlers import is_async
+from .events import Dead, EventHook, Retry, WorkerStarted, WorkerStopped, WorkerStopping
+from .handlers import Handler, is_async
 from .hooks import Fanout, Hooks, OnEvent, Tally
 from .leases import Leases
 from .prefetch import Prefetch
 from .prometheus import MetricsHooks
 from .stop import Stop
 from .threads import Threads
-
-if TYPE_CHECKING:
-    from .runner import Worker
 
 __all__ = ["REMOTE_VISIBILITY", "Session"]
 
@@ -33,10 +31,25 @@ logger = logging.getLogger("s3q.worker")
 REMOTE_VISIBILITY = 30.0  # seconds of lease through a broker, unless visibility_timeout is given
 
 
+class Settings(Protocol):
+    """What a session takes of its :class:`~s3q.worker.Worker`: the handler and the settings
+    (checked by the worker)."""
+
+    handler: Handler
+    concurrency: int
+    prefetch: int | None
+    visibility_timeout: float | None
+    ack_interval: float
+    grace: float
+    on_event: EventHook | None
+    metrics: WorkerMetrics | None
+    poll_wait: float
+
+
 class Session:
     """``worker`` serving ``aq`` once; made on the loop that runs it."""
 
-    def __init__(self, worker: Worker, aq: AsyncQueueSurface) -> None:
+    def __init__(self, worker: Settings, aq: AsyncQueueSurface) -> None:
         self.loop = asyncio.get_running_loop()
         self._worker = worker
         self._aq = aq

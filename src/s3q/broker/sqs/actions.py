@@ -5,7 +5,8 @@ standard ones (fair queues), a deduplication id
 the s3q dedup id, ApproximateReceiveCount the attempts, SentTimestamp the enqueue time, and a
 receipt handle wraps the s3q receipt. Dead letters of a queue with a RedrivePolicy are moved
 to its dead-letter queue lazily: on ReceiveMessage and GetQueueAttributes of either queue.
-Messages are translated in :mod:`.messages`, dead letters moved in :mod:`.moves`.
+Messages are translated in :mod:`.messages`, dead letters moved in :mod:`.moves`, deletes and
+visibility changes made as SQS makes them in :mod:`.acks`.
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ from typing import Any
 
 from starlette.requests import Request
 
-from ...errors import InvalidArgument, MessageNotFound, ReceiptExpired
-from ...message import MessageStatus
+from ...errors import InvalidArgument, ReceiptExpired
 from ...surface import AsyncQueueSurface
 from ..forward import ForwardedQueue
 from ..registry import QueueRegistry
 from ..wire import check_name
-from . import handles, messages, queues, shapes
+from . import acks, handles, messages, queues, shapes
+from .acks import MAX_VISIBILITY
 from .catalog import Catalog, Entry
 from .moves import MoveTasks, Redrives
 from .protocol import SqsError, invalid, within
@@ -40,7 +41,6 @@ AnyQueue = AsyncQueueSurface  # a queue this broker leads, or one another broker
 MAX_BATCH = 10
 MAX_BATCH_BYTES = 1024 * 1024
 MAX_LIST = 1000
-MAX_VISIBILITY = 43200  # seconds: a visibility timeout, and a lease from its receive
 #: a receive with visibility timeout 0 leases for this long, and ends the lease once durable
 #: (a lease shorter than its commit would lapse before the answer, and the message be left out)
 ZERO_VISIBILITY_HOLD = 60.0
@@ -363,27 +363,8 @@ class Service:
     async def delete_message(self, call: Call, req: shapes.DeleteMessage) -> Any:
         name, queue = await self._by_url(call, req.QueueUrl)
         mid, receipt, _ = handles.decode(name, req.ReceiptHandle)
-        await self._delete(queue, queues.is_fifo(name), req.ReceiptHandle, mid, receipt)
+        await acks.delete(queue, queues.is_fifo(name), req.ReceiptHandle, mid, receipt)
         return {}
-
-    async def _delete(
-        self, queue: AnyQueue, fifo: bool, handle: str, mid: str, receipt: str
-    ) -> None:
-        """Delete as SQS does. A standard queue takes the handle of an earlier receive and
-        answers as if it deleted (the message, received again since, is another consumer's:
-        it is left alone, as Amazon documents that such a delete may not delete). A FIFO queue
-        refuses a handle whose visibility timeout has run out."""
-        if fifo:
-            status = await _status(queue, mid)
-            if status is MessageStatus.COMPLETED:
-                return  # deleted already: a retry
-            if status is not MessageStatus.PROCESSING:
-                raise _expired(handle)
-        try:
-            await queue.complete(receipt)
-        except ReceiptExpired:
-            if fifo and await _status(queue, mid) is not MessageStatus.COMPLETED:
-                raise _expired(handle) from None
 
     async def delete_message_batch(self, call: Call, req: shapes.DeleteMessageBatch) -> Any:
         name, queue = await self._by_url(call, req.QueueUrl)
@@ -404,7 +385,7 @@ class Service:
             except ReceiptExpired:  # some are stale: each on its own (riding shared commits)
                 pass
         results = await asyncio.gather(
-            *(self._delete(queue, fifo, handle, mid, receipt) for _, handle, mid, receipt in ready),
+            *(acks.delete(queue, fifo, handle, mid, receipt) for _, handle, mid, receipt in ready),
             return_exceptions=True,
         )
         done = []
@@ -417,34 +398,9 @@ class Service:
                 done.append(eid)
         return {"Successful": [{"Id": eid} for eid in done], "Failed": failed}
 
-    async def _change(self, name: str, queue: AnyQueue, handle: str, seconds: int) -> None:
-        """Change a message's visibility as SQS does. On a standard queue, a lease that ran
-        out takes effect again if nobody received the message since, and the handle of an
-        earlier receive of a message received again answers 200 and changes nothing (the lease
-        is another consumer's). A lease may not reach past 12 hours from its receive."""
-        within("VisibilityTimeout", seconds, 0, MAX_VISIBILITY, 0)
-        mid, receipt, received_at = handles.decode(name, handle)
-        fifo = queues.is_fifo(name)
-        if received_at is not None and time.time() + seconds > received_at + MAX_VISIBILITY:
-            raise invalid(
-                f"Value {seconds} for parameter VisibilityTimeout is invalid. Reason: Total "
-                f"VisibilityTimeout for the message is beyond the limit [{MAX_VISIBILITY} "
-                "seconds]."
-            )
-        try:
-            await queue.extend(receipt, float(seconds), revive=not fifo)
-        except ReceiptExpired:
-            if not fifo and await _status(queue, mid) is MessageStatus.PROCESSING:
-                return  # received again since: another consumer's lease, left alone (as SQS)
-            raise SqsError(
-                "MessageNotInflight",
-                f"Value {handle} for parameter ReceiptHandle is invalid. Reason: Message does not "
-                "exist or is not available for visibility timeout change.",
-            ) from None
-
     async def change_message_visibility(self, call: Call, req: shapes.ChangeVisibility) -> Any:
         name, queue = await self._by_url(call, req.QueueUrl)
-        await self._change(name, queue, req.ReceiptHandle, req.VisibilityTimeout)
+        await acks.change_visibility(name, queue, req.ReceiptHandle, req.VisibilityTimeout)
         return {}
 
     async def change_message_visibility_batch(
@@ -454,7 +410,7 @@ class Service:
         _check_batch(req.Entries)
 
         async def change(entry: shapes.ChangeEntry) -> None:
-            await self._change(name, queue, entry.ReceiptHandle, entry.VisibilityTimeout)
+            await acks.change_visibility(name, queue, entry.ReceiptHandle, entry.VisibilityTimeout)
 
         results = await asyncio.gather(*(change(e) for e in req.Entries), return_exceptions=True)
         successful, failed = [], []
@@ -502,20 +458,6 @@ def _check_batch(
             )
     if len(set(ids)) != len(ids):
         raise SqsError("BatchEntryIdsNotDistinct", "Two or more batch entries have the same Id.")
-
-
-async def _status(queue: AnyQueue, mid: str) -> MessageStatus | None:
-    try:
-        return await queue.status(mid)
-    except MessageNotFound:
-        return None
-
-
-def _expired(handle: str) -> SqsError:
-    return invalid(
-        f"Value {handle} for parameter ReceiptHandle is invalid. Reason: The receipt handle has "
-        "expired."
-    )
 
 
 def _failure(eid: str, error: SqsError) -> dict[str, Any]:

@@ -1,0 +1,224 @@
+"""Connection pools to a broker, or to the brokers of a cluster: :class:`Client` (blocking,
+httpx) and :class:`AsyncClient` (aiohttp). Each sends a call, retries it as allowed, and moves
+on to the next broker of the queue's order when one cannot serve it."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import ssl
+import time
+from collections.abc import Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+import aiohttp
+import certifi
+import httpx
+
+from ..broker.wire import MSGPACK
+from .calls import RETRIES, TRANSPORT, Call, delay
+from .nodes import Nodes
+from .queues import AsyncRemoteQueue, RemoteQueue
+from .requests import list_queues
+
+T = TypeVar("T")
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """One TLS context for every client: loading the CA bundle costs ~40 ms each time."""
+    return ssl.create_default_context(cafile=certifi.where())
+
+
+def _headers(token: str | None) -> dict[str, str]:
+    headers = {"accept": MSGPACK, "content-type": MSGPACK}
+    if token:
+        headers["authorization"] = f"Bearer {token}"
+    return headers
+
+
+def _timeout(call: Call[Any], timeout: float) -> httpx.Timeout:
+    return httpx.Timeout(timeout, read=timeout + call.extra_timeout)
+
+
+class Client:
+    """A connection pool to a broker (or to the brokers of a cluster, tried in turn).
+    Thread-safe; a context manager."""
+
+    def __init__(
+        self,
+        url: str | Sequence[str],
+        token: str | None = None,
+        timeout: float = 30.0,
+        retries: int = RETRIES,
+    ) -> None:
+        self._nodes = Nodes(url)
+        self.timeout, self.retries = timeout, retries
+        self._http = httpx.Client(
+            headers=_headers(token),
+            timeout=timeout,
+            limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+            verify=_tls(),
+        )
+
+    @property
+    def url(self) -> str:
+        """The broker calls go to now."""
+        return self._nodes.url
+
+    def queue(self, name: str) -> RemoteQueue:
+        """The queue ``name`` of the broker's store (opened by the broker on first use)."""
+        return RemoteQueue(self, name)
+
+    def queues(self) -> list[str]:
+        """The names of the queues the broker has open."""
+        return self._run(list_queues())
+
+    def _run(self, call: Call[T]) -> T:
+        content = call.content()
+        for attempt in range(self.retries + 1):
+            node = self._nodes.url_for(call.queue)
+            try:
+                response = self._http.request(
+                    call.method,
+                    node + call.path,
+                    content=content,
+                    params=call.params,
+                    timeout=_timeout(call, self.timeout),
+                )
+            except httpx.HTTPError as exc:
+                self._nodes.raise_or_move_on(call, node, None, exc, last=attempt == self.retries)
+            else:
+                if response.status_code == 200:
+                    return call.result(response.content)
+                answer = (response.status_code, response.content)
+                self._nodes.raise_or_move_on(call, node, answer, None, last=attempt == self.retries)
+            time.sleep(delay(attempt))
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<s3q.client.Client {self.url}>"
+
+
+def connect(url: str | Sequence[str], token: str | None = None, timeout: float = 30.0) -> Client:
+    """A client of the broker at ``url`` (e.g. ``http://127.0.0.1:8765``), or of a cluster:
+    several URLs (a list, or comma-separated), tried in turn when one cannot serve."""
+    return Client(url, token, timeout)
+
+
+#: headers of one request from (broker URL, method, path, query parameters, body)
+Signer = Callable[[str, str, str, Mapping[str, Any], bytes | None], Mapping[str, str]]
+
+
+class AsyncClient:
+    """An async connection pool to a broker (or to the brokers of a cluster, tried in turn);
+    an async context manager. ``headers``: sent with every request, besides the token.
+    ``sign``: more headers for each request sent, made from it (brokers of a cluster sign the
+    calls they forward to each other with it)."""
+
+    def __init__(
+        self,
+        url: str | Sequence[str],
+        token: str | None = None,
+        timeout: float = 30.0,
+        retries: int = RETRIES,
+        *,
+        headers: Mapping[str, str] | None = None,
+        sign: Signer | None = None,
+    ) -> None:
+        self._nodes = Nodes(url)
+        self.timeout, self.retries = timeout, retries
+        self._headers = {**_headers(token), **(headers or {})}
+        self._sign = sign
+        self._session: aiohttp.ClientSession | None = None  # made in the loop that uses it
+
+    @property
+    def url(self) -> str:
+        """The broker calls go to now."""
+        return self._nodes.url
+
+    def queue(self, name: str) -> AsyncRemoteQueue:
+        """The queue ``name`` of the broker's store (opened by the broker on first use)."""
+        return AsyncRemoteQueue(self, name)
+
+    async def queues(self) -> list[str]:
+        """The names of the queues the broker has open."""
+        return await self._run(list_queues())
+
+    def _open(self) -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(limit=100, ssl=_tls())
+        self._session = aiohttp.ClientSession(headers=self._headers, connector=connector)
+        return self._session
+
+    async def _run(self, call: Call[T]) -> T:
+        content = call.content()
+        session = self._session or self._open()
+        timeout = aiohttp.ClientTimeout(
+            connect=self.timeout, sock_read=self.timeout + call.extra_timeout
+        )
+        for attempt in range(self.retries + 1):
+            node = self._nodes.url_for(call.queue)
+            signed = None
+            if self._sign is not None:
+                signed = self._sign(node, call.method, call.path, call.params, content)
+            try:
+                async with session.request(
+                    call.method,
+                    node + call.path,
+                    data=content,
+                    params=call.params or None,
+                    headers=signed,
+                    timeout=timeout,
+                ) as response:
+                    status, body = response.status, await response.read()
+            except TRANSPORT as exc:
+                self._nodes.raise_or_move_on(call, node, None, exc, last=attempt == self.retries)
+            else:
+                if status == 200:
+                    return call.result(body)
+                self._nodes.raise_or_move_on(
+                    call, node, (status, body), None, last=attempt == self.retries
+                )
+            await asyncio.sleep(delay(attempt))
+        raise AssertionError("unreachable")
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"<s3q.client.AsyncClient {self.url}>"
+
+
+def connect_async(
+    url: str | Sequence[str], token: str | None = None, timeout: float = 30.0
+) -> AsyncClient:
+    """An async client of the broker at ``url``, or of a cluster (as :func:`connect`)."""
+    return AsyncClient(url, token, timeout)
