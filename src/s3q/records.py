@@ -91,9 +91,10 @@ class Run:
 
     They leave from the front, as delivery is FIFO within a priority (a lease, live or
     replayed, always takes a run's front member): a member taken becomes a record
-    (``Record``) of its own. A run far from the head of its priority may drop its ``table``
-    (each member's size and offset: 4 to 12 bytes), leaving a few dozen bytes whatever its
-    length; taking a member, or reading one, needs the table read back first (``tables.fill``).
+    (``Record``) of its own. A run made beyond the index's table budget, or restored from a
+    checkpoint, holds no ``table`` (each member's size and offset: 4 to 12 bytes), only a few
+    dozen bytes whatever its length; taking a member, or reading one, needs the table read back
+    first (``tables.fill``).
     """
 
     __slots__ = (

@@ -1,7 +1,7 @@
 """Run tables read back from the log.
 
-The index keeps, for untouched messages far from the head of their priority, only where their
-run lies (``state.Run``); the rest of the run's table (each member's size, payload offset,
+The index keeps, for untouched messages beyond its table budget (``state.TABLE_BUDGET``) or
+restored from a checkpoint, only where their run lies (``records.Run``); the rest of the run's table (each member's size, payload offset,
 dedup id and attributes) stays in the Append that enqueued them, inside log object ``seq``.
 This module reads those Appends back from the end of a log object (its header, without the
 payloads) when the runs are about to be needed.

@@ -3,7 +3,9 @@ the index as it was before it was split (``fold_before``) and as it is now.
 
 A stream is every call the writer made on one index: how it began (new, or restored from a
 snapshot), each operation folded, each run table filled, and each question asked (``expire``,
-``select``, ``deliverable``, ``wanted``) with the answer the recorded build gave. Replaying a
+``select``, ``deliverable``, ``wanted``) with the answer the recorded build gave. The fixtures
+were recorded at d948d1a, the last build of the index as one class, whose peek was
+``deliverable``; ``Recorder`` now patches the index as it is. Replaying a
 stream asks both indexes the same questions and compares their answers and snapshots.
 
 Record anew (only when the stream format itself changes; the fixtures are the index's behaviour
@@ -97,7 +99,10 @@ def _ids(recs: Any) -> list[str]:
 
 
 class Recorder:
-    """Patches the index class so every instance records its calls into ``self.streams``."""
+    """Patches the index class (and ``checkpoint.restore``) so every index records its calls
+    into ``self.streams``. A peek is recorded as the old index's ``deliverable`` was."""
+
+    METHODS = ("__init__", "apply", "fill", "expire", "select", "peek", "wanted")
 
     def __init__(self, cls: Any) -> None:
         self.cls = cls
@@ -105,11 +110,12 @@ class Recorder:
         self._saved: dict[str, Any] = {}
 
     def __enter__(self) -> Recorder:
-        cls, streams = self.cls, self.streams
-        saved = self._saved
-        for name in ("__init__", "apply", "fill", "expire", "select", "deliverable", "wanted"):
+        from s3q import checkpoint
+
+        cls, streams, saved = self.cls, self.streams, self._saved
+        for name in self.METHODS:
             saved[name] = cls.__dict__[name]
-        saved["restore"] = cls.__dict__["restore"]
+        saved["restore"] = checkpoint.restore
 
         def stream_of(state: Any) -> list[Call]:
             return state.__dict__["_recorded"]  # type: ignore[no-any-return]
@@ -119,16 +125,16 @@ class Recorder:
             state.__dict__["_recorded"] = [("new", parameters())]
             streams.append(state.__dict__["_recorded"])
 
-        def restore(klass: Any, snap: Any) -> Any:
-            state = saved["restore"].__func__(klass, snap)
+        def restore(snap: Any) -> Any:
+            state = saved["restore"](snap)
             stream = stream_of(state)
             stream.clear()
             stream.append(("restore", parameters(), msgspec.msgpack.encode(snap)))
             return state
 
-        def apply(state: Any, op: Any, seq: int) -> None:
+        def apply(state: Any, op: Any, seq: int) -> int:
             stream_of(state).append(("apply", op, seq))
-            saved["apply"](state, op, seq)
+            return saved["apply"](state, op, seq)  # type: ignore[no-any-return]
 
         def fill(state: Any, seq: int, appends: list[Any]) -> None:
             stream_of(state).append(("fill", seq, list(appends)))
@@ -153,8 +159,15 @@ class Recorder:
             )
             return chosen, bury
 
-        def deliverable(state: Any, now: float, limit: int, fair: bool = False) -> Any:
-            got = saved["deliverable"](state, now, limit, fair)
+        def peek(
+            state: Any,
+            now: float,
+            limit: int,
+            max_attempts: int,
+            fair: bool = False,
+            per_group: int = 1,
+        ) -> Any:
+            got = saved["peek"](state, now, limit, max_attempts, fair, per_group)
             stream_of(state).append(("deliverable", now, limit, fair, _ids(got)))
             return got
 
@@ -164,12 +177,15 @@ class Recorder:
             return got
 
         cls.__init__ = init
-        cls.restore = classmethod(restore)
+        checkpoint.restore = restore
         cls.apply, cls.fill, cls.expire = apply, fill, expire
-        cls.select, cls.deliverable, cls.wanted = select, deliverable, wanted
+        cls.select, cls.peek, cls.wanted = select, peek, wanted
         return self
 
     def __exit__(self, *exc: object) -> None:
+        from s3q import checkpoint
+
+        checkpoint.restore = self._saved.pop("restore")
         for name, value in self._saved.items():
             setattr(self.cls, name, value)
 
