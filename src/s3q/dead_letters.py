@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 
 from .core import Core
-from .delivery import Delivery
+from .leasing import Leasing
 from .errors import MessageNotFound
 from .message import Message
 from .ops import Discard, Purge, Redrive
@@ -16,15 +16,15 @@ from .payloads import Payloads, message
 class DeadLetters:
     """The dead letters of one writer's queue."""
 
-    def __init__(self, core: Core, delivery: Delivery, payloads: Payloads) -> None:
+    def __init__(self, core: Core, leasing: Leasing, payloads: Payloads) -> None:
         self.core = core
-        self.delivery = delivery
+        self.leasing = leasing
         self.payloads = payloads
 
     async def listed(self, limit: int) -> list[Message]:
         """The first ``limit`` dead letters, with their payloads."""
         self.core.check()
-        await self.delivery.sweep()
+        await self.leasing.sweep()
         recs = list(itertools.islice(self.core.state.iter_dead(), limit))
         payloads = await self.payloads.of(recs)
         return [message(rec, p) for rec, p in zip(recs, payloads, strict=True)]
@@ -32,7 +32,7 @@ class DeadLetters:
     async def redrive(self, ids: list[str] | None) -> int:
         core = self.core
         core.check()
-        await self.delivery.sweep()
+        await self.leasing.sweep()
         chosen = list(core.state.dead) if ids is None else self._dead(ids)
         if not chosen:
             return 0
@@ -44,7 +44,7 @@ class DeadLetters:
     async def discard(self, ids: list[str]) -> int:
         core = self.core
         core.check()
-        await self.delivery.sweep()
+        await self.leasing.sweep()
         chosen = self._dead(ids)
         if not chosen:
             return 0

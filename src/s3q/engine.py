@@ -4,7 +4,7 @@ handed to the parts that carry them out.
 Each operation is checked against the index, folded into it and added to the log by group
 commit (``commit``); the caller is answered once it is durable. The parts share the writer's
 ``core``: ``intake`` adds messages (admitted by ``admission``, which does no I/O),
-``delivery`` leases them and settles their leases, ``reads`` and ``dead_letters`` answer
+``leasing`` leases them and settles their leases, ``reads`` and ``dead_letters`` answer
 and act on what the queue holds, ``payloads`` reads payloads, and ``upkeep`` prunes,
 checkpoints (``checkpointer``) and collects garbage (``collector``) beside the writer.
 """
@@ -32,7 +32,7 @@ from .config import (
 )
 from .core import Core
 from .dead_letters import DeadLetters
-from .delivery import Delivery
+from .leasing import Leasing
 from .errors import S3QError, WriterFenced
 from .intake import Intake
 from .lease import WriterLease, describe_holder, writer_lease
@@ -89,9 +89,9 @@ class Engine:
         payloads = Payloads(core)
         self._upkeep = Upkeep(core, self.checkpointer, payloads)
         self._intake = Intake(core, self._upkeep)
-        self._delivery = Delivery(core, payloads)
-        self._reads = Reads(core, self._delivery, payloads)
-        self._dead = DeadLetters(core, self._delivery, payloads)
+        self._leasing = Leasing(core, payloads)
+        self._reads = Reads(core, self._leasing, payloads)
+        self._dead = DeadLetters(core, self._leasing, payloads)
         self._renewer: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
 
@@ -308,27 +308,27 @@ class Engine:
     async def dequeue(
         self, max_messages: int, visibility_timeout: float | None, wait: float, per_group: int = 1
     ) -> list[Message]:
-        return await self._delivery.dequeue(max_messages, visibility_timeout, wait, per_group)
+        return await self._leasing.dequeue(max_messages, visibility_timeout, wait, per_group)
 
     async def lease(self, max_messages: int, visibility_timeout: float | None) -> list[Located]:
-        """Lease like ``dequeue``, each message with where its payload lies (``Delivery``)."""
-        return await self._delivery.lease(max_messages, visibility_timeout)
+        """Lease like ``dequeue``, each message with where its payload lies (``Leasing``)."""
+        return await self._leasing.lease(max_messages, visibility_timeout)
 
     async def locate(self, ids: list[str]) -> dict[str, Located]:
         """The messages named (not completed) and where their payloads lie now."""
-        return await self._delivery.locate(ids)
+        return await self._leasing.locate(ids)
 
     async def complete(self, receipts: list[str]) -> None:
-        await self._delivery.complete(receipts)
+        await self._leasing.complete(receipts)
 
     async def fail(self, receipt: str, error: str | None) -> float | None:
-        return await self._delivery.fail(receipt, error)
+        return await self._leasing.fail(receipt, error)
 
     async def release(self, receipts: list[str]) -> None:
-        await self._delivery.release(receipts)
+        await self._leasing.release(receipts)
 
     async def extend(self, receipt: str, seconds: float, revive: bool = False) -> None:
-        await self._delivery.extend(receipt, seconds, revive)
+        await self._leasing.extend(receipt, seconds, revive)
 
     def stop_waiting(self) -> None:
         """Long polls end now with what is there, and later ones do not wait."""

@@ -1,14 +1,14 @@
 """Reads of one writer's queue that change nothing but expired leases: a message's status, the
 queue's counts (``stats``), and a look at the next deliverable messages (``peek``).
 
-Each read first buries the leases that ran out on their last attempt (``Delivery.sweep``), so
+Each read first buries the leases that ran out on their last attempt (``Leasing.sweep``), so
 what it reports as dead is dead.
 """
 
 from __future__ import annotations
 
 from .core import Core
-from .delivery import Delivery
+from .leasing import Leasing
 from .errors import MessageNotFound
 from .message import Message, MessageStatus, QueueStats
 from .payloads import Payloads, message
@@ -18,16 +18,16 @@ from .records import DONE
 class Reads:
     """Answers what one writer's queue holds."""
 
-    def __init__(self, core: Core, delivery: Delivery, payloads: Payloads) -> None:
+    def __init__(self, core: Core, leasing: Leasing, payloads: Payloads) -> None:
         self.core = core
-        self.delivery = delivery
+        self.leasing = leasing
         self.payloads = payloads
 
     async def status(self, mid: str) -> MessageStatus:
         core = self.core
         core.check()
-        await self.delivery.sweep()
-        rec = await self.delivery.find(mid)
+        await self.leasing.sweep()
+        rec = await self.leasing.find(mid)
         now, retention = core.clock(), core.config.completed_retention
         if rec is None:
             at = core.state.completed_at(mid)
@@ -40,7 +40,7 @@ class Reads:
     async def stats(self) -> QueueStats:
         core = self.core
         core.check()
-        await self.delivery.sweep()
+        await self.leasing.sweep()
         now, state, commit, tally = core.clock(), core.state, core.commit, core.tally
         counts = state.counts(now, core.config.completed_retention)
         quiet = state.quiet_counts(now)
@@ -79,8 +79,8 @@ class Reads:
     async def peek(self, limit: int) -> list[Message]:
         core = self.core
         core.check()
-        await self.delivery.sweep()  # a lease run out on its last attempt is dead, not next
-        await self.delivery.fill(core.state.wanted(limit, core.fair))
+        await self.leasing.sweep()  # a lease run out on its last attempt is dead, not next
+        await self.leasing.fill(core.state.wanted(limit, core.fair))
         recs = core.state.deliverable(core.clock(), limit, core.fair)
         payloads = await self.payloads.of(recs)
         return [message(rec, p, receipt=False) for rec, p in zip(recs, payloads, strict=True)]

@@ -1,4 +1,4 @@
-"""Delivery: leasing messages to consumers, and what consumers do with their leases.
+"""Leasing: leasing messages to consumers, and what consumers do with their leases.
 
 ``dequeue`` (and ``lease``, which leaves the payloads where they lie, for the Spark source)
 chooses deliverable messages (``select``), after burying those whose last lease ran out of
@@ -25,7 +25,7 @@ from .records import DONE, Record
 from .snapshot import Located
 
 
-class Delivery:
+class Leasing:
     """Hands out the messages of one writer and settles their leases."""
 
     def __init__(self, core: Core, payloads: Payloads) -> None:
