@@ -115,8 +115,8 @@ class QueueConfig:
             _seconds(name, getattr(self, name), allow_zero=False)
         if self.commit_window is not None:
             _seconds("commit_window", self.commit_window, allow_zero=True, high=MAX_WINDOW)
-        if self.leasing not in (STRICT, FAIR):
-            raise InvalidConfig(f"delivery must be {STRICT!r} or {FAIR!r}, got {self.leasing!r}")
+        if self.delivery not in (STRICT, FAIR):
+            raise InvalidConfig(f"delivery must be {STRICT!r} or {FAIR!r}, got {self.delivery!r}")
         if self.durability not in (DURABLE, BUFFERED):
             raise InvalidConfig(
                 f"durability must be {DURABLE!r} or {BUFFERED!r}, got {self.durability!r}"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import itertools
 
 from .core import Core
-from .leasing import Leasing
 from .errors import MessageNotFound
+from .leasing import Leasing
 from .message import Message
 from .ops import Discard, Purge, Redrive
 from .payloads import Payloads, message

@@ -32,10 +32,10 @@ from .config import (
 )
 from .core import Core
 from .dead_letters import DeadLetters
-from .leasing import Leasing
 from .errors import S3QError, WriterFenced
 from .intake import Intake
 from .lease import WriterLease, describe_holder, writer_lease
+from .leasing import Leasing
 from .message import Message, MessageStatus, QueueStats
 from .ops import Configure, Open
 from .payloads import Payloads

@@ -8,8 +8,8 @@ what it reports as dead is dead.
 from __future__ import annotations
 
 from .core import Core
-from .leasing import Leasing
 from .errors import MessageNotFound
+from .leasing import Leasing
 from .message import Message, MessageStatus, QueueStats
 from .payloads import Payloads, message
 from .records import DONE

@@ -5,7 +5,7 @@ a fair queue); a message without one is a tenant of its own and always quiet. A 
 noisy when it holds more than ``SHARE`` of the queue's messages in flight and at least
 ``MIN_IN_FLIGHT`` of them, or more than ``SHARE`` of its recent processing time (time between
 a delivery and its outcome, decaying with a half-life of ``HALF_LIFE`` seconds). It stays noisy
-until its backlog is drained or it has sent nothing for ``QUIET_AFTER`` seconds. Leasing
+until its backlog is drained or it has sent nothing for ``QUIET_AFTER`` seconds. Delivery
 prefers quiet tenants' messages (``state``); noisy ones are never dropped, only later.
 
 Everything here is a function of the operations folded and the times they carry: a reopened
