@@ -33,11 +33,21 @@ STRAGGLER_SHARE = 0.25  # an object whose live payloads are below this share of 
 class Writer(Protocol):
     """What collection needs of the queue's writer."""
 
-    store: Store
-    config: QueueConfig
-    clock: Callable[[], float]
-    state: QueueState
-    staged_claims: set[str]  # staged objects being committed: never orphans
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def config(self) -> QueueConfig: ...
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    @property
+    def state(self) -> QueueState: ...
+
+    @property
+    def staged_claims(self) -> set[str]:
+        """Staged objects being committed: never orphans."""
 
     @property
     def checkpoints(self) -> dict[int, float]:

@@ -1,8 +1,8 @@
 """Run tables read back from the log.
 
 The index keeps, for untouched messages beyond its table budget (``state.TABLE_BUDGET``) or
-restored from a checkpoint, only where their run lies (``records.Run``); the rest of the run's table (each member's size, payload offset,
-dedup id and attributes) stays in the Append that enqueued them, inside log object ``seq``.
+restored from a checkpoint, only where their run lies (``records.Run``); the rest of the run's
+table (each member's size, payload offset, dedup id and attributes) stays in the Append that enqueued them, inside log object ``seq``.
 This module reads those Appends back from the end of a log object (its header, without the
 payloads) when the runs are about to be needed.
 """

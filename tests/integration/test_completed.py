@@ -49,7 +49,7 @@ def test_completions_replayed_from_the_log(raw_env: StoreEnv, clock: FakeClock) 
     # as if killed: the next open replays the log, with no checkpoint since the enqueue
     q._aq._engine.commit.failure = s3q.StoreError("killed")
     q.close()
-    assert state.completed.count == 2
+    assert state.retention.completed.count == 2
     q = raw_env.open(clock=clock)
     assert [q.status(i) for i in ids] == [S.COMPLETED, S.COMPLETED, S.PROCESSING]
     assert _records(q) == 1

@@ -1,0 +1,105 @@
+"""What the parts of one queue's writer share (``engine`` makes it and keeps it).
+
+The store, the settings in force, the index, the group commit and the payload cache; the
+check every operation starts with; the wakeups of long polls; work left running in the
+background; and the writer's counts of what it did (``Tally``). The parts beside the engine
+(``intake``, ``delivery``, ``reads``, ``dead_letters``, ``upkeep``, ``payloads``) each hold
+the one ``Core`` of their writer, so a change of the index or of the settings (recovery,
+``configure``) is seen by every part at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from .cache import ObjectCache
+from .commit import GroupCommit
+from .config import FAIR, QueueConfig
+from .errors import QueueClosed
+from .state import QueueState
+from .store import Store
+
+logger = logging.getLogger("s3q")
+
+
+@dataclass
+class Tally:
+    """What this writer did, for ``stats``."""
+
+    buffered_answers: int = 0  # messages whose enqueue was answered before it was durable
+    deliveries: dict[int, int] = field(default_factory=dict)  # priority -> messages delivered
+    deliveries_noisy: int = 0  # of them, to noisy tenants (``tenants``)
+    deliveries_quiet: int = 0  # and to the others
+
+
+class Core:
+    """The shared state of one queue's writer."""
+
+    def __init__(self, store: Store, config: QueueConfig, commit: GroupCommit, token: str) -> None:
+        self.store = store
+        self.config = config  # the settings in force: ``configure`` replaces it
+        self.clock: Callable[[], float] = config.clock
+        self.state = QueueState()  # recovery replaces it
+        self.commit = commit
+        self.token = token
+        self.cache = ObjectCache(config.payload_cache_bytes)
+        self.closed = False
+        self.tally = Tally()
+        self.staged_claims: set[str] = set()  # staged objects being committed: not orphans
+        self.tasks: set[asyncio.Task[None]] = set()  # background work (``background``)
+        self._changed: asyncio.Future[None] | None = None
+        self._no_waits = False  # stop_waiting() was called
+
+    def check(self) -> None:
+        """Raise why this writer stopped, or that it was closed, if either."""
+        if self.commit.failure is not None:
+            raise self.commit.failure
+        if self.closed:
+            raise QueueClosed(f"queue {self.store.url} is closed")
+
+    @property
+    def fair(self) -> bool:
+        """Whether priorities share deliveries (``delivery="fair"``) rather than the highest
+        going first."""
+        return self.config.delivery == FAIR
+
+    # -- waking consumers ------------------------------------------------------------------------
+
+    @property
+    def no_waits(self) -> bool:
+        """Whether long polls are over (``stop_waiting``)."""
+        return self._no_waits
+
+    def stop_waiting(self) -> None:
+        """Long polls end now with what is there, and later ones do not wait."""
+        self._no_waits = True
+        self.notify()
+
+    def notify(self) -> None:
+        """Something changed that a long poll may be waiting for."""
+        if self._changed is not None and not self._changed.done():
+            self._changed.set_result(None)
+        self._changed = None
+
+    async def wait_change(self, timeout: float) -> None:
+        """Until the next ``notify``, at most ``timeout`` seconds."""
+        if self._changed is None:
+            self._changed = asyncio.get_running_loop().create_future()
+        await asyncio.wait([self._changed], timeout=timeout)
+
+    # -- background work -------------------------------------------------------------------------
+
+    def background(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` beside the writer; its failure is logged (``close`` waits for it)."""
+        task = asyncio.create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self._background_done)
+
+    def _background_done(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.warning("background work on %s failed: %s", self.store.url, task.exception())

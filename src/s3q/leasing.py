@@ -1,0 +1,232 @@
+"""Leasing: leasing messages to consumers, and what consumers do with their leases.
+
+``dequeue`` (and ``lease``, which leaves the payloads where they lie, for the Spark source)
+chooses deliverable messages (``select``), after burying those whose last lease ran out of
+attempts, and logs a Lease of them; ``complete``, ``fail``, ``release`` and ``extend`` settle
+or prolong a lease named by its receipt. A long poll waits for the next change (``Core``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import time
+from collections.abc import Iterable
+
+from . import snapshot, tables
+from .commit import Batch
+from .core import Core
+from .errors import ReceiptExpired
+from .message import Message
+from .ops import Bury, Complete, Extend, Fail, Lease, Release
+from .payloads import Payloads, message
+from .records import DONE, Record
+from .snapshot import Located
+
+
+class Leasing:
+    """Hands out the messages of one writer and settles their leases."""
+
+    def __init__(self, core: Core, payloads: Payloads) -> None:
+        self.core = core
+        self.payloads = payloads
+        self._receipts = itertools.count()
+
+    # -- leasing ---------------------------------------------------------------------------------
+
+    async def lease(self, max_messages: int, visibility_timeout: float | None) -> list[Located]:
+        """Lease up to ``max_messages`` like ``dequeue``, without reading their payloads:
+        each comes with where its payload lies, for a reader of the store to fetch."""
+        core = self.core
+        core.check()
+        timeout = self._timeout(visibility_timeout)
+        chosen, buried = await self.select(max_messages)
+        now = core.clock()
+        if not chosen:
+            await core.commit.durable_after(buried)
+            return []
+        leases = self._leases(chosen, now + timeout)
+        where = [snapshot.location(rec) for rec in chosen]  # durable once the lease is
+        await core.commit.durable_after(core.commit.add(Lease(leases, now)))
+        return [
+            Located(message(rec, b""), place)
+            for rec, place, (_, receipt, _) in zip(chosen, where, leases, strict=True)
+            if self._still_held(rec, receipt)
+        ]
+
+    async def locate(self, ids: list[str]) -> dict[str, Located]:
+        """The messages named (not completed) and where their payloads lie now."""
+        self.core.check()
+        found = {}
+        for mid in ids:
+            rec = await self.find(mid)
+            if rec is not None and rec.state != DONE:
+                found[mid] = Located(message(rec, b""), snapshot.location(rec))
+        commit = self.core.commit
+        await commit.durable_after(commit.latest())  # a relocation may be on its way
+        return found
+
+    async def dequeue(
+        self, max_messages: int, visibility_timeout: float | None, wait: float, per_group: int = 1
+    ) -> list[Message]:
+        core = self.core
+        core.check()
+        timeout = self._timeout(visibility_timeout)
+        deadline = time.monotonic() + wait
+        while True:
+            core.check()
+            chosen, buried = await self.select(max_messages, per_group)
+            now = core.clock()
+            if chosen:
+                leases = self._leases(chosen, now + timeout)
+                batch = core.commit.add(Lease(leases, now))
+                payloads, _ = await asyncio.gather(
+                    self.payloads.of(chosen), core.commit.durable_after(batch)
+                )
+                return [
+                    message(rec, payload)
+                    for rec, payload, (_, receipt, _) in zip(chosen, payloads, leases, strict=True)
+                    if self._still_held(rec, receipt)
+                ]
+            remaining = 0.0 if core.no_waits else deadline - time.monotonic()
+            if remaining <= 0:
+                await core.commit.durable_after(buried)
+                return []
+            upcoming = core.state.next_change()
+            if upcoming is not None:
+                remaining = min(remaining, max(upcoming - now, 0.001))
+            await core.wait_change(remaining)
+
+    def _timeout(self, given: float | None) -> float:
+        """The visibility timeout of a lease: the one ``given``, else the queue's."""
+        return self.core.config.visibility_timeout if given is None else given
+
+    def _leases(self, chosen: list[Record], until: float) -> list[tuple[str, str, float]]:
+        """A new lease of each of ``chosen``: (id, receipt, until)."""
+        prefix = self.core.token[:6]
+        return [(rec.id, f"{rec.id}~{prefix}{next(self._receipts):x}", until) for rec in chosen]
+
+    def _still_held(self, rec: Record, receipt: str) -> bool:
+        """Whether the lease this call made on ``rec`` still runs, now that it is durable.
+
+        A commit slower than the visibility timeout lets the lease lapse while the caller
+        waits, and the message may have gone to another consumer meanwhile: such a message is
+        left out of the answer (its delivery counts as an attempt), never handed out twice.
+        """
+        return rec.receipt == receipt and rec.lease_until > self.core.clock()
+
+    async def select(self, limit: int, per_group: int = 1) -> tuple[list[Record], Batch | None]:
+        """Up to ``limit`` deliverable messages, after burying those whose last lease ran out
+        of attempts; the tables of the runs they come from read back first."""
+        core = self.core
+        batch = None
+        attempts = core.config.max_attempts
+        while True:
+            await self.fill(core.state.wanted(limit, core.fair))
+            now = core.clock()
+            bury = core.state.expire(now, attempts)
+            while bury:  # before choosing: a buried head of a group frees the next one
+                batch = self._bury(bury, now)
+                bury = core.state.expire(now, attempts)
+            chosen, bury = core.state.select(now, limit, attempts, per_group, core.fair)
+            if bury:  # (none: all expired above, at the same ``now``)
+                batch = self._bury(bury, now)
+            # Other callers may have taken the members read back for while they were read:
+            # read on while the head holds runs without tables and nothing was chosen.
+            if chosen or not limit or not core.state.wanted(limit, core.fair):
+                self._count(chosen, now)
+                return chosen, batch
+
+    def _count(self, chosen: list[Record], now: float) -> None:
+        tally = self.core.tally
+        noisy = self.core.state.tenants.noisy_names(now)
+        for rec in chosen:
+            tally.deliveries[rec.priority] = tally.deliveries.get(rec.priority, 0) + 1
+            if rec.tenant in noisy:
+                tally.deliveries_noisy += 1
+            else:
+                tally.deliveries_quiet += 1
+
+    def _bury(self, recs: list[Record], now: float) -> Batch:
+        error = f"lease expired after {self.core.config.max_attempts} attempt(s)"
+        return self.core.commit.add(Bury([rec.id for rec in recs], error, now))
+
+    async def fill(self, seqs: set[int]) -> None:
+        """Read back the run tables of log objects ``seqs``."""
+        if seqs:
+            await tables.fill(self.core.store, self.core.state, seqs)
+
+    async def find(self, mid: str) -> Record | None:
+        """Message ``mid``'s record, its run's table read back if need be."""
+        seq = self.core.state.wanted_for(mid)
+        if seq is not None:
+            await self.fill({seq})
+        return self.core.state.find(mid)
+
+    async def sweep(self) -> None:
+        """Bury expired leases with no attempts left, so reads report them as dead."""
+        _, batch = await self.select(0)
+        await self.core.commit.durable_after(batch)
+
+    # -- settling leases -------------------------------------------------------------------------
+
+    async def complete(self, receipts: list[str]) -> None:
+        core = self.core
+        core.check()
+        recs = self._holders(receipts)
+        batch = core.commit.add(Complete(list(dict.fromkeys(rec.id for rec in recs)), core.clock()))
+        core.notify()  # a group's next message may be deliverable now
+        await core.commit.durable_after(batch)
+
+    async def fail(self, receipt: str, error: str | None) -> float | None:
+        core = self.core
+        core.check()
+        (rec,) = self._holders([receipt])
+        now = core.clock()
+        retry_at = None
+        if rec.attempts < core.config.max_attempts:
+            retry_at = now + self._backoff(rec.attempts)
+        batch = core.commit.add(Fail(rec.id, error, retry_at, now))
+        core.notify()
+        await core.commit.durable_after(batch)
+        return retry_at
+
+    async def release(self, receipts: list[str]) -> None:
+        core = self.core
+        core.check()
+        recs = self._holders(receipts)
+        batch = core.commit.add(Release(list(dict.fromkeys(rec.id for rec in recs))))
+        core.notify()
+        await core.commit.durable_after(batch)
+
+    async def extend(self, receipt: str, seconds: float, revive: bool = False) -> None:
+        core = self.core
+        core.check()
+        (rec,) = self._holders([receipt])
+        now = core.clock()
+        if rec.lease_until <= now and not revive:
+            raise ReceiptExpired(f"the lease of message {rec.id} has already expired")
+        batch = core.commit.add(Extend(rec.id, now + seconds))
+        if seconds == 0:
+            core.notify()
+        await core.commit.durable_after(batch)
+
+    def _holders(self, receipts: Iterable[str]) -> list[Record]:
+        recs = []
+        for receipt in receipts:
+            rec = self.core.state.receipt_holder(receipt)
+            if rec is None:
+                raise ReceiptExpired(
+                    f"receipt {receipt!r} is unknown or stale: the message was completed, "
+                    "dead-lettered, or delivered again after its lease expired"
+                )
+            recs.append(rec)
+        return recs
+
+    def _backoff(self, attempts: int) -> float:
+        """Exponential in the attempts made, capped, with equal jitter."""
+        config = self.core.config
+        base = config.retry_delay * float(2 ** min(attempts - 1, 62))
+        delay = min(config.retry_delay_max, base)
+        return delay / 2 + random.uniform(0, delay / 2)

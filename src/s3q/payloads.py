@@ -1,0 +1,91 @@
+"""Reading messages' payloads, and the Message answers made of a record and its payload.
+
+A payload lies in a log object (``payload_seq`` at ``offset``), in an object of its own
+(``offset`` -1), or in a staged object (``stage``). It is read from the batch still in flight
+that carries it, else from the cache of recent log objects, else from the store: one ranged
+read per object, however many payloads it holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from . import log, snapshot
+from .core import Core
+from .message import Message
+from .records import Record
+from .state import blob_key
+
+Span = tuple[str, int, int]  # a payload: message id, offset, size
+
+
+class Payloads:
+    """Reads the payloads of one writer's messages."""
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+
+    async def of(self, recs: list[Record]) -> list[bytes]:
+        """The payloads of ``recs``: from the batches in flight, the cache, or the store."""
+        commit, cache = self.core.commit, self.core.cache
+        found: dict[str, bytes] = {}
+        logged: dict[int, list[Span]] = {}
+        wanted: dict[int, list[Span]] = {}
+        staged: dict[str, list[Span]] = {}
+        for rec in recs:
+            span = (rec.id, rec.offset, rec.size)
+            if rec.stage is not None:
+                staged.setdefault(rec.stage, []).append(span)
+            else:  # where it lies now: garbage collection may move it while we read
+                logged.setdefault(rec.payload_seq if rec.offset >= 0 else -1, []).append(span)
+        for seq, spans in logged.items():
+            held = commit.held(seq) if seq >= 0 else None
+            data = cache.get(seq) if seq >= 0 else None
+            if held is not None and all(mid in held for mid, _, _ in spans):
+                found.update((mid, held[mid]) for mid, _, _ in spans)
+            elif data is not None:
+                found.update((mid, data[at : at + size]) for mid, at, size in spans)
+            else:
+                wanted[seq] = spans
+        if wanted:
+            parts = await asyncio.gather(*(self.read(s, sp) for s, sp in wanted.items()))
+            for part in parts:
+                found.update(part)
+        if staged:
+            parts = await asyncio.gather(
+                *(snapshot.read_spans(self.core.store, key, sp) for key, sp in staged.items())
+            )
+            for part in parts:
+                found.update(part)
+        return [found[rec.id] for rec in recs]
+
+    async def read(self, seq: int, spans: list[Span]) -> dict[str, bytes]:
+        """Payloads by id, given ``(id, offset, size)`` in log object ``seq``, in one ranged
+        read (``seq`` -1: each in an object of its own)."""
+        store = self.core.store
+        if seq < 0:
+            blobs = await asyncio.gather(*(store.get(blob_key(mid)) for mid, _, _ in spans))
+            return {mid: data for (mid, _, _), data in zip(spans, blobs, strict=True)}
+        start = min(offset for _, offset, _ in spans)
+        end = max(offset + size for _, offset, size in spans)
+        data = await store.get_range(log.key(seq), start, end)
+        return {mid: data[offset - start : offset - start + size] for mid, offset, size in spans}
+
+
+def message(rec: Record, payload: bytes, receipt: bool = True) -> Message:
+    """The answer that hands out ``rec`` with its ``payload`` (and its receipt, if
+    ``receipt``)."""
+    return Message(
+        id=rec.id,
+        payload=payload,
+        priority=rec.priority,
+        attempts=rec.attempts,
+        enqueued_at=rec.enqueued_at,
+        receipt=rec.receipt if receipt else None,
+        group=rec.group,
+        dedup_id=rec.dedup_id,
+        attributes=dict(rec.attributes or {}),
+        last_error=rec.last_error,
+        first_delivered_at=rec.first_leased_at or None,
+        tenant=rec.tenant,
+    )

@@ -1,0 +1,147 @@
+"""Upkeep of one writer's queue: pruning, checkpoints and garbage collection, beside commits.
+
+As a batch leaves for the store, a checkpoint is taken if one is due (``checkpointer``), after
+a Prune of what retention and the dedup window let go of; once the batch is durable, the
+checkpoint is written in the background, then garbage is collected (``collector``), one pass
+at a time. Collection copies live stragglers forward into the log (``relocate``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from . import collector
+from .checkpointer import Checkpointer
+from .commit import Batch
+from .config import QueueConfig
+from .core import Core
+from .ops import Prune, Relocate
+from .payloads import Payloads, Span
+from .state import QueueState
+from .store import Store
+
+
+class Upkeep:
+    """Checkpoints and collection of one writer; what ``collector`` needs of the writer."""
+
+    def __init__(self, core: Core, checkpointer: Checkpointer, payloads: Payloads) -> None:
+        self.core = core
+        self.checkpointer = checkpointer
+        self.payloads = payloads
+        self.collecting: asyncio.Task[collector.CompactionReport] | None = None
+
+    # -- riding the commits ----------------------------------------------------------------------
+
+    def sealing(self, batch: Batch) -> bytearray | None:
+        """``batch`` leaves for the store: prune if a checkpoint is due (the Prune rides the
+        batch the checkpoint is taken at), and take that checkpoint."""
+        if self.checkpointer.due(self.core.state):
+            self.prune()
+        return self.checkpointer.sealed(batch.seq, self.core.state)
+
+    def sealed_durable(self, batch: Batch, checkpoint: bytearray | None) -> None:
+        """``batch`` is durable: keep its payloads at hand, and write its checkpoint if any."""
+        if batch.size:  # payloads rode it: deliveries of them read them from here
+            self.core.cache.put(batch.seq, batch.data)
+        if checkpoint is not None:
+            self.core.background(self.write_checkpoint(batch.seq, checkpoint))
+
+    def prune(self) -> tuple[int, Batch | None]:
+        """Forget what retention and the dedup window let go of, through the log."""
+        core = self.core
+        config, now = core.config, core.clock()
+        if not core.state.prunable(now, config.completed_retention, config.dedup_window):
+            return 0, None
+        batch, pruned = core.commit.add_counted(
+            Prune(now, config.completed_retention, config.dedup_window)
+        )
+        return pruned, batch
+
+    async def checkpoint_now(self, replace: bool = False) -> None:
+        """Checkpoint the durable log; the caller made sure nothing is in flight."""
+        seq = self.core.commit.durable
+        await self.checkpointer.write(seq, self.checkpointer.take(seq, self.core.state), replace)
+
+    async def write_checkpoint(self, seq: int, data: bytearray) -> None:
+        """Write the checkpoint taken at ``seq``, then collect."""
+        await self.checkpointer.write(seq, data)
+        await self._collect_soon()
+
+    async def _collect_soon(self) -> None:
+        """One garbage collection pass at a time, never in the way of commits."""
+        if self.collecting is None or self.collecting.done():
+            self.collecting = asyncio.create_task(collector.collect(self))
+            await asyncio.wait([self.collecting])
+
+    async def collected(self) -> None:
+        """Once the collection pass under way, if any, is over."""
+        if self.collecting is not None and not self.collecting.done():
+            await asyncio.wait([self.collecting])
+
+    # -- on request ------------------------------------------------------------------------------
+
+    async def cleanup(self) -> int:
+        self.core.check()
+        pruned, batch = self.prune()
+        await self.core.commit.durable_after(batch)
+        return pruned
+
+    async def compact(self) -> collector.CompactionReport:
+        """Checkpoint now, then collect garbage: for a tidy-minded caller or a long idle spell."""
+        core = self.core
+        core.check()
+        self.prune()
+        while (pending := core.commit.latest()) is not None:
+            await core.commit.durable_after(pending)
+        await self.checkpoint_now()
+        while core.tasks:
+            await asyncio.wait(set(core.tasks))
+        await self.collected()
+        report = await collector.collect(self)
+        if report.deleted_objects and core.commit.latest() is None:
+            await self.checkpoint_now(replace=True)  # drop what was deleted from its list
+        report.objects, report.bytes = await core.store.usage()
+        return report
+
+    # -- what collection needs (``collector.Writer``) ---------------------------------------------
+
+    @property
+    def store(self) -> Store:
+        return self.core.store
+
+    @property
+    def config(self) -> QueueConfig:
+        return self.core.config
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self.core.clock
+
+    @property
+    def state(self) -> QueueState:
+        return self.core.state
+
+    @property
+    def staged_claims(self) -> set[str]:
+        return self.core.staged_claims
+
+    @property
+    def checkpoints(self) -> dict[int, float]:
+        return self.checkpointer.known
+
+    async def read_payloads(self, seq: int, spans: list[Span]) -> dict[str, bytes]:
+        return await self.payloads.read(seq, spans)
+
+    def relocate(self, moves: list[tuple[str, bytes]]) -> None:
+        """Copy live payloads forward into the batch being filled (for garbage collection)."""
+        core = self.core
+        if core.closed or core.commit.failure is not None:
+            return
+        start = offset = core.commit.filling.size
+        placed = []
+        for mid, payload in moves:
+            placed.append((mid, offset))
+            offset += len(payload)
+        made, payloads = [mid for mid, _ in moves], [payload for _, payload in moves]
+        core.commit.add_payloads(Relocate(placed), made, payloads, offset - start)
