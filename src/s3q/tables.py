@@ -2,9 +2,9 @@
 
 The index keeps, for untouched messages beyond its table budget (``state.TABLE_BUDGET``) or
 restored from a checkpoint, only where their run lies (``records.Run``); the rest of the run's
-table (each member's size, payload offset, dedup id and attributes) stays in the Append that enqueued them, inside log object ``seq``.
-This module reads those Appends back from the end of a log object (its header, without the
-payloads) when the runs are about to be needed.
+table (each member's size, payload offset, dedup id and attributes) stays in the Append that
+enqueued them, inside log object ``seq``. This module reads those Appends back from the end of
+a log object (its header, without the payloads) when the runs are about to be needed.
 """
 
 from __future__ import annotations
