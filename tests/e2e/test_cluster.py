@@ -57,7 +57,12 @@ def test_any_node_serves_a_queue_its_leader_holds(two_nodes: tuple[Node, Node]) 
         got = qb.dequeue(2)
         assert [(m.id, m.payload) for m in got] == [(second, b"via b"), (first, b"via a")]
         qb.complete(got[0])
-        assert qa.fail(got[1], "boom") is not None  # the retry time comes back through b
+        before = time.time()
+        retry_at = qa.fail(got[1], "boom")  # the retry time, of a message leased through b
+        after = time.time()
+        # the first retry waits retry_delay (1 s by default) with equal jitter: 0.5 s to 1 s
+        assert retry_at is not None and before + 0.5 <= retry_at <= after + 1.0, (before, retry_at)
+        assert qb.status(first) is s3q.MessageStatus.RETRY
         assert qb.status(second) is s3q.MessageStatus.COMPLETED
         # the same queue seen from both (lease renewals move the request counters in between)
         assert state_of(qa.stats()) == state_of(qb.stats())

@@ -26,7 +26,8 @@ from pyspark.sql import functions as F
 
 import s3q.spark
 
-pytestmark = pytest.mark.slow
+# one worker runs them all (pytest-xdist, --dist loadgroup): one JVM, not one per worker
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark")]
 
 
 @pytest.fixture(scope="session")
