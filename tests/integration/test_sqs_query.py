@@ -28,6 +28,9 @@ from botocore.exceptions import ClientError
 from sqs_broker import KEY_ID, SECRET, SqsBroker
 from sqs_checks import ATTRIBUTES, check_digests, depth, error_code, move_task
 
+# one worker runs them all (pytest-xdist, --dist loadgroup): the botocore wheel is fetched once
+pytestmark = pytest.mark.xdist_group("sqs-query")
+
 #: The last botocore whose model of SQS is the query protocol.
 QUERY_BOTOCORE = "botocore==1.31.80"
 
