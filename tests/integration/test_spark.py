@@ -620,7 +620,7 @@ def test_available_now_reads_what_was_there_and_stops(
             assert (after.pending, after.processing, after.completed) == (0, 0, 2500)
 
 
-@pytest.mark.xdist_group("spark-connect")  # its own JVMs, in a child: any worker
+@pytest.mark.xdist_group("spark-connect")  # its own JVMs, in a child: a group of its own
 def test_the_data_source_under_spark_connect(tmp_path: Path) -> None:
     """Under Spark Connect (a remote session, as on Databricks serverless), a DataFrame write
     enqueues, a read sees the messages, and an availableNow stream over more messages than a
