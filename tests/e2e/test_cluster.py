@@ -102,6 +102,7 @@ class Ledger:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self.acked_more = threading.Condition(self.lock)  # notified as acked grows
         self.acked: dict[str, str] = {}  # payload -> id, once its enqueue was answered
         self.completed: collections.Counter[str] = collections.Counter()  # id -> completes
         self.payload_of: dict[str, str] = {}
@@ -126,6 +127,7 @@ def produce(client: Client, ledger: Ledger, names: list[str], stop: threading.Ev
                 continue
             with ledger.lock:
                 ledger.acked[name] = id
+                ledger.acked_more.notify_all()
                 if ledger.killed.is_set():
                     ledger.after_kill["enqueued"] += 1
             break
@@ -179,9 +181,11 @@ def test_leader_killed_work_goes_on_and_nothing_acknowledged_is_lost(
         t.start()
     try:
         deadline = time.monotonic() + 60
-        while len(ledger.acked) < total // 3:
-            assert time.monotonic() < deadline, "producers made no progress"
-            time.sleep(0.01)  # watching threads' progress: no event to await
+        with ledger.acked_more:
+            made_progress = ledger.acked_more.wait_for(
+                lambda: len(ledger.acked) >= total // 3, timeout=60
+            )
+        assert made_progress, "producers made no progress"
         a.proc.kill()  # SIGKILL: no lease released, commits cut short
         a.proc.wait()
         ledger.killed.set()

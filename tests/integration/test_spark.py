@@ -225,6 +225,8 @@ def test_snapshot_read_while_the_writer_and_gc_run(spark: SparkSession, file_env
 # --------------------------------------------------------------------------- streaming
 
 
+# the longest of them (two child drivers): on a worker of its own, beside the others
+@pytest.mark.xdist_group("spark-kill")
 def test_streaming_read_survives_a_driver_kill(spark: SparkSession, file_env: StoreEnv) -> None:
     """kill -9 of the query's process mid-stream, then a restart from its checkpoint: the
     Parquet sink holds every message exactly once and the queue ends empty."""
