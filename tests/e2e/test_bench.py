@@ -54,7 +54,7 @@ def test_bench_json_reports_every_phase_and_figure(tmp_path: object) -> None:
         )
         # every phase writes: its commits are log objects, each a PUT and bytes on the store
         assert phase["commits"] >= 1, phase
-        assert phase["puts_per_msg"] * 3000 >= phase["commits"], phase
+        assert round(phase["puts_per_msg"] * 3000) >= phase["commits"], phase  # 6 decimals
         assert phase["bytes_written_per_msg"] > 0, phase
         assert phase["gets_per_msg"] >= 0, phase  # reads may all come from the payload cache
         assert 10 < phase["peak_rss_mib"] < 4096, phase  # a Python process's, in MiB
