@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import email.utils
+import fcntl
 import hashlib
 import hmac
 import json
@@ -66,6 +67,68 @@ class FakeClock:
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
+
+
+# --------------------------------------------------------------------------- parked long polls
+
+
+class Parked:
+    """How many long polls (``dequeue(wait=...)``) are parked, waiting for a change, in the
+    writers of this process (an embedded queue's, or an in-process broker's): what a test
+    waits for before it makes the change that must wake them, instead of sleeping."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self._cond = threading.Condition()
+        self._watchers: list[tuple[Any, Any]] = []  # (loop, asyncio.Event) of async waiters
+
+    def _moved(self, by: int) -> None:
+        with self._cond:
+            self.now += by
+            self._cond.notify_all()
+            for loop, event in self._watchers:
+                loop.call_soon_threadsafe(event.set)
+
+    def wait(self, count: int = 1, timeout: float = 30.0) -> None:
+        """Block until ``count`` long polls are parked (from a thread that is not the loop's)."""
+        with self._cond:
+            assert self._cond.wait_for(lambda: self.now >= count, timeout), (
+                f"{self.now} long polls parked after {timeout} s, not {count}"
+            )
+
+    async def wait_async(self, count: int = 1, timeout: float = 30.0) -> None:
+        """The same, from a coroutine on the loop the long polls run on."""
+        import asyncio
+
+        event = asyncio.Event()
+        watcher = (asyncio.get_running_loop(), event)
+        self._watchers.append(watcher)
+        try:
+            async with asyncio.timeout(timeout):
+                while self.now < count:
+                    event.clear()
+                    await event.wait()
+        finally:
+            self._watchers.remove(watcher)
+
+
+@pytest.fixture
+def parked(monkeypatch: pytest.MonkeyPatch) -> Parked:
+    """Counts the long polls parked in any writer of this process (see :class:`Parked`)."""
+    from s3q.engine import Engine
+
+    counter = Parked()
+    original = Engine._wait_change  # where a long poll with nothing to deliver waits
+
+    async def wait_change(self: Any, timeout: float) -> None:
+        counter._moved(+1)
+        try:
+            await original(self, timeout)
+        finally:
+            counter._moved(-1)
+
+    monkeypatch.setattr(Engine, "_wait_change", wait_change)
+    return counter
 
 
 # --------------------------------------------------------------------------- helpers
@@ -151,7 +214,14 @@ class MotoServer:
 
 def start_moto(env: dict[str, str] | None = None) -> MotoServer:
     """A moto S3 server on a free loopback port, answering HTTP; ``server.stop()`` ends it."""
-    port = free_port()
+    for _attempt in range(3):  # another process (an xdist worker) may take the port first
+        server = _start_moto_on(free_port(), env)
+        if server is not None:
+            return server
+    raise RuntimeError("moto server exited early three times")
+
+
+def _start_moto_on(port: int, env: dict[str, str] | None) -> MotoServer | None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
@@ -162,7 +232,7 @@ def start_moto(env: dict[str, str] | None = None) -> MotoServer:
     deadline = time.monotonic() + 60
     while True:
         if proc.poll() is not None:
-            raise RuntimeError(f"moto server exited early with {proc.returncode}")
+            return None  # most likely the port was taken
         try:
             with urllib.request.urlopen(server.endpoint + "/moto-api/", timeout=1):
                 return server
@@ -202,11 +272,14 @@ def node() -> str:
     node, npm = shutil.which("node"), shutil.which("npm")
     assert node and npm, "Node.js and npm are needed (.ci/run installs them)"
     wanted = json.loads((JS_DIR / "package.json").read_text())["dependencies"]
-    if not all((JS_DIR / "node_modules" / name / "package.json").is_file() for name in wanted):
-        run = subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund"], cwd=JS_DIR, capture_output=True, text=True
-        )
-        assert run.returncode == 0, f"npm ci failed in {JS_DIR}:\n{run.stderr[-4000:]}"
+    # pytest-xdist's workers each ask: one installs while the others wait on the lock
+    with open(JS_DIR / ".npm-ci.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not all((JS_DIR / "node_modules" / name / "package.json").is_file() for name in wanted):
+            run = subprocess.run(
+                [npm, "ci", "--no-audit", "--no-fund"], cwd=JS_DIR, capture_output=True, text=True
+            )
+            assert run.returncode == 0, f"npm ci failed in {JS_DIR}:\n{run.stderr[-4000:]}"
     return node
 
 

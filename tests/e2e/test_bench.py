@@ -45,9 +45,19 @@ def test_bench_json_reports_every_phase_and_figure(tmp_path: object) -> None:
     assert [p["phase"] for p in report["phases"]] == list(PHASES)
     for phase in report["phases"]:
         assert phase["messages"] == 3000, phase
-        for figure in FIGURES:
-            assert phase[figure] >= 0, (phase["phase"], figure)
-        assert phase["msg_per_s"] > 0
+        assert set(FIGURES) <= set(phase), phase
+        seconds = phase["seconds"]  # rounded to 0.1 ms; the rates come from the unrounded time
+        assert seconds > 0, phase
+        assert phase["msg_per_s"] == pytest.approx(3000 / seconds, rel=0.0001 / seconds + 0.001)
+        assert phase["mib_per_s"] == pytest.approx(
+            phase["msg_per_s"] * 200 / 2**20, rel=0.0001 / seconds + 0.001, abs=0.01
+        )
+        # every phase writes: its commits are log objects, each a PUT and bytes on the store
+        assert phase["commits"] >= 1, phase
+        assert round(phase["puts_per_msg"] * 3000) >= phase["commits"], phase  # 6 decimals
+        assert phase["bytes_written_per_msg"] > 0, phase
+        assert phase["gets_per_msg"] >= 0, phase  # reads may all come from the payload cache
+        assert 10 < phase["peak_rss_mib"] < 4096, phase  # a Python process's, in MiB
         assert set(phase["latency_ms"]) == {"p50", "p95", "p99", "max"}
         assert 0 < phase["latency_ms"]["p50"] <= phase["latency_ms"]["max"]
     enqueue = report["phases"][0]

@@ -57,7 +57,12 @@ def test_any_node_serves_a_queue_its_leader_holds(two_nodes: tuple[Node, Node]) 
         got = qb.dequeue(2)
         assert [(m.id, m.payload) for m in got] == [(second, b"via b"), (first, b"via a")]
         qb.complete(got[0])
-        assert qa.fail(got[1], "boom") is not None  # the retry time comes back through b
+        before = time.time()
+        retry_at = qa.fail(got[1], "boom")  # the retry time, of a message leased through b
+        after = time.time()
+        # the first retry waits retry_delay (1 s by default) with equal jitter: 0.5 s to 1 s
+        assert retry_at is not None and before + 0.5 <= retry_at <= after + 1.0, (before, retry_at)
+        assert qb.status(first) is s3q.MessageStatus.RETRY
         assert qb.status(second) is s3q.MessageStatus.COMPLETED
         # the same queue seen from both (lease renewals move the request counters in between)
         assert state_of(qa.stats()) == state_of(qb.stats())
@@ -97,6 +102,7 @@ class Ledger:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self.acked_more = threading.Condition(self.lock)  # notified as acked grows
         self.acked: dict[str, str] = {}  # payload -> id, once its enqueue was answered
         self.completed: collections.Counter[str] = collections.Counter()  # id -> completes
         self.payload_of: dict[str, str] = {}
@@ -121,6 +127,7 @@ def produce(client: Client, ledger: Ledger, names: list[str], stop: threading.Ev
                 continue
             with ledger.lock:
                 ledger.acked[name] = id
+                ledger.acked_more.notify_all()
                 if ledger.killed.is_set():
                     ledger.after_kill["enqueued"] += 1
             break
@@ -174,9 +181,11 @@ def test_leader_killed_work_goes_on_and_nothing_acknowledged_is_lost(
         t.start()
     try:
         deadline = time.monotonic() + 60
-        while len(ledger.acked) < total // 3:
-            assert time.monotonic() < deadline, "producers made no progress"
-            time.sleep(0.01)  # watching threads' progress: no event to await
+        with ledger.acked_more:
+            made_progress = ledger.acked_more.wait_for(
+                lambda: len(ledger.acked) >= total // 3, timeout=60
+            )
+        assert made_progress, "producers made no progress"
         a.proc.kill()  # SIGKILL: no lease released, commits cut short
         a.proc.wait()
         ledger.killed.set()

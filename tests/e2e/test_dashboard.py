@@ -25,6 +25,9 @@ from s3q.broker.dashboard import STATIC
 from s3q.client import Client, connect
 from s3q.prices import Prices
 
+# one worker runs them all (pytest-xdist, --dist loadgroup): one Chromium, not one per worker
+pytestmark = pytest.mark.xdist_group("dashboard")
+
 
 @pytest.fixture(scope="module")
 def playwright() -> Iterator[Playwright]:

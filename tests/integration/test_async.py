@@ -22,7 +22,7 @@ def test_async_roundtrip(env: StoreEnv, clock: FakeClock) -> None:
     async def main() -> None:
         aq = await env.open_async(clock=clock, max_attempts=2, retry_delay_max=2.0)
         try:
-            assert isinstance(aq, s3q.AsyncQueue) or hasattr(aq, "enqueue")
+            assert type(aq) is s3q.AsyncQueue
             a = await aq.enqueue(b"a", priority=1, attributes={"x": "y"})
             ids = await aq.enqueue_batch([b"b", {"payload": b"c", "priority": 9}])
             assert await aq.status(a) is S.PENDING
@@ -107,24 +107,21 @@ def test_async_bad_options(env: StoreEnv) -> None:
 
 
 @pytest.mark.parametrize("kind", ["memory", "file", "s3"])
-def test_sync_dequeue_wait_returns_when_message_arrives(kind, request, tmp_path) -> None:
+def test_sync_dequeue_wait_returns_when_message_arrives(kind, request, tmp_path, parked) -> None:
     from conftest import make_env
 
     env = make_env(kind, request, tmp_path)
     with env.open() as q:
-        started = threading.Event()
         result: dict[str, object] = {}
 
         def consumer() -> None:
-            started.set()
             t0 = time.monotonic()
             result["msgs"] = q.dequeue(wait=20.0)
             result["elapsed"] = time.monotonic() - t0
 
         t = threading.Thread(target=consumer)
         t.start()
-        assert started.wait(10)
-        time.sleep(0.3)  # deliberate: the consumer must be blocked before the message arrives
+        parked.wait(1)  # the consumer is blocked before the message arrives
         t_enq = time.monotonic()
         mid = q.enqueue(b"wake")
         t.join(25)
@@ -161,21 +158,18 @@ def test_sync_dequeue_wait_returns_immediately_when_available(env: StoreEnv) -> 
         assert time.monotonic() - t0 < 2.0
 
 
-def test_sync_dequeue_wait_wakes_when_lease_released(env: StoreEnv) -> None:
+def test_sync_dequeue_wait_wakes_when_lease_released(env: StoreEnv, parked) -> None:
     with env.open() as q:
         q.enqueue(b"x")
         [m] = q.dequeue(visibility_timeout=60)
         result: dict[str, object] = {}
-        started = threading.Event()
 
         def consumer() -> None:
-            started.set()
             result["msgs"] = q.dequeue(wait=20.0)
 
         t = threading.Thread(target=consumer)
         t.start()
-        assert started.wait(10)
-        time.sleep(0.3)  # deliberate: let the consumer block first
+        parked.wait(1)  # the consumer is blocked before the lease is given back
         t0 = time.monotonic()
         q.extend(m, 0)
         t.join(25)
@@ -183,20 +177,18 @@ def test_sync_dequeue_wait_wakes_when_lease_released(env: StoreEnv) -> None:
         assert time.monotonic() - t0 < 5.0
 
 
-def test_async_dequeue_wait_returns_when_other_task_enqueues(env: StoreEnv) -> None:
+def test_async_dequeue_wait_returns_when_other_task_enqueues(env: StoreEnv, parked) -> None:
     async def main() -> None:
         async with await env.open_async() as aq:
-            waiting = asyncio.Event()
 
             async def consumer():
-                waiting.set()
                 t0 = time.monotonic()
                 msgs = await aq.dequeue(wait=20.0)
                 return msgs, time.monotonic() - t0
 
             task = asyncio.create_task(consumer())
-            await waiting.wait()
-            await asyncio.sleep(0.3)  # deliberate: the consumer must be parked first
+            await parked.wait_async(1)  # the consumer is parked before the message arrives
+            assert not task.done()
             mid = await aq.enqueue(b"wake")
             msgs, elapsed = await asyncio.wait_for(task, 25)
             assert [m.id for m in msgs] == [mid]
@@ -234,7 +226,7 @@ def test_async_wait_does_not_block_event_loop(env: StoreEnv) -> None:
     run(main())
 
 
-def test_two_waiters_one_message(env: StoreEnv) -> None:
+def test_two_waiters_one_message(env: StoreEnv, parked) -> None:
     """Only one of two parked consumers receives the message; the other times out empty."""
     with env.open() as q:
         results: list[list] = []
@@ -251,7 +243,7 @@ def test_two_waiters_one_message(env: StoreEnv) -> None:
         for t in threads:
             t.start()
         barrier.wait()
-        time.sleep(0.3)  # deliberate: both consumers must be parked
+        parked.wait(2)  # both consumers are parked before the message arrives
         q.enqueue(b"only")
         for t in threads:
             t.join(20)

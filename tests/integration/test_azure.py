@@ -40,6 +40,9 @@ from conftest import (
 import s3q
 from s3q.store import AlreadyExists, Conflict, open_store
 
+# one worker runs them all (pytest-xdist, --dist loadgroup): one Azurite, not one per worker
+pytestmark = pytest.mark.xdist_group("azure")
+
 S = s3q.MessageStatus
 
 

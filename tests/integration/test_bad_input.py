@@ -196,7 +196,10 @@ def test_bad_wait(q, wait) -> None:
     assert_rejected(q, s3q.InvalidArgument, lambda: q.dequeue(wait=wait))
 
 
-@pytest.mark.parametrize("receipt", ["garbage", "x" * 500, str(uuid.uuid4())])
+# ids fixed: a random one would differ between pytest-xdist's workers, which must agree
+@pytest.mark.parametrize(
+    "receipt", ["garbage", "x" * 500, str(uuid.uuid4())], ids=["garbage", "long", "uuid"]
+)
 def test_unknown_receipt(q, receipt) -> None:
     q.dequeue()  # a real lease exists; the bogus receipt must not touch it
     assert_rejected(q, s3q.ReceiptExpired, lambda: q.complete(receipt))

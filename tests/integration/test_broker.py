@@ -11,6 +11,7 @@ import httpx
 import msgspec
 import pytest
 from broker_harness import TOKEN, Broker, free_port
+from conftest import Parked
 
 import s3q
 from s3q.broker import serve
@@ -224,14 +225,14 @@ def test_openapi_lists_every_route(broker: Broker) -> None:
     assert "post" in paths["/v1/queues/{name}/enqueue-staged"]
 
 
-def test_long_poll_wakes_on_enqueue_from_another_client(broker: Broker) -> None:
+def test_long_poll_wakes_on_enqueue_from_another_client(broker: Broker, parked: Parked) -> None:
     async def main() -> None:
         async with connect_async(broker.url) as a, connect_async(broker.url) as b:
             qa, qb = a.queue("poll"), b.queue("poll")
             await qa.configure()  # make the queue first (a read would not)
             start = time.monotonic()
             waiter = asyncio.create_task(qa.dequeue(wait=10))
-            await asyncio.sleep(0.3)
+            await parked.wait_async(1)  # a's long poll waits in the broker's writer
             assert not waiter.done()
             await qb.enqueue(b"wake")
             [msg] = await waiter

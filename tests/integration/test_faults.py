@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
+from conftest import FakeClock
 
 import s3q
 from s3q.config import QueueConfig
@@ -46,6 +47,21 @@ def run(coro_fn: Callable[[], Awaitable[None]]) -> None:
 
 def config(**kw: Any) -> QueueConfig:
     return QueueConfig(**{"lease_ttl": 3.0, "commit_timeout": 5.0, **kw})
+
+
+def hang_seen(faulty: FaultyStore) -> asyncio.Event:
+    """Set when a request of ``faulty`` meets a hang (as it begins, not when it times out)."""
+    seen = asyncio.Event()
+    draw = faulty.schedule.draw
+
+    def watched(request: str, key: str, read: bool) -> str | None:
+        fault = draw(request, key, read)
+        if fault == "hang":
+            seen.set()
+        return fault
+
+    faulty.schedule.draw = watched  # type: ignore[method-assign]
+    return seen
 
 
 # --------------------------------------------------------------------------- scripted faults
@@ -136,12 +152,15 @@ def test_a_dequeue_slower_than_its_lease_hands_out_nothing_twice() -> None:
 
     async def main() -> None:
         faulty, store = stack(timeout=0.6)
-        engine = await Engine.open(store, config())
+        clock = FakeClock(time.time())
+        engine = await Engine.open(store, config(clock=clock))
         q = s3q.AsyncQueue(engine)
         await q.enqueue(b"x")
+        hanging = hang_seen(faulty)
         faulty.script("hang", "put_new", "log/", times=1)
         slow = asyncio.create_task(q.dequeue(visibility_timeout=0.2))
-        await asyncio.sleep(0.35)  # the slow dequeue's lease has lapsed by now
+        await asyncio.wait_for(hanging.wait(), 30)  # the slow dequeue's lease is being written
+        clock.advance(0.35)  # and lapses while its write hangs
         fast = await q.dequeue(visibility_timeout=30)
         first = await slow
         receipts = [m.receipt for m in [*first, *fast]]
@@ -208,12 +227,13 @@ def test_close_on_a_vanished_store_ends_within_commit_timeout() -> None:
 def test_writer_fenced_names_the_writer_that_took_over() -> None:
     async def main() -> None:
         _, store = stack()
-        old = await Engine.open(store, config(lease_ttl=0.5))
+        clock = FakeClock(time.time())
+        old = await Engine.open(store, config(lease_ttl=0.5, clock=clock))
         old._stopping.set()  # no more renewals: the lease lapses, as in a long pause
         assert old._renewer is not None
         await old._renewer
-        await asyncio.sleep(0.6)
-        new = await Engine.open(store, config(writer_address="http://10.0.0.2:8765"))
+        clock.advance(0.6)
+        new = await Engine.open(store, config(writer_address="http://10.0.0.2:8765", clock=clock))
         with pytest.raises(s3q.WriterFenced) as caught:
             await s3q.AsyncQueue(old).enqueue(b"late")
         assert caught.value.holder is not None and "10.0.0.2:8765" in caught.value.holder

@@ -53,8 +53,11 @@ def test_concurrent_enqueues_are_group_committed(durable_env: StoreEnv) -> None:
     total = n_threads * per_thread
     assert len(set(ids)) == total
     commits = q.stats().commits - c0
-    assert commits < total, f"{commits} commits for {total} concurrent enqueues: no grouping"
-    assert len(durable_env.log_keys()) < total
+    # sixteen callers keep one write in flight and the rest waiting for it: a commit carries
+    # several of them (about eight to sixteen when measured: 40 to 80 commits), and no grouping
+    # would be one commit per enqueue; four on average leaves room for a loaded machine
+    assert 1 <= commits <= total // 4, f"{commits} commits for {total} concurrent enqueues"
+    assert len(durable_env.log_keys()) <= total // 4 + 1  # one log object per commit
     q.close()
     with durable_env.open() as q:
         assert q.stats().pending == total

@@ -26,7 +26,8 @@ from pyspark.sql import functions as F
 
 import s3q.spark
 
-pytestmark = pytest.mark.slow
+# one worker runs them all (pytest-xdist, --dist loadgroup): one JVM, not one per worker
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark")]
 
 
 @pytest.fixture(scope="session")
@@ -224,6 +225,8 @@ def test_snapshot_read_while_the_writer_and_gc_run(spark: SparkSession, file_env
 # --------------------------------------------------------------------------- streaming
 
 
+# the longest of them (two child drivers): on a worker of its own, beside the others
+@pytest.mark.xdist_group("spark-kill")
 def test_streaming_read_survives_a_driver_kill(spark: SparkSession, file_env: StoreEnv) -> None:
     """kill -9 of the query's process mid-stream, then a restart from its checkpoint: the
     Parquet sink holds every message exactly once and the queue ends empty."""
@@ -619,6 +622,7 @@ def test_available_now_reads_what_was_there_and_stops(
             assert (after.pending, after.processing, after.completed) == (0, 0, 2500)
 
 
+@pytest.mark.xdist_group("spark-connect")  # its own JVMs, in a child: a group of its own
 def test_the_data_source_under_spark_connect(tmp_path: Path) -> None:
     """Under Spark Connect (a remote session, as on Databricks serverless), a DataFrame write
     enqueues, a read sees the messages, and an availableNow stream over more messages than a

@@ -8,6 +8,7 @@ botocore's own query code, unmodified.
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 import zipfile
@@ -26,6 +27,9 @@ from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 from sqs_broker import KEY_ID, SECRET, SqsBroker
 from sqs_checks import ATTRIBUTES, check_digests, depth, error_code, move_task
+
+# one worker runs them all (pytest-xdist, --dist loadgroup): the botocore wheel is fetched once
+pytestmark = pytest.mark.xdist_group("sqs-query")
 
 #: The last botocore whose model of SQS is the query protocol.
 QUERY_BOTOCORE = "botocore==1.31.80"
@@ -220,7 +224,14 @@ def test_fifo_queues(sqs: Any) -> None:
     assert int(one["SequenceNumber"]) > 0
     [got] = sqs.receive_message(QueueUrl=url, AttributeNames=["All"])["Messages"]
     assert got["Attributes"]["MessageGroupId"] == "g"
-    assert got["Attributes"]["MessageDeduplicationId"]
+    # content-based: the dedup id is the SHA-256 of the body, as SQS makes it
+    assert got["Attributes"]["MessageDeduplicationId"] == hashlib.sha256(b"one").hexdigest()
+    sqs.send_message(
+        QueueUrl=url, MessageBody="two", MessageGroupId="h", MessageDeduplicationId="order-7"
+    )
+    [named] = sqs.receive_message(QueueUrl=url, AttributeNames=["All"])["Messages"]
+    assert named["Body"] == "two"
+    assert named["Attributes"]["MessageDeduplicationId"] == "order-7"
     with pytest.raises(ClientError) as exc:
         sqs.send_message(QueueUrl=url, MessageBody="no group")
     assert error_code(exc) == "MissingParameter"

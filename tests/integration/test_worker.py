@@ -339,11 +339,14 @@ def test_second_stop_with_zero_grace_cuts_the_wait_short() -> None:
                 started.set()
                 await asyncio.Event().wait()
 
-            worker = Worker(q, handle, grace=60.0)
+            events = Events()
+            stopping = events.when(lambda ev: bool(ev.of(WorkerStopping)), asyncio.Event())
+            worker = Worker(q, handle, grace=60.0, on_event=events)
             task = asyncio.create_task(worker.serve())
             await within(started.wait())
             worker.stop()
-            await asyncio.sleep(0.05)  # let the first stop begin its grace period
+            await within(stopping.wait())  # the first stop's grace period has begun
+            assert [e.grace for e in events.of(WorkerStopping)] == [pytest.approx(60.0, abs=1)]
             assert not task.done()
             worker.stop(grace=0)
             await within(task, 5)

@@ -32,7 +32,11 @@ class Broker:
         prices: Prices = S3,
         **options: Any,
     ) -> None:
-        self.port = free_port()
+        # bound here and handed to uvicorn: no other process (an xdist worker) can take the port
+        # between choosing it and listening on it
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        self.port = int(self.socket.getsockname()[1])
         self.url = f"http://127.0.0.1:{self.port}"
         app = create_app(
             store,
@@ -46,7 +50,9 @@ class Broker:
             app, host="127.0.0.1", port=self.port, lifespan="on", log_level="warning"
         )
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True
+        )
 
     def __enter__(self) -> Broker:
         self.thread.start()
@@ -59,4 +65,5 @@ class Broker:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(15)
+        self.socket.close()
         assert not self.thread.is_alive()
