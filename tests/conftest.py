@@ -115,10 +115,10 @@ class Parked:
 @pytest.fixture
 def parked(monkeypatch: pytest.MonkeyPatch) -> Parked:
     """Counts the long polls parked in any writer of this process (see :class:`Parked`)."""
-    from s3q.engine import Engine
+    from s3q.core import Core
 
     counter = Parked()
-    original = Engine._wait_change  # where a long poll with nothing to deliver waits
+    original = Core.wait_change  # where a long poll with nothing to deliver waits
 
     async def wait_change(self: Any, timeout: float) -> None:
         counter._moved(+1)
@@ -127,7 +127,7 @@ def parked(monkeypatch: pytest.MonkeyPatch) -> Parked:
         finally:
             counter._moved(-1)
 
-    monkeypatch.setattr(Engine, "_wait_change", wait_change)
+    monkeypatch.setattr(Core, "wait_change", wait_change)
     return counter
 
 
