@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from . import ids
 from .ops import Append
-from .records import Record
+from .records import Record, Run, Table
 
 
 class Stretch(NamedTuple):
@@ -78,6 +78,30 @@ def pieces(op: Append) -> Iterator[Stretch | Apart]:
             offset += size
     if start >= 0:
         yield Stretch(start, len(op.sizes), priority, start_offset, tenant)
+
+
+def run(
+    op: Append, seq: int, stretch: Stretch, queue: str, arrival: int, room: int
+) -> tuple[Run, Table]:
+    """``stretch`` of ``op``, in log object ``seq``, as a run whose front is numbered
+    ``arrival``, and its table (which the run keeps if it has ``room`` for its members)."""
+    start, end = stretch.start, stretch.end
+    table = Table(op, start, end)
+    run = Run(
+        queue,
+        seq,
+        op.first + start,
+        arrival,
+        end - start,
+        stretch.priority,
+        op.enqueued_at,
+        sum(table.sizes),
+        stretch.offset,
+        op.key,
+        table if end - start <= room else None,
+        stretch.tenant,
+    )
+    return run, table
 
 
 def record(op: Append, seq: int, apart: Apart, queue: str, arrival: int) -> Record:

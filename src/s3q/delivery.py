@@ -271,29 +271,20 @@ class DeliveryIndex:
                         heapq.heappop(self._ready[priority])
                     self.lanes.set_aside(priority, head)
                     continue
-                first = None if head is None else front(head)
-                quiet = self.lanes.quiet(lanes, now)
-                aside: tuple[str, int] | None = None  # (tenant, count) to take from its lane
-                if quiet is not None and (first is None or quiet[0] < first):
-                    aside = quiet[1], count - len(out)
-                    if quiet[2] is not None and (first is None or quiet[2] < first):
-                        first = quiet[2]  # (the next lane's message is next after)
-                elif head is None:
-                    aside = self.lanes.noisy_next(lanes, given, count - len(out), now)
-                    if aside is None:
-                        break
-                elif quiet is not None and (bound is None or quiet[0] < bound):
-                    bound = quiet[0]  # the head goes, up to the earliest quiet lane
-                if aside is not None:
-                    name, room = aside
-                    taken = self.lanes.take(lanes, name, room, first, now)
+                number = None if head is None else front(head)
+                turn = self.lanes.turn(lanes, number, bound, given, count - len(out), now)
+                if turn is None:
+                    break
+                if turn.tenant is not None:
+                    taken = self.lanes.take(lanes, turn.tenant, turn.room, turn.before, now)
                     if taken is None:
                         return out or None
-                    given[name] = given.get(name, 0) + len(taken)
+                    given[turn.tenant] = given.get(turn.tenant, 0) + len(taken)
                     out.extend(taken)
                     if out and out[-1].group is not None:
                         break
                     continue
+                bound = turn.bound
             if head is None:
                 break
             if from_fresh:

@@ -35,6 +35,16 @@ def noisy_turn(ranked: list[tuple[int, int, str]], wanted: int) -> tuple[str, in
     return name, min(wanted, max(ranked[1][0] - flight, -(-wanted // len(ranked))))
 
 
+class Turn(NamedTuple):
+    """What goes next beside the head of a priority: up to ``room`` messages of ``tenant``'s
+    lane, those numbered before ``before``; or, with no tenant, the head, up to ``bound``."""
+
+    tenant: str | None
+    room: int
+    before: int | None
+    bound: int | None
+
+
 class LaneHooks(NamedTuple):
     """What lanes ask of the index that owns them."""
 
@@ -144,6 +154,31 @@ class Lanes:
             return None
         found.sort()
         return found[0][0], found[0][1], found[1][0] if len(found) > 1 else None
+
+    def turn(
+        self,
+        lanes: dict[str, Lane],
+        head: int | None,
+        bound: int | None,
+        given: dict[str, int],
+        wanted: int,
+        now: float,
+    ) -> Turn | None:
+        """Whether ``lanes`` go before the head of their priority (numbered ``head``; None:
+        nothing else is left) and how far, given the head would go up to ``bound``; None if
+        nothing at all is left."""
+        quiet = self.quiet(lanes, now)
+        if quiet is not None and (head is None or quiet[0] < head):
+            before = head
+            if quiet[2] is not None and (before is None or quiet[2] < before):
+                before = quiet[2]  # (the next lane's message is next after)
+            return Turn(quiet[1], wanted, before, bound)
+        if head is None:
+            aside = self.noisy_next(lanes, given, wanted, now)
+            return None if aside is None else Turn(aside[0], aside[1], None, bound)
+        if quiet is not None and (bound is None or quiet[0] < bound):
+            bound = quiet[0]  # the head goes, up to the earliest quiet lane
+        return Turn(None, 0, None, bound)
 
     def noisy_next(
         self, lanes: dict[str, Lane], given: dict[str, int], wanted: int, now: float

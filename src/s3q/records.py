@@ -13,6 +13,7 @@ from enum import IntEnum
 import msgspec
 
 from . import ids
+from .message import MessageStatus
 from .ops import Append
 
 
@@ -39,6 +40,19 @@ class State(IntEnum):
 #: read faster than ``State.LEASED`` (~5 times, in a loop doing nothing else). ``State(n)``
 #: names one.
 QUEUED, LEASED, DONE, DEAD = int(State.QUEUED), int(State.LEASED), int(State.DONE), int(State.DEAD)
+
+
+def status(rec: Record, now: float) -> MessageStatus:
+    """What the public API says of ``rec`` at ``now``."""
+    if rec.state == DONE:
+        return MessageStatus.COMPLETED
+    if rec.state == DEAD:
+        return MessageStatus.DEAD
+    if rec.state == LEASED:
+        return MessageStatus.PROCESSING if rec.lease_until > now else MessageStatus.PENDING
+    if rec.visible_at > now:
+        return MessageStatus.RETRY if rec.backoff else MessageStatus.DELAYED
+    return MessageStatus.PENDING
 
 
 class Record(msgspec.Struct, array_like=True, gc=False):

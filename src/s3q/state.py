@@ -47,7 +47,7 @@ from .ops import (
     Relocate,
 )
 from .payload_refs import PayloadRefs, blob_key
-from .records import DEAD, DONE, LEASED, QUEUED, Record, Run, Table
+from .records import DEAD, DONE, LEASED, QUEUED, Record, Run, status
 from .retention import Retention
 from .runs import RunIndex
 from .tenants import QuietCounts, Tenants
@@ -181,25 +181,9 @@ class QueueState:
             self.payloads.unneeded(seq, op.key)  # (if every message was a duplicate)
 
     def _add_run(self, op: Append, seq: int, stretch: appends.Stretch) -> None:
-        start, end = stretch.start, stretch.end
-        count = end - start
-        table = Table(op, start, end)
-        size = sum(table.sizes)
-        keep = self.runs.tabled + count <= TABLE_BUDGET
-        run = Run(
-            self.queue,
-            seq,
-            op.first + start,
-            self.arrivals + 1,
-            count,
-            stretch.priority,
-            op.enqueued_at,
-            size,
-            stretch.offset,
-            op.key,
-            table if keep else None,
-            stretch.tenant,
-        )
+        room = TABLE_BUDGET - self.runs.tabled  # members whose tables the index may keep
+        run, table = appends.run(op, seq, stretch, self.queue, self.arrivals + 1, room)
+        count, size = run.count, run.bytes
         self.arrivals += count
         self.tenants.arrived(run.tenant, count, op.enqueued_at)
         self.total_enqueued += count
@@ -429,15 +413,8 @@ class QueueState:
         return self.retention.dedup_hit(dedup_id, now, window)
 
     def status(self, rec: Record, now: float) -> MessageStatus:
-        if rec.state == DONE:
-            return MessageStatus.COMPLETED
-        if rec.state == DEAD:
-            return MessageStatus.DEAD
-        if rec.state == LEASED:
-            return MessageStatus.PROCESSING if rec.lease_until > now else MessageStatus.PENDING
-        if rec.visible_at > now:
-            return MessageStatus.RETRY if rec.backoff else MessageStatus.DELAYED
-        return MessageStatus.PENDING
+        """``records.status``."""
+        return status(rec, now)
 
     def counts(self, now: float, retention: float) -> dict[MessageStatus, int]:
         """Messages by status at ``now``; completed ones only within ``retention``."""
@@ -445,7 +422,7 @@ class QueueState:
         counts[MessageStatus.PENDING] = self.runs.untouched
         for rec in self.messages.values():
             if rec.state != DONE or rec.finished_at + retention > now:
-                counts[self.status(rec, now)] += 1
+                counts[status(rec, now)] += 1
         counts[MessageStatus.COMPLETED] += self.retention.completed.count_since(now - retention)
         return counts
 
