@@ -93,12 +93,15 @@ def main() -> None:
             for key, value in measure(src, args.messages, args.batch).items():
                 figures[name].setdefault(key, []).append(value)
     names = list(builds)
-    print("| path (msg/s, median of rounds) | " + " | ".join(names) + " | change |")
+    print("| path (msg/s: median, lowest-highest of rounds) | " + " | ".join(names) + " | change |")
     print("|---|" + "---|" * len(names) + "---|")
     for key in figures[names[0]]:
         medians = [statistics.median(figures[n][key]) for n in names]
         change = medians[-1] / medians[0] - 1
-        cells = " | ".join(f"{m:,.0f}" for m in medians)
+        cells = " | ".join(
+            f"{m:,.0f} ({min(figures[n][key]):,.0f}-{max(figures[n][key]):,.0f})"
+            for m, n in zip(medians, names, strict=True)
+        )
         print(f"| {key} | {cells} | {change:+.1%} |")
 
 
