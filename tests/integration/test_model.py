@@ -575,7 +575,7 @@ class QueueMachine(RuleBasedStateMachine):
         fresh = [mm for mm in made if mm is not None]
         if not any(mm.group is not None for mm in fresh):
             # A batch with no group arrives ordered by priority, then tenant (no tenant first,
-            # then by name), the order within each kept: a run each (engine._runs_together).
+            # then by name), the order within each kept: a run each (admission.runs_together).
             # Only the order of one batch's tenants changes (docs/api.md has "arrival order").
             seqs = sorted(mm.seq for mm in fresh)
             ordered = sorted(fresh, key=lambda mm: (-mm.priority, mm.tenant or ""))
