@@ -74,6 +74,15 @@ class DeliveryIndex:
         when = rec.lease_until if rec.state == LEASED else rec.visible_at
         heapq.heappush(self._timers, (when, rec.arrival, rec.version, rec.id))
 
+    def leased(self, recs: list[Record]) -> None:
+        """``recs`` were leased, in this order: each is a delivery of its priority (``shares``)
+        and runs out on a timer."""
+        self.shares.served_all(rec.priority for rec in recs)
+        timers, push = self._timers, heapq.heappush
+        for rec in recs:
+            rec.version += 1
+            push(timers, (rec.lease_until, rec.arrival, rec.version, rec.id))
+
     def join(self, rec: Record) -> bool:
         """``Groups.join``."""
         return self.groups.join(rec)

@@ -49,10 +49,11 @@ class Leasing:
         leases = self._leases(chosen, now + timeout)
         where = [snapshot.location(rec) for rec in chosen]  # durable once the lease is
         await core.commit.durable_after(core.commit.add(Lease(leases, now)))
+        now = core.clock()
         return [
             Located(message(rec, b""), place)
             for rec, place, (_, receipt, _) in zip(chosen, where, leases, strict=True)
-            if self._still_held(rec, receipt)
+            if _still_held(rec, receipt, now)
         ]
 
     async def locate(self, ids: list[str]) -> dict[str, Located]:
@@ -84,10 +85,11 @@ class Leasing:
                 payloads, _ = await asyncio.gather(
                     self.payloads.of(chosen), core.commit.durable_after(batch)
                 )
+                now = core.clock()
                 return [
                     message(rec, payload)
                     for rec, payload, (_, receipt, _) in zip(chosen, payloads, leases, strict=True)
-                    if self._still_held(rec, receipt)
+                    if _still_held(rec, receipt, now)
                 ]
             remaining = 0.0 if core.no_waits else deadline - time.monotonic()
             if remaining <= 0:
@@ -106,15 +108,6 @@ class Leasing:
         """A new lease of each of ``chosen``: (id, receipt, until)."""
         prefix = self.core.token[:6]
         return [(rec.id, f"{rec.id}~{prefix}{next(self._receipts):x}", until) for rec in chosen]
-
-    def _still_held(self, rec: Record, receipt: str) -> bool:
-        """Whether the lease this call made on ``rec`` still runs, now that it is durable.
-
-        A commit slower than the visibility timeout lets the lease lapse while the caller
-        waits, and the message may have gone to another consumer meanwhile: such a message is
-        left out of the answer (its delivery counts as an attempt), never handed out twice.
-        """
-        return rec.receipt == receipt and rec.lease_until > self.core.clock()
 
     async def select(self, limit: int, per_group: int = 1) -> tuple[list[Record], Batch | None]:
         """Up to ``limit`` deliverable messages, after burying those whose last lease ran out
@@ -230,3 +223,13 @@ class Leasing:
         base = config.retry_delay * float(2 ** min(attempts - 1, 62))
         delay = min(config.retry_delay_max, base)
         return delay / 2 + random.uniform(0, delay / 2)
+
+
+def _still_held(rec: Record, receipt: str, now: float) -> bool:
+    """Whether the lease a call made on ``rec`` still runs at ``now``, once it is durable.
+
+    A commit slower than the visibility timeout lets the lease lapse while the caller waits,
+    and the message may have gone to another consumer meanwhile: such a message is left out of
+    the answer (its delivery counts as an attempt), never handed out twice.
+    """
+    return rec.receipt == receipt and rec.lease_until > now

@@ -25,6 +25,16 @@ class Shares:
         start = max(self.tags.get(priority, 0.0), self.vtime)
         self.vtime, self.tags[priority] = start, start + 1.0 / (priority + 1)
 
+    def served_all(self, priorities: Iterable[int]) -> None:
+        """One delivery of each of ``priorities``, in order (``served`` of each)."""
+        tags, vtime = self.tags, self.vtime
+        for priority in priorities:
+            start = tags.get(priority, 0.0)
+            if vtime > start:
+                start = vtime
+            vtime, tags[priority] = start, start + 1.0 / (priority + 1)
+        self.vtime = vtime
+
     def next(self, active: Iterable[int]) -> int:
         """Of the priorities ``active``, the one to deliver next (the higher on a tie)."""
         tags, vtime = self.tags, self.vtime

@@ -262,18 +262,18 @@ class QueueState:
 
     def _lease(self, op: Lease) -> None:
         leased: dict[str | None, int] = {}  # tenant -> queued messages now leased
-        served, schedule = self.delivery.shares.served, self.delivery.schedule
+        recs = []
+        at, messages = op.at, self.messages
         for mid, receipt, until in op.leases:
-            rec = self._record(mid)
+            rec = messages.get(mid) or self._record(mid)
             if rec.state != LEASED:
                 leased[rec.tenant] = leased.get(rec.tenant, 0) + 1
-            rec.state, rec.receipt, rec.lease_until = LEASED, receipt, until
-            rec.leased_at = op.at
+            rec.state, rec.receipt, rec.lease_until, rec.leased_at = LEASED, receipt, until, at
             if rec.attempts == 0:
-                rec.first_leased_at = op.at
+                rec.first_leased_at = at
             rec.attempts += 1
-            served(rec.priority)
-            schedule(rec)
+            recs.append(rec)
+        self.delivery.leased(recs)
         self.tenants.leased(leased)
 
     def _fail(self, op: Fail) -> None:
