@@ -69,6 +69,10 @@ class QueueConfig:
     #: "buffered", once it is in the writer's batch (lost if the writer dies before that batch
     #: is written, within a commit: the window and one PUT)
     durability: str = DURABLE
+    #: when a completion is answered: "durable", once the log object holding it is in the
+    #: store; "buffered", once it is in the writer's batch (lost if the writer dies before that
+    #: batch is written: the message is then delivered again, as at-least-once allows)
+    ack_durability: str = DURABLE
     #: the order across priorities: "strict", the highest first (a steady stream at a high
     #: priority starves the lower ones); "fair", each priority with messages gets deliveries in
     #: proportion to its weight, priority + 1 (first come, first served within a priority)
@@ -106,10 +110,11 @@ class QueueConfig:
             _seconds("commit_window", self.commit_window, allow_zero=True, high=MAX_WINDOW)
         if self.delivery not in (STRICT, FAIR):
             raise InvalidConfig(f"delivery must be {STRICT!r} or {FAIR!r}, got {self.delivery!r}")
-        if self.durability not in (DURABLE, BUFFERED):
-            raise InvalidConfig(
-                f"durability must be {DURABLE!r} or {BUFFERED!r}, got {self.durability!r}"
-            )
+        for name in ("durability", "ack_durability"):
+            if getattr(self, name) not in (DURABLE, BUFFERED):
+                raise InvalidConfig(
+                    f"{name} must be {DURABLE!r} or {BUFFERED!r}, got {getattr(self, name)!r}"
+                )
         if not callable(self.clock):
             raise InvalidConfig("clock must be a callable returning unix seconds")
         _attributes(self.attributes)
@@ -132,6 +137,7 @@ PERSISTED = (
     "attributes",
     "durability",
     "delivery",
+    "ack_durability",
 )
 Setting = int | float | str | dict[str, str] | None
 

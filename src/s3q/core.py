@@ -31,6 +31,7 @@ class Tally:
     """What this writer did, for ``stats``."""
 
     buffered_answers: int = 0  # messages whose enqueue was answered before it was durable
+    buffered_acks: int = 0  # completions answered before they were durable
     deliveries: dict[int, int] = field(default_factory=dict)  # priority -> messages delivered
     deliveries_noisy: int = 0  # of them, to noisy tenants (``tenants``)
     deliveries_quiet: int = 0  # and to the others

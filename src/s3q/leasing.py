@@ -16,6 +16,7 @@ from collections.abc import Iterable
 
 from . import snapshot, tables
 from .commit import Batch
+from .config import BUFFERED
 from .core import Core
 from .errors import ReceiptExpired
 from .message import Message
@@ -170,6 +171,9 @@ class Leasing:
         recs = self._holders(receipts)
         batch = core.commit.add(Complete(list(dict.fromkeys(rec.id for rec in recs)), core.clock()))
         core.notify()  # a group's next message may be deliverable now
+        if core.config.ack_durability == BUFFERED and not core.commit.backlogged():
+            core.tally.buffered_acks += len(recs)
+            return  # answered from the batch: a completion lost with it only redelivers
         await core.commit.durable_after(batch)
 
     async def fail(self, receipt: str, error: str | None) -> float | None:

@@ -80,3 +80,5 @@ class QueueStats:
     #: messages delivered since the queue opened, of noisy tenants and of the others
     deliveries_noisy: int = 0
     deliveries_quiet: int = 0
+    #: completions answered before they were durable (``ack_durability="buffered"``)
+    buffered_acks: int = 0

@@ -66,6 +66,7 @@ class Reads:
             store_lists=store.lists,
             store_deletes=store.deletes,
             buffered_answers=tally.buffered_answers,
+            buffered_acks=tally.buffered_acks,
             deliveries_by_priority=dict(sorted(tally.deliveries.items())),
             noisy_tenants=quiet.noisy_tenants,
             quiet_visible=quiet.visible,
