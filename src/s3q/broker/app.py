@@ -19,6 +19,7 @@ from starlette.routing import Route
 from ..errors import InvalidArgument, S3QError, WriterFenced
 from ..prices import S3, Prices
 from . import dashboard, guard, openapi, peerauth, redact, sqs
+from .fastpath import Broker
 from .limits import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_IDLE_CLOSE,
@@ -120,9 +121,10 @@ def create_app(
         registry, metrics, lambda request: _authorize(request, secrets), auth=bool(secrets)
     )
     routes += sqs.routes(registry, sqs_keys, deny_unsigned=bool(secrets), metrics=metrics)
-    app = Starlette(
+    app = Broker(
         routes=routes, lifespan=lifespan, middleware=guard.middleware(tokens=bool(secrets))
     )
+    app.host_check = None if secrets else guard.HostCheck()  # as guard.middleware's
     app.state.registry = registry
     return app
 

@@ -6,22 +6,38 @@ seconds ("slowloris"), would hold its connection, and a slot of ``limit_concurre
 ever. Here a request head must be complete within ``head_timeout`` seconds of the connection
 being made, or of the first byte of the next request on a kept-alive connection; otherwise
 the connection is closed. (A body is held to its own limit by :func:`.limits.read_body`.)
+
+HTTP/1.1 is parsed by httptools (llhttp, in C) when it is installed (the ``broker`` extra
+brings it), else by h11 (pure Python, several times the CPU per request).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+try:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+except ImportError:  # httptools missing: h11 it is
+    HttpToolsProtocol = None  # type: ignore[assignment,misc]
 
 from .limits import DEFAULT_HEAD_TIMEOUT
 
 log = logging.getLogger("s3q.broker")
 
 
-class _HeadTimeoutProtocol(H11Protocol):
+if TYPE_CHECKING:  # what the mixin is mixed into (both protocols have the same members)
+    _Protocol = H11Protocol
+else:
+    _Protocol = object
+
+
+class _HeadTimeout(_Protocol):
+    """What both HTTP protocols get: the request head's timer (a mixin before the protocol)."""
+
     head_timeout = DEFAULT_HEAD_TIMEOUT
     _head_timer: asyncio.TimerHandle | None = None
 
@@ -58,6 +74,11 @@ class _HeadTimeoutProtocol(H11Protocol):
             self.transport.close()
 
 
-def protocol(head_timeout: float = DEFAULT_HEAD_TIMEOUT) -> type[Any]:
-    """uvicorn's HTTP/1.1 protocol (``uvicorn.Config(http=...)``) with ``head_timeout``."""
-    return type("HeadTimeoutProtocol", (_HeadTimeoutProtocol,), {"head_timeout": head_timeout})
+def protocol(head_timeout: float = DEFAULT_HEAD_TIMEOUT, parser: str = "auto") -> type[Any]:
+    """uvicorn's HTTP/1.1 protocol (``uvicorn.Config(http=...)``) with ``head_timeout``:
+    ``parser`` "httptools", "h11", or "auto" (httptools if installed)."""
+    fast = parser == "httptools" or (parser == "auto" and HttpToolsProtocol is not None)
+    if fast and HttpToolsProtocol is None:
+        raise ImportError("httptools is not installed")
+    base = HttpToolsProtocol if fast else H11Protocol
+    return type("HeadTimeoutProtocol", (_HeadTimeout, base), {"head_timeout": head_timeout})
