@@ -40,36 +40,42 @@ class _HeadTimeout(_Protocol):
 
     head_timeout = DEFAULT_HEAD_TIMEOUT
     _head_timer: asyncio.TimerHandle | None = None
+    _head_since: float | None = None  # when the head awaited began to arrive (None: none)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._start_head_timer()
+        self._head_began()
 
     def data_received(self, data: bytes) -> None:
         before = self.cycle
-        awaiting_head = before is None or before.response_complete
-        if awaiting_head:
-            self._start_head_timer()
+        if self._head_since is None and (before is None or before.response_complete):
+            self._head_began()
         super().data_received(data)
         if self.cycle is not before:  # the head arrived
-            self._stop_head_timer()
+            self._head_since = None
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._stop_head_timer()
-        super().connection_lost(exc)
-
-    def _start_head_timer(self) -> None:
-        if self._head_timer is None:
-            self._head_timer = self.loop.call_later(self.head_timeout, self._head_late)
-
-    def _stop_head_timer(self) -> None:
+        self._head_since = None
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
+        super().connection_lost(exc)
 
-    def _head_late(self) -> None:
+    def _head_began(self) -> None:
+        # one timer per connection, not one per request: when it fires, it looks at the head
+        # awaited then (if any), and is set again for what that head has left
+        self._head_since = self.loop.time()
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.head_timeout, self._head_check)
+
+    def _head_check(self) -> None:
         self._head_timer = None
-        if not self.transport.is_closing():
+        if self._head_since is None:
+            return  # no head awaited: the next one sets the timer
+        left = self._head_since + self.head_timeout - self.loop.time()
+        if left > 0:
+            self._head_timer = self.loop.call_later(left, self._head_check)
+        elif not self.transport.is_closing():
             log.info("closed a connection whose request head took over %g s", self.head_timeout)
             self.transport.close()
 

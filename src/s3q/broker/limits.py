@@ -12,6 +12,7 @@ Either way the broker holds at most ``limit`` bytes of it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING
 
 from ..errors import InvalidArgument
@@ -74,3 +75,19 @@ def _too_large(size: int | None, limit: int, setting: str) -> str:
     sent = f"of {size:,} bytes " if size is not None else ""
     where = f" ({setting})" if setting else ""
     return f"request body {sent}exceeds this broker's limit of {limit:,} bytes{where}"
+
+
+async def disconnected(request: Request) -> bool:
+    """Whether the request's client has gone, as ``request.is_disconnected()`` tells it (a
+    message the server has ready now that is ``http.disconnect``), without its cancel scope:
+    the server's ``receive`` is run one step and, if it would wait, closed instead."""
+    step = request.receive()
+    if not isinstance(step, Coroutine):  # not an ``async def``: the general way
+        return await request.is_disconnected()
+    try:
+        step.send(None)
+    except StopIteration as done:
+        message = done.value
+        return isinstance(message, dict) and message.get("type") == "http.disconnect"
+    step.close()
+    return False
