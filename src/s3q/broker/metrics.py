@@ -265,6 +265,8 @@ class BrokerMetrics:
             "Native API requests being served (long polls included).",
             registry=r,
         )
+        self.serving = 0  # native API requests being served: in_progress, read when scraped
+        self.in_progress.set_function(lambda: self.serving)
         self._counted: dict[tuple[str, str, str], Any] = {}  # operations' children
         self._timed: dict[str, Any] = {}  # seconds' children
         self._committed: dict[str, tuple[Any, Any]] = {}  # commit_seconds', commit_ops' children
