@@ -1,18 +1,22 @@
 """Broker CPU per request: single SQS and native calls from one client process.
 
     python benchmarks/request_cpu.py [--calls 2000] [--rounds 1] [--src PATH ...]
+        [--store URL] [--embedded] [--profile DIR [--raw]]
 
-For each ``--src`` (a directory holding the ``s3q`` package to serve with; default: the one
-this script imports), starts ``s3q serve`` on a temporary file:// store in a child process
-(SQS access key ``bench``, so every SQS request is SigV4-checked) and drives, one call at a
-time from this process: ``--calls`` SendMessage (1 KiB), ReceiveMessage (one message) and
-DeleteMessage through boto3, then as many native enqueue (1 KiB), dequeue (one message) and
-complete calls through s3q's blocking client. For each kind of call it prints the broker's CPU
-per request (user + system time of the child, from /proc/<pid>/stat, before and after the
-phase) and the client-side p50/p99 latency. With several ``--src`` and ``--rounds``, the
-brokers take turns, so a noisy machine weighs on each alike; the figures are per round.
-``--profile DIR`` records a py-spy flame graph of each broker's phases into DIR (``--raw``:
-collapsed stacks, for reading as text).
+For each ``--src`` (a PYTHONPATH holding the ``s3q`` package to serve with; default: the one
+this script imports), starts ``s3q serve`` on a temporary file:// store (or ``--store``) in a
+child process (SQS access key ``bench``, so every SQS request is SigV4-checked) and drives, one
+call at a time from this process: ``--calls`` SendMessage (1 KiB), ReceiveMessage (one
+message) and DeleteMessage through boto3, then as many native enqueue (1 KiB), dequeue (one
+message) and complete calls through s3q's blocking client. For each kind of call it prints
+the broker's CPU per request (user + system time of the child, from /proc/<pid>/stat, before
+and after the phase) and the client-side p50/p99 latency. With several ``--src`` and
+``--rounds``, the brokers take turns, so a noisy machine weighs on each alike; the figures are
+per round. ``--embedded`` adds the CPU per call of enqueue, dequeue and complete on an
+embedded queue of the same kind of store, in this process: the engine's share of each figure.
+``--profile DIR`` records a py-spy flame graph of each broker's SQS and native phases into DIR
+(``--raw``: collapsed stacks, for reading as text; ``$SPY_ARGS``: more py-spy options, e.g.
+``--gil``). ``$USER_ONLY=1`` counts user time only (what the store's system calls leave).
 """
 
 from __future__ import annotations
@@ -187,6 +191,45 @@ def run(
     return results
 
 
+def embedded(store: str | None, calls: int) -> dict[str, float]:
+    """CPU µs per call of the same calls on an embedded queue (this process, uvloop if
+    installed): the engine's share, which the broker adds HTTP and its API to."""
+    import asyncio
+
+    import s3q
+
+    async def measure(url: str) -> dict[str, float]:
+        queue = await s3q.open_async(url)
+        figures: dict[str, float] = {}
+        try:
+            for _ in range(20):
+                await queue.enqueue(PAYLOAD)
+            await queue.purge()
+            started = time.process_time()
+            for _ in range(calls):
+                await queue.enqueue(PAYLOAD)
+            figures["enqueue"] = (time.process_time() - started) / calls * 1e6
+            started = time.process_time()
+            got = [m for _ in range(calls) for m in await queue.dequeue(1, 600.0)]
+            figures["dequeue"] = (time.process_time() - started) / calls * 1e6
+            started = time.process_time()
+            for message in got:
+                await queue.complete(message)
+            figures["complete"] = (time.process_time() - started) / calls * 1e6
+        finally:
+            await queue.close()
+        return figures
+
+    with tempfile.TemporaryDirectory() as tmp:
+        url = f"{store}-embedded/q" if store else f"file://{tmp}/store/q"
+        try:
+            import uvloop
+
+            return uvloop.run(measure(url))
+        except ImportError:
+            return asyncio.run(measure(url))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000)
@@ -198,6 +241,9 @@ def main() -> None:
     )
     parser.add_argument("--profile", type=Path, help="write py-spy flame graphs here")
     parser.add_argument("--store", help="the store to serve (default: a temporary file:// one)")
+    parser.add_argument(
+        "--embedded", action="store_true", help="also the same calls on an embedded queue"
+    )
     parser.add_argument("--raw", action="store_true", help="profiles as collapsed stacks")
     args = parser.parse_args()
     import s3q
@@ -216,6 +262,9 @@ def main() -> None:
         p50 = min(r[1] for r in rows)
         p99 = min(r[2] for r in rows)
         print(f"{src[-40:]:40} {kind:16} {cpu:>22} {p50:7.3f} {p99:7.3f}")
+    if args.embedded:
+        for kind, cpu in embedded(args.store, args.calls).items():
+            print(f"{'embedded queue (this process)':40} {kind:16} {cpu:>22.0f}")
     print("command: python " + shlex.join(sys.argv))
 
 
