@@ -16,7 +16,9 @@ per round. ``--embedded`` adds the CPU per call of enqueue, dequeue and complete
 embedded queue of the same kind of store, in this process: the engine's share of each figure.
 ``--profile DIR`` records a py-spy flame graph of each broker's SQS and native phases into DIR
 (``--raw``: collapsed stacks, for reading as text; ``$SPY_ARGS``: more py-spy options, e.g.
-``--gil``). ``$USER_ONLY=1`` counts user time only (what the store's system calls leave).
+``--gil``). ``$USER_ONLY=1`` counts user time only (what the store's system calls leave);
+``$LOG_LEVEL`` is the broker's (default warning; ``s3q serve``'s is info, which writes an access
+log line per request).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from s3q.client import connect
 PAYLOAD = b"x" * 1024
 TICK = os.sysconf("SC_CLK_TCK")
 USER_ONLY = bool(os.environ.get("USER_ONLY"))  # for a look at what system time adds
+LOG_LEVEL = os.environ.get("LOG_LEVEL", "warning")  # s3q serve's own default is info
 SPY_ARGS = shlex.split(os.environ.get("SPY_ARGS", ""))  # more py-spy options (e.g. --gil)
 
 
@@ -63,7 +66,7 @@ def broker(src: str, store: str) -> Iterator[tuple[subprocess.Popen[bytes], str]
     port = free_port()
     code = (
         "from s3q.broker import serve; "
-        f"serve({store!r}, port={port}, log_level='warning', sqs_keys={{'bench': 'bench'}})"
+        f"serve({store!r}, port={port}, log_level={LOG_LEVEL!r}, sqs_keys={{'bench': 'bench'}})"
     )
     env = {**os.environ, "PYTHONPATH": src}
     child = subprocess.Popen([sys.executable, "-c", code], env=env)

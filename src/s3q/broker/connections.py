@@ -8,7 +8,9 @@ being made, or of the first byte of the next request on a kept-alive connection;
 the connection is closed. (A body is held to its own limit by :func:`.limits.read_body`.)
 
 HTTP/1.1 is parsed by httptools (llhttp, in C) when it is installed (the ``broker`` extra
-brings it), else by h11 (pure Python, several times the CPU per request).
+brings it), else by h11 (pure Python, several times the CPU per request). h11 refuses a head
+over 16 KiB (400, connection closed); uvicorn's httptools protocol would keep any head its
+timeout lets arrive, so the same limit is kept here.
 """
 
 from __future__ import annotations
@@ -29,10 +31,14 @@ from .limits import DEFAULT_HEAD_TIMEOUT
 log = logging.getLogger("s3q.broker")
 
 
-if TYPE_CHECKING:  # what the mixin is mixed into (both protocols have the same members)
+if TYPE_CHECKING:  # what the mixins are mixed into (both protocols have the same members)
     _Protocol = H11Protocol
+    _HttpTools = HttpToolsProtocol
 else:
-    _Protocol = object
+    _Protocol = _HttpTools = object
+
+#: The largest request head, in bytes: h11's default (``max_incomplete_event_size``).
+HEAD_LIMIT = 16 * 1024
 
 
 class _HeadTimeout(_Protocol):
@@ -80,11 +86,38 @@ class _HeadTimeout(_Protocol):
             self.transport.close()
 
 
+class _HeadLimit(_HttpTools):
+    """A head over ``HEAD_LIMIT`` bytes is refused as h11 refuses it: 400, connection closed.
+    Bytes are counted from the first chunk received once a head has begun to the chunk that
+    ends it (so a head is never refused below the limit; it may pass it by one chunk)."""
+
+    _in_head = False
+    _head_bytes = 0
+
+    def data_received(self, data: bytes) -> None:
+        if self._in_head:
+            self._head_bytes += len(data)
+        super().data_received(data)
+        if self._in_head and self._head_bytes > HEAD_LIMIT and not self.transport.is_closing():
+            self._in_head = False
+            message = "Invalid HTTP request received."
+            self.logger.warning(message)
+            self.send_400_response(message)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head, self._head_bytes = True, 0
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        super().on_headers_complete()
+
+
 def protocol(head_timeout: float = DEFAULT_HEAD_TIMEOUT, parser: str = "auto") -> type[Any]:
     """uvicorn's HTTP/1.1 protocol (``uvicorn.Config(http=...)``) with ``head_timeout``:
     ``parser`` "httptools", "h11", or "auto" (httptools if installed)."""
     fast = parser == "httptools" or (parser == "auto" and HttpToolsProtocol is not None)
     if fast and HttpToolsProtocol is None:
         raise ImportError("httptools is not installed")
-    base = HttpToolsProtocol if fast else H11Protocol
-    return type("HeadTimeoutProtocol", (_HeadTimeout, base), {"head_timeout": head_timeout})
+    bases = (_HeadTimeout, _HeadLimit, HttpToolsProtocol) if fast else (_HeadTimeout, H11Protocol)
+    return type("HeadTimeoutProtocol", bases, {"head_timeout": head_timeout})
