@@ -279,6 +279,8 @@ class Engine:
         """Change persisted settings of the open queue: in force at once, logged like those
         an ``open`` gives. The persisted settings now in force."""
         self._core.check()
+        if not settings:  # a read of the settings (the SQS endpoint's, on every call)
+            return queue_settings(self.config)
         check_settings(settings)
         config = with_settings(self.config, settings)
         changed = {k: v for k, v in settings.items() if getattr(self.config, k) != v}

@@ -4,6 +4,7 @@ what no well-behaved client sends, and the real clients (s3q's, boto3) for the r
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -255,6 +256,22 @@ def test_a_head_sent_a_byte_at_a_time_is_cut_off(strict: ChildBroker) -> None:
     with socket.create_connection(("127.0.0.1", strict.port)) as sock:
         sock.sendall(b"GET /v1/queues HTTP/1.1\r\n")
         assert closed_after(sock, b"X-Slow: " + b"a" * 1000) < 5
+
+
+def test_a_head_over_16_kib_is_refused_with_400(strict: ChildBroker) -> None:
+    """As h11 refuses it (whichever parser serves): header lines that keep coming past 16 KiB
+    get a 400 and the connection closed; the broker holds no more of them."""
+    with socket.create_connection(("127.0.0.1", strict.port), timeout=10) as sock:
+        sock.sendall(b"GET /v1/queues HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        with contextlib.suppress(OSError):  # closed under our feet once refused
+            for number in range(1000):
+                sock.sendall(b"X-Line-%d: %s\r\n" % (number, b"a" * 60))
+                time.sleep(0.001)  # chunks of their own, not one segment
+        answer = b""
+        with contextlib.suppress(OSError):
+            while chunk := sock.recv(65536):
+                answer += chunk
+    assert status(answer) == 400
 
 
 def test_a_body_that_stops_coming_is_refused_with_408(strict: ChildBroker) -> None:

@@ -19,6 +19,7 @@ from starlette.routing import Route
 from ..errors import InvalidArgument, S3QError, WriterFenced
 from ..prices import S3, Prices
 from . import dashboard, guard, openapi, peerauth, redact, sqs
+from .fastpath import Broker
 from .limits import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_IDLE_CLOSE,
@@ -120,9 +121,10 @@ def create_app(
         registry, metrics, lambda request: _authorize(request, secrets), auth=bool(secrets)
     )
     routes += sqs.routes(registry, sqs_keys, deny_unsigned=bool(secrets), metrics=metrics)
-    app = Starlette(
+    app = Broker(
         routes=routes, lifespan=lifespan, middleware=guard.middleware(tokens=bool(secrets))
     )
+    app.host_check = None if secrets else guard.HostCheck()  # as guard.middleware's
     app.state.registry = registry
     return app
 
@@ -220,8 +222,7 @@ def _value(param: Param, raw: msgspec.Raw, as_json: bool, max_batch: int) -> Any
     """Body argument ``param``, decoded from its ``raw`` bytes. The queue checks values; types
     it does not check on a list-like argument, and the length of lists, are checked here."""
     decoder = msgspec.json if as_json else msgspec.msgpack
-    kinds = param.schema.get("type")
-    names = [kinds] if isinstance(kinds, str) else list(kinds or ())
+    names = _kinds(param)
     try:
         if "array" in names:
             return decoder.decode(raw, type=_list_of(max_batch, "null" in names))
@@ -237,6 +238,11 @@ def _value(param: Param, raw: msgspec.Raw, as_json: bool, max_batch: int) -> Any
         raise InvalidArgument(f"malformed {param.name}: {str(exc)[:200]}") from None
 
 
+def _kinds(param: Param) -> list[str]:
+    kinds = param.schema.get("type")
+    return [kinds] if isinstance(kinds, str) else list(kinds or ())
+
+
 def _query(param: Param, value: str) -> Any:
     if param.schema.get("type") == "integer":
         try:
@@ -246,26 +252,45 @@ def _query(param: Param, value: str) -> Any:
     return value
 
 
-async def _arguments(endpoint: Endpoint, request: Request, limits: Limits) -> dict[str, Any]:
-    needs_body = any(p.where == "body" for p in endpoint.params)
+class _Plan(NamedTuple):
+    """What an endpoint takes, worked out once rather than on each request."""
+
+    params: tuple[Param, ...]
+    needs_body: bool
+    declared: frozenset[str]  # body arguments
+    allowed_query: frozenset[str]
+
+    @classmethod
+    def of(cls, endpoint: Endpoint) -> _Plan:
+        return cls(
+            endpoint.params,
+            any(p.where == "body" for p in endpoint.params),
+            frozenset(p.name for p in endpoint.params if p.where == "body"),
+            frozenset(p.name for p in endpoint.params if p.where == "query"),
+        )
+
+
+async def _arguments(plan: _Plan, request: Request, limits: Limits) -> dict[str, Any]:
     body = (
-        await _body(request, limits) if needs_body or request.method == "POST" else _Body(False, {})
+        await _body(request, limits)
+        if plan.needs_body or request.method == "POST"
+        else _Body(False, {})
     )
-    declared = {p.name for p in endpoint.params if p.where == "body"}
-    unknown = set(body.fields) - declared
+    unknown = body.fields.keys() - plan.declared
     if unknown:
         raise InvalidArgument(f"unknown argument(s): {', '.join(sorted(map(str, unknown)))}")
-    allowed_query = {p.name for p in endpoint.params if p.where == "query"}
-    unknown_query = set(request.query_params) - allowed_query
+    # no query string (the calls of s3q's client): no QueryParams to parse
+    query = request.query_params if request.scope.get("query_string") else {}
+    unknown_query = query.keys() - plan.allowed_query
     if unknown_query:
         raise InvalidArgument(f"unknown query parameter(s): {', '.join(sorted(unknown_query))}")
     args: dict[str, Any] = {}
-    for param in endpoint.params:
+    for param in plan.params:
         if param.where == "path":
             if param.name != "name":  # the queue's name is the registry's to check
                 args[param.name] = request.path_params[param.name]
-        elif param.where == "query" and param.name in request.query_params:
-            args[param.name] = _query(param, request.query_params[param.name])
+        elif param.where == "query" and param.name in query:
+            args[param.name] = _query(param, query[param.name])
         elif param.where == "body" and param.name in body.fields:
             raw = body.fields[param.name]
             args[param.name] = _value(param, raw, body.as_json, limits.batch)
@@ -281,14 +306,16 @@ def _endpoint(
     metrics: BrokerMetrics,
     limits: Limits,
 ) -> Callable[[Request], Awaitable[Response]]:
+    plan = _Plan.of(endpoint)
+
     async def serve(request: Request) -> Response:
         name: str | None = request.path_params.get("name")
         started = time.perf_counter()
         outcome = "ok"
-        metrics.in_progress.inc()
+        metrics.serving += 1
         try:
             _authorize(request, secrets, registry)
-            call = Call(registry, request, name, await _arguments(endpoint, request, limits))
+            call = Call(registry, request, name, await _arguments(plan, request, limits))
             try:
                 result = await endpoint.handler(call)
             except WriterFenced:
@@ -309,7 +336,7 @@ def _endpoint(
             log.exception("%s %s failed", request.method, request.url.path)
             return _answer(request, 500, error_body(exc, redact.INTERNAL))
         finally:
-            metrics.in_progress.dec()
+            metrics.serving -= 1
             metrics.observe(name, endpoint.operation, outcome, time.perf_counter() - started)
         return _answer(request, 200, result)
 

@@ -12,13 +12,17 @@ Either way the broker holds at most ``limit`` bytes of it.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+import inspect
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import InvalidArgument
 from .wire import BodyTooLarge, RequestTimeout
 
 if TYPE_CHECKING:  # the broker's extra; this module's constants are read without it
+    from collections.abc import Coroutine
+
     from starlette.requests import Request
+    from starlette.types import Message, Receive
 
 #: The native API's default: a call of 1,000 messages of 64 KiB, sent as JSON (payloads in
 #: base64, a third more), with room for attributes and framing.
@@ -54,15 +58,37 @@ async def read_body(
             raise InvalidArgument(f"Content-Length must be a number of bytes, got {declared!r}")
         if int(declared) > limit:
             raise BodyTooLarge(_too_large(int(declared), limit, setting))
+    receive = request.receive
+    message = _ready(receive) if inspect.iscoroutinefunction(receive) else None
+    if (
+        message is not None
+        and message["type"] == "http.request"
+        and not message.get("more_body", False)
+    ):  # all there already: no timer to set
+        body: bytes = message.get("body", b"")
+        if len(body) > limit:
+            raise BodyTooLarge(_too_large(None, limit, setting))
+        return body
     chunks: list[bytes] = []
     size = 0
     try:
         async with asyncio.timeout(timeout):
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    raise BodyTooLarge(_too_large(None, limit, setting))
-                chunks.append(chunk)
+            while True:  # as request.stream(), whose receive this takes over
+                if message is None:
+                    message = await receive()
+                if message["type"] == "http.request":
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > limit:
+                        raise BodyTooLarge(_too_large(None, limit, setting))
+                    chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        break
+                elif message["type"] == "http.disconnect":
+                    from starlette.requests import ClientDisconnect
+
+                    raise ClientDisconnect()
+                message = None
     except TimeoutError:
         raise RequestTimeout(
             f"request body not received within {timeout:g} s ({size:,} bytes came)"
@@ -70,7 +96,30 @@ async def read_body(
     return b"".join(chunks)
 
 
+def _ready(receive: Receive) -> Message | None:
+    """The message ``receive`` (an ``async def``) has ready now (taken), or None if it would
+    wait for one: it is run one step and, if it would wait, closed (as a cancelled
+    ``receive`` is left)."""
+    step = cast("Coroutine[Any, Any, Message]", receive())
+    try:
+        step.send(None)
+    except StopIteration as done:
+        return cast("Message", done.value)
+    step.close()
+    return None
+
+
 def _too_large(size: int | None, limit: int, setting: str) -> str:
     sent = f"of {size:,} bytes " if size is not None else ""
     where = f" ({setting})" if setting else ""
     return f"request body {sent}exceeds this broker's limit of {limit:,} bytes{where}"
+
+
+async def disconnected(request: Request) -> bool:
+    """Whether the request's client has gone, as ``request.is_disconnected()`` tells it (a
+    message the server has ready now that is ``http.disconnect``), without its cancel scope,
+    whose cancel formats the task's repr."""
+    if not inspect.iscoroutinefunction(request.receive):
+        return await request.is_disconnected()
+    message = _ready(request.receive)
+    return message is not None and message.get("type") == "http.disconnect"

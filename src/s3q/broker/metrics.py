@@ -265,6 +265,11 @@ class BrokerMetrics:
             "Native API requests being served (long polls included).",
             registry=r,
         )
+        self.serving = 0  # native API requests being served: in_progress, read when scraped
+        self.in_progress.set_function(lambda: self.serving)
+        self._counted: dict[tuple[str, str, str], Any] = {}  # operations' children
+        self._timed: dict[str, Any] = {}  # seconds' children
+        self._committed: dict[str, tuple[Any, Any]] = {}  # commit_seconds', commit_ops' children
         self.commit_latency = LatencyWindow()  # for the dashboard
         self.spend_rate = SpendRate()  # for the dashboard
 
@@ -272,15 +277,26 @@ class BrokerMetrics:
         """One request answered. Its queue is a label only if the broker serves that queue:
         a refused caller's made-up names add no series."""
         label = queue if queue is not None and self.serves(queue) else ""
-        self.operations.labels(label, operation, outcome).inc()
-        self.seconds.labels(operation).observe(seconds)
+        key = (label, operation, outcome)
+        counter = self._counted.get(key)
+        if counter is None:  # the series' child, looked up once (these series stay)
+            counter = self._counted[key] = self.operations.labels(*key)
+        counter.inc()
+        timing = self._timed.get(operation)
+        if timing is None:
+            timing = self._timed[operation] = self.seconds.labels(operation)
+        timing.observe(seconds)
         if outcome == "ok" and operation in COMMITTING:
             self.commit_latency.record(seconds)
 
     def commit(self, queue: str, seconds: float, ops: int) -> None:
         """One durable commit of ``queue``'s writer."""
-        self.commit_seconds.labels(queue).observe(seconds)
-        self.commit_ops.labels(queue).observe(ops)
+        children = self._committed.get(queue)
+        if children is None:  # forgotten with the queue's other series (_forget)
+            children = (self.commit_seconds.labels(queue), self.commit_ops.labels(queue))
+            self._committed[queue] = children
+        children[0].observe(seconds)
+        children[1].observe(ops)
 
     async def render(self, queues: QueueRegistry) -> bytes:
         """The exposition, with every open queue's figures read now (a queue closed since the
@@ -323,6 +339,7 @@ class BrokerMetrics:
 
     def _forget(self, name: str) -> None:
         """Drop the series of queue ``name``, closed here."""
+        self._committed.pop(name, None)
         series: list[tuple[Any, tuple[str, ...]]] = [
             *((self.depth, (name, status)) for status in STATUSES),
             *((self.requests, (name, kind)) for kind in REQUEST_KINDS),

@@ -19,6 +19,7 @@ from ..api import AsyncQueue
 from ..errors import InvalidArgument
 from ..staging import StagedObject
 from .forward import FORWARDED, ForwardedQueue
+from .limits import disconnected
 from .registry import QueueRegistry
 from .wire import QUEUE_NAME_PATTERN, QueueNotFound
 
@@ -146,7 +147,7 @@ async def dequeue(call: Call) -> Any:
         await call.registry.pause(validate.wait(call.args.get("wait", 0.0)))
         return {"messages": []}
     messages = await queue.dequeue(**call.args)
-    if messages and await call.request.is_disconnected():
+    if messages and await disconnected(call.request):
         # A long poll whose client left: give its leases back instead of stranding them.
         await queue.release(messages)
         return {"messages": []}

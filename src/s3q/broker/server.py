@@ -177,7 +177,8 @@ def serve(
         log_level=log_level,
         timeout_graceful_shutdown=graceful_timeout,
         server_header=False,
-        http=connections.protocol(head_timeout),
+        http=connections.protocol(head_timeout),  # httptools when installed
+        loop="auto",  # uvloop when installed
         limit_concurrency=max_connections,
     )
 

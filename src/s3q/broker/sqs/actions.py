@@ -26,6 +26,7 @@ from starlette.requests import Request
 from ...errors import InvalidArgument, ReceiptExpired
 from ...surface import AsyncQueueSurface
 from ..forward import ForwardedQueue
+from ..limits import disconnected
 from ..registry import QueueRegistry
 from ..wire import check_name
 from . import acks, handles, messages, queues, shapes
@@ -349,7 +350,7 @@ class Service:
         target = queues.dead_letter_target(name, settings)
         if target is not None:  # this receive may have made messages dead: move them now
             await self.redrives.move(name, target)
-        if found and await call.request.is_disconnected():
+        if found and await disconnected(call.request):
             await queue.release(found)  # a long poll whose client left: give the leases back
             return {}
         system = set(req.AttributeNames) | set(req.MessageSystemAttributeNames)

@@ -104,14 +104,18 @@ class Endpoint:
         if not self.keys:
             return await read_body(request, SQS_MAX_BODY)
         headers: dict[str, list[str]] = {}
-        for name, value in request.headers.items():
-            headers.setdefault(name.lower(), []).append(value)
+        for name, value in request.scope["headers"]:  # as request.headers.items() gives them
+            key = name.decode("latin-1").lower()
+            if key in headers:
+                headers[key].append(value.decode("latin-1"))
+            else:
+                headers[key] = [value.decode("latin-1")]
         checked = sigv4.credential(headers, self.keys)
         body = await read_body(request, SQS_MAX_BODY)
         raw_path = request.scope.get("raw_path") or request.url.path.encode()
-        sigv4.verify_body(
-            checked, request.method, raw_path.decode("latin-1"), request.url.query, headers, body
-        )
+        # request.url is built only for a query string (the SQS protocols send none)
+        query = request.url.query if request.scope.get("query_string") else ""
+        sigv4.verify_body(checked, request.method, raw_path.decode("latin-1"), query, headers, body)
         return body
 
     async def handle(self, request: Request) -> Response:

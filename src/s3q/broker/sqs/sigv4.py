@@ -9,6 +9,7 @@ a 403 with the SQS error shape, raised before the request is looked at further.
 from __future__ import annotations
 
 import calendar
+import functools
 import hashlib
 import hmac
 import time
@@ -31,9 +32,19 @@ def _hmac(key: bytes, text: str) -> bytes:
     return hmac.new(key, text.encode("utf-8"), hashlib.sha256).digest()
 
 
+@functools.lru_cache(maxsize=256)
 def signing_key(secret: str, date: str, region: str, service: str) -> bytes:
+    """The key a day's signatures in ``region`` are made with: four HMACs, derived once per
+    access key (its secret), day, region and service, then remembered."""
     key = _hmac(("AWS4" + secret).encode("utf-8"), date)
     return _hmac(_hmac(_hmac(key, region), service), "aws4_request")
+
+
+@functools.lru_cache(maxsize=64)
+def _epoch(stamp: str) -> int:
+    """The time an ``X-Amz-Date`` names (ValueError if malformed): parsed once per second's
+    stamp, since a busy caller's requests share it."""
+    return calendar.timegm(time.strptime(stamp, "%Y%m%dT%H%M%SZ"))
 
 
 def _fields(authorization: str) -> dict[str, str]:
@@ -118,7 +129,7 @@ def credential(
         raise _refuse("SignatureDoesNotMatch", "X-Amz-Target must be signed.")
     stamp = _header(headers, "x-amz-date") or ""
     try:
-        when = calendar.timegm(time.strptime(stamp, "%Y%m%dT%H%M%SZ"))
+        when = _epoch(stamp)
     except ValueError:
         raise _refuse("IncompleteSignature", f"Malformed X-Amz-Date {stamp!r}") from None
     if abs((time.time() if now is None else now) - when) > MAX_SKEW:
