@@ -37,10 +37,12 @@ async def quiet_dwell(
                 ack.add_done_callback(acks.discard)
 
     async def every(pause: float, send: Any) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
+        """``send`` every ``pause`` seconds for ``seconds``, on a schedule: a slow send (a loaded
+        machine, a slow store) does not lower the rate, the next one goes at once."""
+        start = time.monotonic()
+        for k in range(round(seconds / pause)):
+            await asyncio.sleep(max(0.0, start + k * pause - time.monotonic()))
             await send()
-            await asyncio.sleep(pause)
 
     try:
         if flood:
