@@ -414,3 +414,39 @@ def test_s3_store_in_option_and_credentials_not_printed(
     assert [m["payload"] for m in got["messages"]] == ["over-s3"]
     table = ok(cli(tmp_path, "stats", "--store", store, "jobs"))
     assert "hush" not in table and "completed" in table
+
+
+# --------------------------------------------------------------------------- serve
+
+
+def _serve_and_call(store: str, *args: str) -> str:
+    """Start ``s3q serve`` with ``args``, make one request, stop it: what it logged (the access
+    log goes to standard output, the rest to standard error)."""
+    import httpx
+
+    port = free_port()
+    proc = start_cli(store, "serve", "--port", str(port), *args)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("dashboard:"):
+                break
+        else:
+            raise AssertionError(f"the broker did not start: {proc.communicate()}")
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/queues").status_code == 200
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    return out + err
+
+
+def test_serve_logs_each_request_at_info_and_none_at_warning(tmp_path: Path) -> None:
+    store = f"file://{tmp_path}/s"
+    assert '"GET /v1/queues HTTP/1.1" 200' in _serve_and_call(store)
+    quiet = _serve_and_call(store, "--log-level", "warning")
+    assert "GET /v1/queues" not in quiet and "INFO" not in quiet, quiet
+
+
+def test_serve_refuses_an_unknown_log_level(tmp_path: Path) -> None:
+    error = failed(cli(tmp_path, "serve", "--log-level", "loud"), 2)
+    assert "'loud' is not one of" in error, error
