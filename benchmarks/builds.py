@@ -32,12 +32,8 @@ url = "memory://b-" + uuid.uuid4().hex
 if kind.startswith("tenants"):
     print(tenants.drain(url, {{}}, messages, batch, kind == "tenants-noisy"))
 else:
-    delivery = kind.split("-")[1]
     args = argparse.Namespace(messages=messages, priorities=3, batch=batch)
-    import s3q
-    real = s3q.open
-    s3q.open = lambda u, **kw: real(u, delivery=delivery, **kw)
-    print(fair.drain(url, {{}}, args)[0])
+    print(fair.drain(url, {{"delivery": kind.split("-")[1]}}, args)[0])
 """
 
 

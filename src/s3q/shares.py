@@ -22,11 +22,10 @@ class Shares:
 
     def served(self, priority: int) -> None:
         """One delivery of ``priority``."""
-        start = max(self.tags.get(priority, 0.0), self.vtime)
-        self.vtime, self.tags[priority] = start, start + 1.0 / (priority + 1)
+        self.served_all((priority,))
 
     def served_all(self, priorities: Iterable[int]) -> None:
-        """One delivery of each of ``priorities``, in order (``served`` of each)."""
+        """One delivery of each of ``priorities``, in order."""
         tags, vtime = self.tags, self.vtime
         for priority in priorities:
             start = tags.get(priority, 0.0)
