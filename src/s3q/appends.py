@@ -16,7 +16,7 @@ from .ops import Append
 from .records import Record, Run, Table
 
 
-class Stretch(NamedTuple):
+class Plain(NamedTuple):
     """Members ``start`` to ``end`` of an Append, plain, of one priority and tenant, their
     payloads from ``offset`` in the log object (when they lie there)."""
 
@@ -36,11 +36,11 @@ class Apart(NamedTuple):
     offset: int
 
 
-def pieces(op: Append) -> Iterator[Stretch | Apart]:
-    """The members of ``op`` in order: stretches of plain ones, and the others one by one."""
+def pieces(op: Append) -> Iterator[Plain | Apart]:
+    """The members of ``op`` in order: runs of plain ones, and the others one by one."""
     if not (op.delays or op.groups or op.blobs or op.priorities or op.tenants):  # one run
         if op.sizes:
-            yield Stretch(0, len(op.sizes), 0, op.offset, None)
+            yield Plain(0, len(op.sizes), 0, op.offset, None)
         return
     key, offsets = op.key, op.offsets
     priorities, delays, groups, blobs, tenants = (
@@ -51,8 +51,8 @@ def pieces(op: Append) -> Iterator[Stretch | Apart]:
         op.tenants,
     )
     offset = op.offset  # of the next payload in the log object
-    start, start_offset, priority = -1, 0, 0  # the stretch being gathered
-    tenant: str | None = None  # (of the stretch)
+    start, start_offset, priority = -1, 0, 0  # the plain members being gathered
+    tenant: str | None = None  # (of those)
     for i, size in enumerate(op.sizes):
         p = priorities[i] if priorities else 0
         t = tenants[i] if tenants else None
@@ -60,7 +60,7 @@ def pieces(op: Append) -> Iterator[Stretch | Apart]:
             (delays and delays[i]) or (groups and groups[i] is not None) or (blobs and i in blobs)
         )
         if start >= 0 and (not plain or p != priority or t != tenant):
-            yield Stretch(start, i, priority, start_offset, tenant)
+            yield Plain(start, i, priority, start_offset, tenant)
             start = -1
         if plain:
             if start < 0:
@@ -77,15 +77,15 @@ def pieces(op: Append) -> Iterator[Stretch | Apart]:
             yield Apart(i, None, offset)
             offset += size
     if start >= 0:
-        yield Stretch(start, len(op.sizes), priority, start_offset, tenant)
+        yield Plain(start, len(op.sizes), priority, start_offset, tenant)
 
 
 def run(
-    op: Append, seq: int, stretch: Stretch, queue: str, arrival: int, room: int
+    op: Append, seq: int, plain: Plain, queue: str, arrival: int, room: int
 ) -> tuple[Run, Table]:
-    """``stretch`` of ``op``, in log object ``seq``, as a run whose front is numbered
+    """``plain`` of ``op``, in log object ``seq``, as a run whose front is numbered
     ``arrival``, and its table (which the run keeps if it has ``room`` for its members)."""
-    start, end = stretch.start, stretch.end
+    start, end = plain.start, plain.end
     table = Table(op, start, end)
     run = Run(
         queue,
@@ -93,13 +93,13 @@ def run(
         op.first + start,
         arrival,
         end - start,
-        stretch.priority,
+        plain.priority,
         op.enqueued_at,
         sum(table.sizes),
-        stretch.offset,
+        plain.offset,
         op.key,
         table if end - start <= room else None,
-        stretch.tenant,
+        plain.tenant,
     )
     return run, table
 

@@ -83,7 +83,7 @@ def take(state: QueueState) -> Snapshot:
         seq=state.payloads.seq,
         arrivals=state.arrivals,
         total_enqueued=state.total_enqueued,
-        messages=list(state.messages.values()),
+        messages=list(state.records()),  # (members of leased stretches as records)
         dedup=state.retention.dedup_snap(),
         written_bytes=state.payloads.written_bytes,
         garbage=state.payloads.garbage,

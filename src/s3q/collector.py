@@ -132,7 +132,7 @@ async def _relocate_stragglers(writer: Writer, report: CompactionReport) -> None
     for seq, live, written in state.payloads.holding():
         if seq >= newest or budget <= 0:
             break
-        if seq in state.runs:  # untouched messages keep it: they leave in their own time
+        if seq in state.runs or seq in state.stretches:  # they leave in their own time
             continue
         if live <= STRAGGLER_SHARE * written and live <= budget:
             chosen.append(seq)

@@ -7,13 +7,15 @@ lease runs out); a group delivers one message at a time, in order; noisy tenants
 in lanes of their own (``lanes``); fair delivery shares priorities by weight (``shares``).
 
 ``select`` takes what it chooses out of these structures (the caller folds a Lease for them at
-once); ``peek`` runs the same ``select`` on a fork that copies the structures and takes from
-copies of the runs, so what peek shows is what a dequeue would deliver, by the same code.
+once), members of runs as leased stretches when the caller asks (``stretches``); ``peek`` runs
+the same ``select`` on a fork that copies the structures and takes from copies of the runs, so
+what peek shows is what a dequeue would deliver, by the same code.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import ChainMap, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from typing import cast
@@ -22,18 +24,28 @@ from .groups import Groups
 from .lanes import LaneHooks, Lanes, front
 from .records import LEASED, QUEUED, Record, Run
 from .shares import Shares
+from .stretches import Stretch
 from .tenants import Tenants
+
+Chosen = Record | Stretch  # what a delivery hands out: a message, or a stretch of a run's
 
 
 def _same(run: Run) -> Run:
     return run
 
 
+def sized(chosen: list[Chosen]) -> int:
+    """How many messages ``chosen`` holds."""
+    return sum(item.count if isinstance(item, Stretch) else 1 for item in chosen)
+
+
 class DeliveryIndex:
     """The structures that make dequeue, expiry and groups cheap.
 
-    ``records`` are the index's records by id (read, never written, here); ``take`` takes
-    members out of a run as records, doing the owner's bookkeeping."""
+    ``records`` are the index's records by id, ``stretches`` its leased stretches by token
+    (read, never written, here); ``take`` takes members out of a run as records and ``lease`` as
+    a stretch, and ``lapsed`` makes the members of a stretch whose lease ran out records,
+    doing the owner's bookkeeping."""
 
     def __init__(
         self,
@@ -41,8 +53,14 @@ class DeliveryIndex:
         tenants: Tenants,
         take: Callable[[Run, int], list[Record]],
         own: Callable[[Run], Run] = _same,
+        stretches: Mapping[str, Stretch] | None = None,
+        lease: Callable[[Run, int], Stretch] | None = None,
+        lapsed: Callable[[Stretch], list[Record]] | None = None,
     ) -> None:
         self._records, self._tenants, self._take, self._own = records, tenants, take, own
+        self._stretches: Mapping[str, Stretch] = {} if stretches is None else stretches
+        self._lease, self._lapsed = lease, lapsed
+        self._stretch_timers: list[tuple[float, int, str]] = []  # (until, arrival, token)
         self._fresh: dict[int, deque[Record | Run]] = {}
         self._fresh_priorities: list[int] = []  # heap of -priority of the FIFOs in _fresh
         self._ready: dict[int, list[tuple[int, int, str]]] = {}  # heap of (arrival, version, id)
@@ -83,6 +101,11 @@ class DeliveryIndex:
             rec.version += 1
             push(timers, (rec.lease_until, rec.arrival, rec.version, rec.id))
 
+    def leased_stretch(self, stretch: Stretch) -> None:
+        """``stretch`` was leased: a delivery of its priority per member, and one timer."""
+        self.shares.served_all(itertools.repeat(stretch.priority, stretch.count))
+        heapq.heappush(self._stretch_timers, (stretch.until, stretch.arrival, stretch.token))
+
     def join(self, rec: Record) -> bool:
         """``Groups.join``."""
         return self.groups.join(rec)
@@ -104,6 +127,7 @@ class DeliveryIndex:
         self._ready_priorities.clear()
         self._fresh_priorities.clear()
         self._timers.clear()
+        self._stretch_timers.clear()
 
     def restore(self, records: Iterable[Record], runs: Iterable[Run]) -> None:
         """The structures for ``records`` (in arrival order, versions 0, their groups joined)
@@ -140,43 +164,67 @@ class DeliveryIndex:
                 bury.append(rec)
             elif not self.follows(rec):  # a group's later message waits to head it
                 self._push_ready(rec, n)
+        timers_of_stretches, stretches = self._stretch_timers, self._stretches
+        while timers_of_stretches and timers_of_stretches[0][0] <= now:
+            stretch = stretches.get(heapq.heappop(timers_of_stretches)[2])
+            if stretch is None or not stretch.left:
+                continue
+            assert self._lapsed is not None
+            for rec in self._lapsed(stretch):  # (in no group)
+                if rec.attempts >= max_attempts:
+                    bury.append(rec)
+                else:
+                    self._push_ready(rec, rec.arrival)
         return bury
 
     def select(
-        self, now: float, limit: int, max_attempts: int, per_group: int = 1, fair: bool = False
-    ) -> tuple[list[Record], list[Record]]:
+        self,
+        now: float,
+        limit: int,
+        max_attempts: int,
+        per_group: int = 1,
+        fair: bool = False,
+        stretches: bool = False,
+    ) -> tuple[list[Chosen], list[Record]]:
         """Up to ``limit`` deliverable messages, best first, and expired ones to bury (as
         ``expire``: none when it was called at ``now`` and its Bury applied). A group's head
         comes with up to ``per_group - 1`` of the messages after it, in order. Strictly by
-        priority, or with ``fair`` by shares; first come, first served within one.
+        priority, or with ``fair`` by shares; first come, first served within one. With
+        ``stretches`` (strict delivery, no noisy tenant), members of runs come as stretches.
 
         The caller must apply a Lease for the first list and a Bury for the second at once:
         both have left the ready structures.
         """
         bury = self.expire(now, max_attempts)
         if fair:
-            return self._select_fair(now, limit, max_attempts, per_group), bury
-        chosen: list[Record] = []
+            return list(self._select_fair(now, limit, max_attempts, per_group)), bury
+        chosen: list[Chosen] = []
+        count = 0  # messages chosen
         given: dict[str, int] = {}
-        while len(chosen) < limit:
+        while count < limit:
             priority = self._top_priority()
             if priority is None:
                 break
-            got = self._fetch(priority, limit - len(chosen), now, given)
+            got = self._fetch(priority, limit - count, now, given, stretches)
             if got is None:
                 break  # a run's table is to be read back first (``wanted``)
             chosen.extend(got)
+            count += sized(got)
             head = chosen[-1] if chosen else None
             if per_group > 1 and head is not None and head.group is not None:
-                room = min(per_group - 1, limit - len(chosen))
-                chosen.extend(self.groups.followers(head, now, room, max_attempts))
+                assert isinstance(head, Record)
+                room = min(per_group - 1, limit - count)
+                followers = self.groups.followers(head, now, room, max_attempts)
+                chosen.extend(followers)
+                count += len(followers)
         return chosen, bury
 
     def peek(
         self, now: float, limit: int, max_attempts: int, fair: bool = False, per_group: int = 1
     ) -> list[Record]:
         """What ``select`` would deliver at ``now``, leaving the index as it is."""
-        return self.fork().select(now, limit, max_attempts, per_group, fair)[0]
+        chosen = self.fork().select(now, limit, max_attempts, per_group, fair)[0]
+        return [rec for rec in chosen if isinstance(rec, Record)]  # (a fork leases no stretch)
 
     def fork(self) -> DeliveryIndex:
         """An index of its own with the same messages, to try deliveries on: its structures are
@@ -196,13 +244,19 @@ class DeliveryIndex:
             taken.update((rec.id, rec) for rec in recs)
             return recs
 
+        def lapsed(stretch: Stretch) -> list[Record]:
+            recs = list(stretch.members())  # (the stretch itself is left as it is)
+            taken.update((rec.id, rec) for rec in recs)
+            return recs
+
         records = ChainMap(taken, cast("MutableMapping[str, Record]", self._records))
-        forked = DeliveryIndex(records, self._tenants, take, own)
+        forked = DeliveryIndex(records, self._tenants, take, own, self._stretches, None, lapsed)
         forked._fresh = {p: deque(fifo) for p, fifo in self._fresh.items()}
         forked._fresh_priorities = list(self._fresh_priorities)
         forked._ready = {p: list(heap) for p, heap in self._ready.items()}
         forked._ready_priorities = list(self._ready_priorities)
         forked._timers = list(self._timers)
+        forked._stretch_timers = list(self._stretch_timers)
         forked.groups = Groups(records)  # (the same members: read only while choosing)
         forked.groups.members = self.groups.members
         forked.lanes = self.lanes.fork(LaneHooks(take, own, forked._deliverable_head))
@@ -238,7 +292,7 @@ class DeliveryIndex:
                 if not got:
                     active.discard(priority)
                     continue
-                buffer = taken[priority] = deque(got)
+                buffer = taken[priority] = deque(cast("list[Record]", got))  # (no stretches)
             rec = buffer.popleft()
             chosen.append(rec)
             trial.served(priority)
@@ -253,21 +307,24 @@ class DeliveryIndex:
         return chosen
 
     def _fetch(
-        self, priority: int, count: int, now: float, given: dict[str, int]
-    ) -> list[Record] | None:
+        self, priority: int, count: int, now: float, given: dict[str, int], stretches: bool = False
+    ) -> list[Chosen] | None:
         """Up to ``count`` deliverable messages of ``priority``, in order, taken from the ready
         structures; a group's head ends the list (its followers go with it). None if a run's
-        table must be read back first.
+        table must be read back first. With ``stretches``, members of runs come as stretches
+        while no tenant is noisy.
 
         With tenants noisy, a message of a noisy tenant met first goes aside instead; quiet
         tenants' messages go first, in order (those aside whose tenant is quiet again among
         them), then noisy ones, the tenant with the fewest in flight first (counting ``given``:
         the deliveries chosen so far, by tenant, which this adds to)."""
-        out: list[Record] = []
+        out: list[Chosen] = []
+        n = 0  # messages in ``out``
         lanes = None
         if self.lanes or self._tenants.flagged:
             lanes = self.lanes.of(priority)
-        while len(out) < count:
+        lease = self._lease if stretches and lanes is None else None
+        while n < count:
             fresh, top = self._fresh_head(priority), self._ready_top(priority)
             from_fresh = fresh is not None and (top is None or front(fresh) < top[0])
             head = fresh if from_fresh else None if top is None else self._records[top[2]]
@@ -281,7 +338,7 @@ class DeliveryIndex:
                     self.lanes.set_aside(priority, head)
                     continue
                 number = None if head is None else front(head)
-                turn = self.lanes.turn(lanes, number, bound, given, count - len(out), now)
+                turn = self.lanes.turn(lanes, number, bound, given, count - n, now)
                 if turn is None:
                     break
                 if turn.tenant is not None:
@@ -290,6 +347,7 @@ class DeliveryIndex:
                         return out or None
                     given[turn.tenant] = given.get(turn.tenant, 0) + len(taken)
                     out.extend(taken)
+                    n += len(taken)
                     if out and out[-1].group is not None:
                         break
                     continue
@@ -301,13 +359,20 @@ class DeliveryIndex:
                 if isinstance(fresh, Run):
                     if fresh.table is None:
                         return out or None
-                    room = count - len(out)
+                    room = count - n
                     if bound is not None:
                         room = min(room, bound - fresh.front())
                     run = self._own(fresh)
                     if run is not fresh:  # (a fork takes from its copy)
                         self._fresh[priority][0] = run
-                    out.extend(self._take(run, room))
+                    if lease is not None:
+                        stretch = lease(run, room)
+                        out.append(stretch)
+                        n += stretch.count
+                    else:
+                        recs = self._take(run, room)
+                        out.extend(recs)
+                        n += len(recs)
                     continue
                 self._fresh[priority].popleft()
                 out.append(fresh)
@@ -316,6 +381,7 @@ class DeliveryIndex:
                 if not self._deliverable_head(rec, now):
                     continue
                 out.append(rec)
+            n += 1
             if out[-1].group is not None:
                 break
         if lanes is not None:
@@ -396,14 +462,22 @@ class DeliveryIndex:
 
     def next_change(self) -> float | None:
         """The earliest time a timer fires (a delay ends, a lease expires), if any."""
-        timers = self._timers
+        timers, when = self._timers, None
         while timers:
             _, _, version, mid = timers[0]
             rec = self._records.get(mid)
             if rec is not None and rec.version == version:
-                return timers[0][0]
+                when = timers[0][0]
+                break
             heapq.heappop(timers)
-        return None
+        timers_of_stretches = self._stretch_timers
+        while timers_of_stretches:
+            stretch = self._stretches.get(timers_of_stretches[0][2])
+            if stretch is not None and stretch.left:
+                until = timers_of_stretches[0][0]
+                return until if when is None else min(when, until)
+            heapq.heappop(timers_of_stretches)
+        return when
 
     def fresh_runs(self, limit: int, fair: bool = False) -> Iterator[Run]:
         """The runs holding the first ``limit`` fresh messages, best priority first; with

@@ -12,18 +12,21 @@ import asyncio
 import itertools
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import cast
 
 from . import snapshot, tables
 from .commit import Batch
 from .config import BUFFERED
 from .core import Core
+from .delivery import Chosen
 from .errors import ReceiptExpired
 from .message import Message
 from .ops import Bury, Complete, Extend, Fail, Lease, Release
-from .payloads import Payloads, message
+from .payloads import Payloads, message, stretch_messages
 from .records import DONE, Record
 from .snapshot import Located
+from .stretches import Stretch
 
 
 class Leasing:
@@ -42,18 +45,19 @@ class Leasing:
         core = self.core
         core.check()
         timeout = self._timeout(visibility_timeout)
-        chosen, buried = await self.select(max_messages)
+        picked, buried = await self.select(max_messages)
+        chosen = cast("list[Record]", picked)  # (no stretches: each located on its own)
         now = core.clock()
         if not chosen:
             await core.commit.durable_after(buried)
             return []
-        leases = self._leases(chosen, now + timeout)
+        lease = self._lease(chosen, now, now + timeout)
         where = [snapshot.location(rec) for rec in chosen]  # durable once the lease is
-        await core.commit.durable_after(core.commit.add(Lease(leases, now)))
+        await core.commit.durable_after(core.commit.add(lease))
         now = core.clock()
         return [
             Located(message(rec, b""), place)
-            for rec, place, (_, receipt, _) in zip(chosen, where, leases, strict=True)
+            for rec, place, (_, receipt, _) in zip(chosen, where, lease.leases, strict=True)
             if _still_held(rec, receipt, now)
         ]
 
@@ -78,20 +82,12 @@ class Leasing:
         deadline = time.monotonic() + wait
         while True:
             core.check()
-            chosen, buried = await self.select(max_messages, per_group)
+            chosen, buried = await self.select(max_messages, per_group, stretches=True)
             now = core.clock()
             if chosen:
-                leases = self._leases(chosen, now + timeout)
-                batch = core.commit.add(Lease(leases, now))
-                payloads, _ = await asyncio.gather(
-                    self.payloads.of(chosen), core.commit.durable_after(batch)
-                )
-                now = core.clock()
-                return [
-                    message(rec, payload)
-                    for rec, payload, (_, receipt, _) in zip(chosen, payloads, leases, strict=True)
-                    if _still_held(rec, receipt, now)
-                ]
+                lease = self._lease(chosen, now, now + timeout)
+                batch = core.commit.add(lease)
+                return await self._answers(chosen, lease, batch)
             remaining = 0.0 if core.no_waits else deadline - time.monotonic()
             if remaining <= 0:
                 await core.commit.durable_after(buried)
@@ -105,14 +101,51 @@ class Leasing:
         """The visibility timeout of a lease: the one ``given``, else the queue's."""
         return self.core.config.visibility_timeout if given is None else given
 
-    def _leases(self, chosen: list[Record], until: float) -> list[tuple[str, str, float]]:
-        """A new lease of each of ``chosen``: (id, receipt, until)."""
-        prefix = self.core.token[:6]
-        return [(rec.id, f"{rec.id}~{prefix}{next(self._receipts):x}", until) for rec in chosen]
+    def _lease(self, chosen: Sequence[Chosen], now: float, until: float) -> Lease:
+        """A new lease of each of ``chosen`` until ``until``: its receipt ``<id>~<token>``, a
+        stretch's token shared by its members."""
+        prefix, counter = self.core.token[:6], self._receipts
+        leases, stretches = [], []
+        for item in chosen:
+            if isinstance(item, Stretch):
+                token = f"{prefix}{next(counter):x}"
+                stretches.append((item.seq, item.place, item.count, token, until))
+            else:
+                leases.append((item.id, f"{item.id}~{prefix}{next(counter):x}", until))
+        return Lease(leases, now, stretches or None)
 
-    async def select(self, limit: int, per_group: int = 1) -> tuple[list[Record], Batch | None]:
+    async def _answers(self, chosen: list[Chosen], lease: Lease, batch: Batch) -> list[Message]:
+        """The messages ``lease`` (folded, riding ``batch``) hands out, once it is durable."""
+        core = self.core
+        stretches = [item for item in chosen if isinstance(item, Stretch)]
+        records = [item for item in chosen if isinstance(item, Record)]
+        payloads_of, by_stretch_of, _ = await asyncio.gather(
+            self.payloads.of(records),
+            asyncio.gather(*map(self.payloads.of_stretch, stretches)),
+            core.commit.durable_after(batch),
+        )
+        payloads, by_stretch = iter(payloads_of), iter(by_stretch_of)
+        receipts = iter(receipt for _, receipt, _ in lease.leases)
+        now = core.clock()
+        answers: list[Message] = []
+        held = core.state.stretches.by_token
+        for item in chosen:
+            if isinstance(item, Stretch):
+                pages = next(by_stretch)
+                if held.get(item.token) is item and item.until > now:
+                    answers.extend(stretch_messages(item, pages))
+            else:
+                payload = next(payloads)
+                if _still_held(item, next(receipts), now):
+                    answers.append(message(item, payload))
+        return answers
+
+    async def select(
+        self, limit: int, per_group: int = 1, stretches: bool = False
+    ) -> tuple[list[Chosen], Batch | None]:
         """Up to ``limit`` deliverable messages, after burying those whose last lease ran out
-        of attempts; the tables of the runs they come from read back first."""
+        of attempts; the tables of the runs they come from read back first. With
+        ``stretches``, members of runs may come as leased stretches (``stretches``)."""
         core = self.core
         batch = None
         attempts = core.config.max_attempts
@@ -123,7 +156,7 @@ class Leasing:
             while bury:  # before choosing: a buried head of a group frees the next one
                 batch = self._bury(bury, now)
                 bury = core.state.expire(now, attempts)
-            chosen, bury = core.state.select(now, limit, attempts, per_group, core.fair)
+            chosen, bury = core.state.select(now, limit, attempts, per_group, core.fair, stretches)
             if bury:  # (none: all expired above, at the same ``now``)
                 batch = self._bury(bury, now)
             # Other callers may have taken the members read back for while they were read:
@@ -132,15 +165,16 @@ class Leasing:
                 self._count(chosen, now)
                 return chosen, batch
 
-    def _count(self, chosen: list[Record], now: float) -> None:
+    def _count(self, chosen: list[Chosen], now: float) -> None:
         tally = self.core.tally
         noisy = self.core.state.tenants.noisy_names(now)
-        for rec in chosen:
-            tally.deliveries[rec.priority] = tally.deliveries.get(rec.priority, 0) + 1
-            if rec.tenant in noisy:
-                tally.deliveries_noisy += 1
+        for item in chosen:
+            n = item.count if isinstance(item, Stretch) else 1
+            tally.deliveries[item.priority] = tally.deliveries.get(item.priority, 0) + n
+            if item.tenant in noisy:
+                tally.deliveries_noisy += n
             else:
-                tally.deliveries_quiet += 1
+                tally.deliveries_quiet += n
 
     def _bury(self, recs: list[Record], now: float) -> Batch:
         error = f"lease expired after {self.core.config.max_attempts} attempt(s)"
@@ -168,11 +202,11 @@ class Leasing:
     async def complete(self, receipts: list[str]) -> None:
         core = self.core
         core.check()
-        recs = self._holders(receipts)
-        batch = core.commit.add(Complete(list(dict.fromkeys(rec.id for rec in recs)), core.clock()))
+        mids = self._held(receipts)
+        batch = core.commit.add(Complete(list(dict.fromkeys(mids)), core.clock()))
         core.notify()  # a group's next message may be deliverable now
         if core.config.ack_durability == BUFFERED and not core.commit.backlogged():
-            core.tally.buffered_acks += len(recs)
+            core.tally.buffered_acks += len(mids)
             return  # answered from the batch: a completion lost with it only redelivers
         await core.commit.durable_after(batch)
 
@@ -192,8 +226,8 @@ class Leasing:
     async def release(self, receipts: list[str]) -> None:
         core = self.core
         core.check()
-        recs = self._holders(receipts)
-        batch = core.commit.add(Release(list(dict.fromkeys(rec.id for rec in recs))))
+        mids = self._held(receipts)
+        batch = core.commit.add(Release(list(dict.fromkeys(mids))))
         core.notify()
         await core.commit.durable_after(batch)
 
@@ -210,16 +244,25 @@ class Leasing:
         await core.commit.durable_after(batch)
 
     def _holders(self, receipts: Iterable[str]) -> list[Record]:
+        """The records of the messages ``receipts`` hold leases of (``ReceiptExpired`` if a
+        lease is not current)."""
         recs = []
         for receipt in receipts:
             rec = self.core.state.receipt_holder(receipt)
             if rec is None:
-                raise ReceiptExpired(
-                    f"receipt {receipt!r} is unknown or stale: the message was completed, "
-                    "dead-lettered, or delivered again after its lease expired"
-                )
+                raise _stale(receipt)
             recs.append(rec)
         return recs
+
+    def _held(self, receipts: Iterable[str]) -> list[str]:
+        """``_holders``, as the messages' ids (making no record)."""
+        holder, mids = self.core.state.holder, []
+        for receipt in receipts:
+            mid = holder(receipt)
+            if mid is None:
+                raise _stale(receipt)
+            mids.append(mid)
+        return mids
 
     def _backoff(self, attempts: int) -> float:
         """Exponential in the attempts made, capped, with equal jitter."""
@@ -227,6 +270,13 @@ class Leasing:
         base = config.retry_delay * float(2 ** min(attempts - 1, 62))
         delay = min(config.retry_delay_max, base)
         return delay / 2 + random.uniform(0, delay / 2)
+
+
+def _stale(receipt: str) -> ReceiptExpired:
+    return ReceiptExpired(
+        f"receipt {receipt!r} is unknown or stale: the message was completed, "
+        "dead-lettered, or delivered again after its lease expired"
+    )
 
 
 def _still_held(rec: Record, receipt: str, now: float) -> bool:

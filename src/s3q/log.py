@@ -22,9 +22,10 @@ from .ops import AnyOp
 
 MAGIC = b"S3Q"
 #: the version this build writes (2: enqueues as columns, ids that name places; 3: checkpoints
-#: hold runs without their tables, and completed messages as chunks of places)
-FORMAT = 3
-READABLE = frozenset({1, 2, 3})  # the versions it reads
+#: hold runs without their tables, and completed messages as chunks of places; 4: leases of
+#: untouched messages in stretches)
+FORMAT = 4
+READABLE = frozenset({1, 2, 3, 4})  # the versions it reads
 _TRAILER = struct.Struct("<II3sB")
 PREFIX = "log/"
 

@@ -93,10 +93,15 @@ class CommitToken(Op, tag="t", frozen=True):
 
 class Lease(Op, tag="l", frozen=True):
     """Messages handed to a consumer at ``at``: ``(id, receipt, lease_until)`` each; counts an
-    attempt. (``at`` is 0 in logs of builds before it was recorded: older builds ignore it.)"""
+    attempt. (``at`` is 0 in logs of builds before it was recorded: older builds ignore it.)
+
+    ``stretches`` leases untouched messages in stretches (format 4, ``s3q.stretches``):
+    ``(seq, place, count, token, lease_until)`` each, the ``count`` members from the front of
+    the run at ``place`` of log object ``seq``, the receipt of each ``<id>~<token>``."""
 
     leases: list[tuple[str, str, float]]
     at: float = 0.0
+    stretches: list[tuple[int, int, int, str, float]] | None = None
 
 
 class Extend(Op, tag="x", frozen=True):

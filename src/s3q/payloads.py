@@ -9,12 +9,14 @@ read per object, however many payloads it holds.
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 from . import log, snapshot
 from .core import Core
 from .message import Message
 from .records import Record
 from .state import blob_key
+from .stretches import Stretch
 
 Span = tuple[str, int, int]  # a payload: message id, offset, size
 
@@ -59,6 +61,26 @@ class Payloads:
                 found.update(part)
         return [found[rec.id] for rec in recs]
 
+    async def of_stretch(self, stretch: Stretch) -> list[bytes]:
+        """The payloads of every member of ``stretch``, first to last: in one ranged read at
+        most (members of a run lie side by side)."""
+        offsets, sizes = stretch.offsets, stretch.sizes()
+        if stretch.stage is not None:
+            spans = list(zip(stretch.ids(), offsets, sizes, strict=True))
+            found = await snapshot.read_spans(self.core.store, stretch.stage, spans)
+            return [found[mid] for mid, _, _ in spans]
+        seq = stretch.seq
+        held = self.core.commit.held(seq)
+        if held is not None:
+            mids = stretch.ids()
+            if all(mid in held for mid in mids):
+                return [held[mid] for mid in mids]
+        data, base = self.core.cache.get(seq), 0
+        if data is None:
+            base = offsets[0]
+            data = await self.core.store.get_range(log.key(seq), base, offsets[-1] + sizes[-1])
+        return [data[at - base : at - base + size] for at, size in zip(offsets, sizes, strict=True)]
+
     async def read(self, seq: int, spans: list[Span]) -> dict[str, bytes]:
         """Payloads by id, given ``(id, offset, size)`` in log object ``seq``, in one ranged
         read (``seq`` -1: each in an object of its own)."""
@@ -89,3 +111,36 @@ def message(rec: Record, payload: bytes, receipt: bool = True) -> Message:
         rec.first_leased_at or None,
         rec.tenant,
     )
+
+
+def stretch_messages(stretch: Stretch, payloads: list[bytes]) -> list[Message]:
+    """The answers that hand out the members of ``stretch`` still leased in it, with their
+    ``payloads`` (one per member) and receipts."""
+    none = itertools.repeat(None)
+    token, priority, at = stretch.token, stretch.priority, stretch.enqueued_at
+    first, tenant = stretch.at or None, stretch.tenant
+    return [
+        Message(
+            mid,
+            payload,
+            priority,
+            1,
+            at,
+            f"{mid}~{token}",
+            None,
+            dedup,
+            dict(attrs) if attrs else {},
+            None,
+            first,
+            tenant,
+        )
+        for mid, payload, dedup, attrs, held in zip(
+            stretch.ids(),
+            payloads,
+            stretch.dedup_ids() or none,
+            stretch.attributes() or none,
+            stretch.held,
+            strict=False,
+        )
+        if held
+    ]

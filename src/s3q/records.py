@@ -200,8 +200,9 @@ class Run:
             return table.offsets[k]
         return self.offset + sum(table.sizes[self.taken : k])
 
-    def take(self, count: int) -> list[Record]:
-        """Take the first ``count`` members (at most all) out of the run, as records."""
+    def cut(self, count: int) -> tuple[Table, int, int, Iterable[int]]:
+        """Take the first ``count`` members (at most all) off the run: its table, their
+        indexes ``start`` to ``end`` there, and where their payloads lie."""
         table, start = self._table(), self.taken
         end = min(start + count, self.count)
         sizes = table.sizes[start:end]
@@ -209,12 +210,22 @@ class Run:
             offsets: Iterable[int] = itertools.accumulate(sizes, initial=self.offset)
         else:
             offsets = table.offsets[start:end]
+        taken = sum(sizes)
+        self.taken = end
+        self.offset += taken
+        self.bytes -= taken
+        return table, start, end, offsets
+
+    def take(self, count: int) -> list[Record]:
+        """Take the first ``count`` members (at most all) out of the run, as records."""
+        place = self.place
+        table, start, end, offsets = self.cut(count)
         none = itertools.repeat(None)
         dedup_ids = none if table.dedup_ids is None else table.dedup_ids[start:end]
         attributes = none if table.attributes is None else table.attributes[start:end]
         at, priority, seq, stage = self.enqueued_at, self.priority, self.seq, self.stage
         tenant = self.tenant
-        recs = [
+        return [
             Record(
                 mid,
                 arrival,
@@ -231,20 +242,15 @@ class Run:
                 tenant=tenant,
             )
             for mid, arrival, offset, size, dedup, attrs in zip(  # offsets and the rest run longer
-                ids.make_many(self.queue, seq, self.place + start, end - start),
+                ids.make_many(self.queue, seq, place + start, end - start),
                 range(self.arrival + start, self.arrival + end),
                 offsets,
-                sizes,
+                table.sizes[start:end],
                 dedup_ids,
                 attributes,
                 strict=False,
             )
         ]
-        taken = sum(sizes)
-        self.taken = end
-        self.offset += taken
-        self.bytes -= taken
-        return recs
 
     def members(self) -> Iterator[Record]:
         """The members not taken, front first, as records (the run is left as it is)."""

@@ -1,9 +1,9 @@
 """The untouched messages: runs by the log object each lies in, and the tables they hold.
 
-A run (``records.Run``) is a stretch of one Append's members of one priority and one tenant,
-visible at once and in no group. Members leave from the front (``take``) to become records;
-a run far from the head of its priority may hold no table, read back when it is needed
-(``fill``, ``untabled``).
+A run (``records.Run``) is a series of one Append's members of one priority and one tenant,
+visible at once and in no group. Members leave from the front, to become records (``take``) or
+a leased stretch (``lease``); a run far from the head of its priority may hold no table, read
+back when it is needed (``fill``, ``untabled``).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from . import ids
 from .ops import Append
 from .records import Record, Run
+from .stretches import Stretch, Stretches
 
 
 class RunIndex:
@@ -44,7 +45,19 @@ class RunIndex:
     def take(self, run: Run, count: int) -> list[Record]:
         """The first ``count`` members of ``run`` (at most all) leave it, as records."""
         recs = run.take(count)
-        self.untouched -= len(recs)
+        self.taken(run, len(recs))
+        return recs
+
+    def lease(self, run: Run, count: int, stretches: Stretches) -> Stretch:
+        """The first ``count`` members of ``run`` (at most all) leave it, as a stretch
+        chosen for a lease (``Stretches.take``)."""
+        stretch = stretches.take(run, count)
+        self.taken(run, stretch.count)
+        return stretch
+
+    def taken(self, run: Run, count: int) -> None:
+        """``count`` members have left the front of ``run``."""
+        self.untouched -= count
         if not len(run):
             self.tabled -= run.count
             self.count -= 1
@@ -52,7 +65,6 @@ class RunIndex:
             runs.remove(run)
             if not runs:
                 del self.by_seq[run.seq]
-        return recs
 
     def find(self, mid: str, queue: str) -> tuple[Run, int] | None:
         """The run ``mid`` is an untaken member of, and its index there."""

@@ -4,7 +4,8 @@
 depend on time take ``now``). The index is a coordinator of parts, each a module of its own:
 
 - the records of messages touched since their enqueue (here) and the untouched ones, in runs
-  (``runs.RunIndex``); an Append's messages become one or the other (``appends``);
+  (``runs.RunIndex``); an Append's messages become one or the other (``appends``); members of
+  runs leased together, in stretches (``stretches.Stretches``) until something happens to one;
 - what to deliver next (``delivery.DeliveryIndex``: priorities, timers, groups, noisy tenants'
   lanes, fair shares); ``select`` takes from it, and ``peek`` asks it the same on a fork;
 - which objects hold live payloads and which are garbage (``payload_refs.PayloadRefs``);
@@ -23,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from . import appends, ids
-from .delivery import DeliveryIndex
+from .delivery import Chosen, DeliveryIndex
 from .groups import MAX_PER_GROUP
 from .message import MessageStatus
 from .ops import (
@@ -50,6 +51,7 @@ from .payload_refs import PayloadRefs, blob_key
 from .records import DEAD, DONE, LEASED, QUEUED, Record, Run, status
 from .retention import Retention
 from .runs import RunIndex
+from .stretches import Stretch, Stretches
 from .tenants import QuietCounts, Tenants
 
 __all__ = ["MAX_PER_GROUP", "TABLE_BUDGET", "QueueState", "QuietCounts", "blob_key"]
@@ -66,8 +68,16 @@ class QueueState:
     def __init__(self) -> None:
         self.messages: dict[str, Record] = {}  # records: messages touched since their enqueue
         self.runs = RunIndex()  # untouched messages
+        self.stretches = Stretches()  # members of runs leased together
         self.tenants = Tenants()
-        self.delivery = DeliveryIndex(self.messages, self.tenants, self._take)
+        self.delivery = DeliveryIndex(
+            self.messages,
+            self.tenants,
+            self._take,
+            stretches=self.stretches.by_token,
+            lease=self._lease_run,
+            lapsed=self._lapsed,
+        )
         self.payloads = PayloadRefs()
         self.retention = Retention()
         self.changes = 0  # entries of the index changed so far (the checkpoint schedule's clock)
@@ -107,25 +117,23 @@ class QueueState:
         elif isinstance(op, Complete):
             self._complete(op.ids, op.at)
         elif isinstance(op, Release):
-            self.tenants.ended_records(map(self.messages.__getitem__, op.ids), 0.0, True)
-            for mid in op.ids:
-                rec = self.messages[mid]
+            recs = [self._record(mid) for mid in op.ids]
+            self.tenants.ended_records(recs, 0.0, True)
+            for rec in recs:
                 rec.state, rec.receipt, rec.attempts = QUEUED, None, rec.attempts - 1
                 if rec.attempts == 0:
                     rec.first_leased_at = 0.0
                 self.delivery.schedule(rec)  # visible_at is in the past: deliverable at once
         elif isinstance(op, Extend):
-            rec = self.messages[op.id]
+            rec = self._record(op.id)
             rec.lease_until = op.until
             self.delivery.schedule(rec)
         elif isinstance(op, Fail):
             self._fail(op)
         elif isinstance(op, Bury):
-            self.tenants.ended_records(
-                map(self.messages.__getitem__, op.ids), 0.0, False
-            )  # untimed
-            for mid in op.ids:
-                rec = self.messages[mid]
+            recs = [self._record(mid) for mid in op.ids]
+            self.tenants.ended_records(recs, 0.0, False)  # untimed
+            for rec in recs:
                 rec.last_error = op.error
                 self._die(rec, op.at)
         elif isinstance(op, Redrive):
@@ -173,16 +181,16 @@ class QueueState:
     def _append(self, op: Append, seq: int) -> None:
         """Plain members form runs, the others records (``appends``)."""
         for piece in appends.pieces(op):
-            if isinstance(piece, appends.Stretch):
+            if isinstance(piece, appends.Plain):
                 self._add_run(op, seq, piece)
             else:
                 self._add(appends.record(op, seq, piece, self.queue, self.arrivals + 1))
         if op.key is not None:
             self.payloads.unneeded(seq, op.key)  # (if every message was a duplicate)
 
-    def _add_run(self, op: Append, seq: int, stretch: appends.Stretch) -> None:
+    def _add_run(self, op: Append, seq: int, plain: appends.Plain) -> None:
         room = TABLE_BUDGET - self.runs.tabled  # members whose tables the index may keep
-        run, table = appends.run(op, seq, stretch, self.queue, self.arrivals + 1, room)
+        run, table = appends.run(op, seq, plain, self.queue, self.arrivals + 1, room)
         count, size = run.count, run.bytes
         self.arrivals += count
         self.tenants.arrived(run.tenant, count, op.enqueued_at)
@@ -248,15 +256,33 @@ class QueueState:
         return recs
 
     def _record(self, mid: str) -> Record:
-        """The record of ``mid``, made now if it is the front member of a run (a replayed
-        lease: leases take runs front first)."""
+        """The record of ``mid``, made now if it is a member of a leased stretch (leaving it),
+        or the front member of a run (a replayed lease: leases take runs front first)."""
         rec = self.messages.get(mid)
         if rec is None:
+            held = self.stretches.find(mid, self.queue)
+            if held is not None:
+                rec = self.messages[mid] = self.stretches.split(*held)
+                return rec
             found = self.runs.find(mid, self.queue)
             if found is None or found[1] != found[0].taken:
                 raise KeyError(mid)
             rec = self._take(found[0], 1)[0]
         return rec
+
+    def _lease_run(self, run: Run, count: int) -> Stretch:
+        """The first ``count`` members of ``run`` leave it as a stretch: about to be leased."""
+        return self.runs.lease(run, count, self.stretches)
+
+    def _lapsed(self, stretch: Stretch) -> list[Record]:
+        """The lease of ``stretch`` ran out: its members become records, still leased (so
+        expired), to be delivered again or buried."""
+        recs = list(stretch.members())
+        self.stretches.forget(stretch)
+        messages = self.messages
+        for rec in recs:
+            messages[rec.id] = rec
+        return recs
 
     # -- messages moving on ------------------------------------------------------------------------
 
@@ -274,10 +300,26 @@ class QueueState:
             rec.attempts += 1
             recs.append(rec)
         self.delivery.leased(recs)
+        if op.stretches:
+            for seq, place, count, token, until in op.stretches:
+                stretch = self.stretches.taken.pop((seq, place), None)
+                if stretch is None:  # a replayed lease: leases take runs front first
+                    found = self.runs.find(ids.make(self.queue, seq, place), self.queue)
+                    if found is None or found[1] != found[0].taken:
+                        raise KeyError(ids.make(self.queue, seq, place))
+                    stretch = self._lease_run(found[0], count)
+                    del self.stretches.taken[seq, place]
+                if stretch.count != count:
+                    raise ValueError(
+                        f"a stretch of {count} leased at {seq}/{place} holds {stretch.count}"
+                    )
+                self.stretches.leased(stretch, token, until, at)
+                self.delivery.leased_stretch(stretch)
+                leased[stretch.tenant] = leased.get(stretch.tenant, 0) + count
         self.tenants.leased(leased)
 
     def _fail(self, op: Fail) -> None:
-        rec = self.messages[op.id]
+        rec = self._record(op.id)
         rec.last_error = op.error
         self.tenants.ended_records([rec], op.at, op.retry_at is not None)
         if op.retry_at is None:
@@ -292,9 +334,30 @@ class QueueState:
         places: dict[int, list[int]] = {}
         freed: dict[tuple[int, str | None], list[int]] = {}  # (payload_seq, stage): [count, bytes]
         messages, retention, payloads = self.messages, self.retention, self.payloads
-        self.tenants.ended_records(map(messages.__getitem__, mids), at, False)
+        recs: list[Record] = []
+        members: dict[Stretch, list[int]] = {}  # members of stretches completed
         for mid in mids:
-            rec = messages[mid]
+            rec = messages.get(mid)
+            if rec is not None:
+                recs.append(rec)
+                continue
+            held = self.stretches.find(mid, self.queue)
+            if held is None:
+                raise KeyError(mid)
+            members.setdefault(held[0], []).append(held[1])
+        self.tenants.ended_records(recs, at, False, ((s, len(ks)) for s, ks in members.items()))
+        for stretch, ks in members.items():
+            sizes, first = stretch.sizes(), stretch.place
+            size = sum(sizes) if len(ks) == stretch.count else sum(sizes[k] for k in ks)
+            if (where := freed.get((stretch.seq, stretch.stage))) is None:
+                freed[stretch.seq, stretch.stage] = [len(ks), size]
+            else:
+                where[0] += len(ks)
+                where[1] += size
+            places.setdefault(stretch.seq, []).extend(first + k for k in ks)
+            self.stretches.leave(stretch, ks)
+        for rec in recs:
+            mid = rec.id
             rec.state, rec.finished_at, rec.receipt, rec.attributes = DONE, at, None, None
             rec.version += 1
             if rec.stage is None and rec.offset < 0:
@@ -341,6 +404,9 @@ class QueueState:
     def _purge(self) -> None:
         for mid in [m for m, r in self.messages.items() if r.state != DONE]:
             self.payloads.drop(self.messages.pop(mid))
+        for stretch in self.stretches:
+            self.payloads.drop_many(stretch.seq, stretch.stage, len(stretch), stretch.held_bytes())
+        self.stretches.clear()
         for run in self.runs:
             self.payloads.drop_many(run.seq, run.stage, len(run), run.bytes)
         self.runs.clear()
@@ -368,6 +434,10 @@ class QueueState:
                 seq = self.wanted_for(mid)
                 if seq is not None:
                     seqs.add(seq)
+            for seq, place, _, _, _ in op.stretches or ():
+                found = self.wanted_for(ids.make(self.queue, seq, place))
+                if found is not None:
+                    seqs.add(found)
         return seqs
 
     def wanted_for(self, mid: str) -> int | None:
@@ -384,10 +454,16 @@ class QueueState:
         return self.delivery.expire(now, max_attempts)
 
     def select(
-        self, now: float, limit: int, max_attempts: int, per_group: int = 1, fair: bool = False
-    ) -> tuple[list[Record], list[Record]]:
+        self,
+        now: float,
+        limit: int,
+        max_attempts: int,
+        per_group: int = 1,
+        fair: bool = False,
+        stretches: bool = False,
+    ) -> tuple[list[Chosen], list[Record]]:
         """``DeliveryIndex.select``: the caller folds a Lease and a Bury for them at once."""
-        return self.delivery.select(now, limit, max_attempts, per_group, fair)
+        return self.delivery.select(now, limit, max_attempts, per_group, fair, stretches)
 
     def peek(
         self, now: float, limit: int, max_attempts: int, fair: bool = False, per_group: int = 1
@@ -402,11 +478,26 @@ class QueueState:
     # -- reads -----------------------------------------------------------------------------------
 
     def receipt_holder(self, receipt: str) -> Record | None:
-        """The leased message ``receipt`` belongs to, if that lease is still its latest."""
-        rec = self.messages.get(receipt.partition("~")[0])
-        if rec is None or rec.state != LEASED or rec.receipt != receipt:
+        """The leased message ``receipt`` belongs to, if that lease is still its latest (a
+        member of a stretch: a record made to be read)."""
+        mid, _, token = receipt.partition("~")
+        rec = self.messages.get(mid)
+        if rec is None:
+            stretch = self.stretches.by_token.get(token)
+            held = None if stretch is None else self.stretches.find(mid, self.queue)
+            return None if held is None or held[0] is not stretch else stretch.record(held[1])
+        if rec.state != LEASED or rec.receipt != receipt:
             return None
         return rec
+
+    def holder(self, receipt: str) -> str | None:
+        """The id of the leased message ``receipt`` belongs to, if that lease is still its
+        latest (``receipt_holder``, making no record)."""
+        mid, _, token = receipt.partition("~")
+        rec = self.messages.get(mid)
+        if rec is None:
+            return mid if self.stretches.holds(mid, token) else None
+        return mid if rec.state == LEASED and rec.receipt == receipt else None
 
     def dedup_hit(self, dedup_id: str, now: float, window: float) -> str | None:
         """``Retention.dedup_hit``."""
@@ -423,13 +514,16 @@ class QueueState:
         for rec in self.messages.values():
             if rec.state != DONE or rec.finished_at + retention > now:
                 counts[status(rec, now)] += 1
+        for stretch in self.stretches:
+            held = MessageStatus.PROCESSING if stretch.until > now else MessageStatus.PENDING
+            counts[held] += len(stretch)
         counts[MessageStatus.COMPLETED] += self.retention.completed.count_since(now - retention)
         return counts
 
     def quiet_counts(self, now: float) -> QuietCounts:
         """``Tenants.quiet_counts`` of this index's messages."""
         return self.tenants.quiet_counts(
-            self.messages.values(), self.runs.untouched, self.delivery.oldest_quiet, now
+            self.records(), self.runs.untouched, self.delivery.oldest_quiet, now
         )
 
     def completed_at(self, mid: str) -> float | None:
@@ -441,19 +535,33 @@ class QueueState:
     def size(self) -> int:
         """The size of the index in entries (records and runs): what a checkpoint's size
         follows, for the checkpoint schedule."""
-        return len(self.messages) + self.runs.count + len(self.retention.completed)
+        return (
+            len(self.messages)
+            + self.runs.count
+            + len(self.stretches)
+            + len(self.retention.completed)
+        )
 
     def find(self, mid: str) -> Record | None:
         """The record of ``mid``: its own, or (for an untouched message) one made to be read."""
         rec = self.messages.get(mid)
-        if rec is None and (found := self.runs.find(mid, self.queue)) is not None:
+        if rec is None and (held := self.stretches.find(mid, self.queue)) is not None:
+            rec = held[0].record(held[1])
+        elif rec is None and (found := self.runs.find(mid, self.queue)) is not None:
             run, k = found
             rec = run.member(k, run.offset_of(k))
         return rec
 
+    def records(self) -> Iterator[Record]:
+        """Every message touched since its enqueue as a record (members of stretches made to
+        be read): what a checkpoint holds of them."""
+        yield from self.messages.values()
+        for stretch in self.stretches:
+            yield from stretch.members()
+
     def all(self) -> Iterator[Record]:
         """Every message in the index as a record (untouched ones made to be read)."""
-        yield from self.messages.values()
+        yield from self.records()
         for run in self.runs:
             yield from run.members()
 

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from .records import LEASED, QUEUED, Record
+from .stretches import Stretch
 
 SHARE = 0.1  # of in-flight messages or of recent processing time
 MIN_IN_FLIGHT = 30
@@ -145,11 +146,28 @@ class Tenants:
                     self.flagged.add(name)
             self._check_drained(name, tenant)
 
-    def ended_records(self, recs: Iterable[Record], at: float, requeued: bool) -> None:
+    def ended_records(
+        self,
+        recs: Iterable[Record],
+        at: float,
+        requeued: bool,
+        stretched: Iterable[tuple[Stretch, int]] = (),
+    ) -> None:
         """Messages ``recs`` leave the leased (or the queued) together at ``at`` (0: their
-        processing time not counted), ``requeued`` if queued again."""
+        processing time not counted), ``requeued`` if queued again; and with them ``count``
+        members of each leased stretch ``stretched``."""
         ended = Ended()
         by_tenant = ended.by_tenant
+        for stretch, count in stretched:
+            held = 0.0
+            if at and stretch.at:
+                held = max(0.0, min(at, stretch.until) - stretch.at) * count
+            ended.leased += count
+            ended.held += held
+            if stretch.tenant is not None:
+                entry = by_tenant.setdefault(stretch.tenant, [0, 0.0, 0])
+                entry[0] += count
+                entry[1] += held
         for rec in recs:
             if rec.state == LEASED:
                 held = 0.0

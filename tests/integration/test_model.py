@@ -832,10 +832,12 @@ class QueueMachine(RuleBasedStateMachine):
         for d in expired:
             del self.m.dedup[d]
 
-    @rule(compact=st.booleans())
-    def reopen(self, compact: bool) -> None:
+    @rule(compact=st.booleans(), killed=st.booleans())
+    def reopen(self, compact: bool, killed: bool) -> None:
         if compact:  # reopened from a checkpoint (what it keeps of tenants too)
             self.q.compact()
+        if killed:  # as if killed: no checkpoint at close, the log since the last one replayed
+            self.q._aq._engine.commit.failure = s3q.StoreError("killed")
         self.q.close()
         self.q = s3q.open(self.url, clock=self.clock, delivery=self.delivery, **OPTS)
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 
+from s3q import log
 from s3q.checkpoint import Snapshot
 from s3q.lease import LeaseRecord
 from s3q.ops import Append, Lease
@@ -32,13 +33,29 @@ def without_last_field(
 def test_the_time_of_a_lease_is_a_field_earlier_builds_of_format_3_skip() -> None:
     """Lease.at and Record.first_leased_at came within format 3 as trailing fields: objects this
     build writes decode with the shapes of the builds before them, and theirs with this one's."""
-    old_lease = without_last_field(Lease, tag="l", frozen=True)
+    old_lease = without_last_field(Lease, drop=2, tag="l", frozen=True)  # (stretches: format 4)
     new = Lease([("m1", "m1~r", 130.0)], 100.0)
     assert msgspec.msgpack.decode(msgspec.msgpack.encode(new), type=old_lease) == old_lease(
         [("m1", "m1~r", 130.0)]
     )
     older = msgspec.msgpack.encode(old_lease([("m1", "m1~r", 130.0)]))
     assert msgspec.msgpack.decode(older, type=Lease) == Lease([("m1", "m1~r", 130.0)], 0.0)
+
+
+def test_leases_in_stretches_are_format_4_which_a_format_3_reader_refuses() -> None:
+    """Lease.stretches is a trailing field that a format-3 shape would skip without a word,
+    losing leases: objects carrying it are sealed as format 4, which format-3 builds refuse;
+    a format-3 Lease decodes here with no stretches."""
+    format_3 = without_last_field(Lease, tag="l", frozen=True)
+    leased = Lease([], 100.0, [(7, 0, 1000, "ab12", 130.0)])
+    skipped = msgspec.msgpack.decode(msgspec.msgpack.encode(leased), type=format_3)
+    assert skipped == format_3([], 100.0)  # what sealing it as format 4 guards against
+    assert log.FORMAT == 4 and 3 in log.READABLE
+    sealed = log.encode(log.Header(7, "w", 100.0, [leased]), [])
+    assert sealed.endswith(b"S3Q4")
+    assert log.decode(sealed, "log/7").ops == [leased]
+    older = msgspec.msgpack.encode(format_3([("m1", "m1~r", 130.0)], 100.0))
+    assert msgspec.msgpack.decode(older, type=Lease).stretches is None
 
     old_rec = without_last_field(Record, drop=3, gc=False)  # (tenant and leased_at came later)
     rec = Record("m1", 1, 0, 1.0, 1.0, 3, 0, 10, attempts=2, first_leased_at=100.0)

@@ -56,7 +56,7 @@ class SnapshotReader(DataSourceReader):
         state, now = loaded.state, time.time()
         log_keys: dict[int, str] = {}
         chosen: list[pieces.Entry] = []
-        for rec in state.messages.values():
+        for rec in state.records():
             if rec.state == DONE:
                 continue
             status = state.status(rec, now).value
