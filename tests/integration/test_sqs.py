@@ -6,7 +6,9 @@ mirrors the AWS SDKs' check), registered on the client: boto3 itself does not ve
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -14,10 +16,19 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 from botocore.exceptions import ClientError
 from sqs_broker import SqsBroker
-from sqs_checks import ATTRIBUTES, check_digests, depth, error_code, move_task, reference_md5
+from sqs_checks import (
+    ATTRIBUTES,
+    check_digests,
+    depth,
+    error_code,
+    move_task,
+    reference_md5,
+    refused,
+)
 
 
 @pytest.fixture
@@ -738,9 +749,6 @@ def test_protocol_errors(sqs: Any, broker: SqsBroker) -> None:
     with pytest.raises(ClientError) as exc:
         sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=11)
     assert error_code(exc) == "InvalidParameterValue"
-    with pytest.raises(sqs.exceptions.UnsupportedOperation) as exc:
-        sqs.add_permission(QueueUrl=url, Label="l", AWSAccountIds=["1"], Actions=["SendMessage"])
-    assert error_code(exc) == "AWS.SimpleQueueService.UnsupportedOperation"
     headers = {"content-type": "application/x-amz-json-1.0"}
     raw = httpx.post(broker.url + "/", headers={**headers, "x-amz-target": "AmazonSQS.Nope"})
     assert raw.status_code == 400
@@ -846,3 +854,368 @@ def test_fifo_sends_as_sqs_does(sqs: Any) -> None:
     assert [
         m["Body"] for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
     ] == ["zero"]
+
+
+# --------------------------------------------------------------------------- as AWS words it
+# Error texts as AWS answers them (LocalStack's AWS-validated snapshots, AWS's answers quoted in
+# bug reports, and moto where AWS's own is not recorded: docs/sqs.md, Errors).
+
+NAME_TEXT = "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length"
+FIFO_NAME_TEXT = (
+    "The name of a FIFO queue can only include alphanumeric characters, hyphens, or "
+    "underscores, must end with .fifo suffix and be 1 to 80 in length."
+)
+
+
+def test_invalid_queue_names_are_refused_in_aws_words(sqs: Any) -> None:
+    fifo = {"FifoQueue": "true"}
+    for name in ("", "x" * 81, "/my/test", "bad!name", "a.b", "jobs.fifo"):
+        assert refused(sqs.create_queue, QueueName=name) == (
+            400,
+            "InvalidParameterValue",
+            NAME_TEXT,
+        ), name
+    for name in ("", "x" * 76 + ".fifo", "/my/test.fifo", "bad!name.fifo", "jobs"):
+        assert refused(sqs.create_queue, QueueName=name, Attributes=fifo) == (
+            400,
+            "InvalidParameterValue",
+            FIFO_NAME_TEXT,
+        ), name
+    assert "QueueUrls" not in sqs.list_queues()
+    assert sqs.create_queue(QueueName="x" * 75 + ".fifo", Attributes=fifo)["QueueUrl"]
+    assert sqs.create_queue(QueueName="x" * 80)["QueueUrl"]
+
+
+def forged_handle(queue: str) -> str:
+    """A handle of ``queue`` made as the endpoint makes them, naming no message it leased."""
+    data = msgspec.msgpack.encode((queue, "0" * 26, "no-such-receipt", time.time()))
+    return base64.urlsafe_b64encode(data).decode()
+
+
+def test_receipt_handle_errors_in_aws_words(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    other = sqs.create_queue(QueueName="other")["QueueUrl"]
+    sqs.send_message(QueueUrl=other, MessageBody="m")
+    [elsewhere] = sqs.receive_message(QueueUrl=other)["Messages"]
+    for handle in ("garbage", "", elsewhere["ReceiptHandle"]):
+        text = f'The input receipt handle "{handle}" is not a valid receipt handle.'
+        expected = (400, "ReceiptHandleIsInvalid", text)
+        assert refused(sqs.delete_message, QueueUrl=url, ReceiptHandle=handle) == expected
+        assert (
+            refused(
+                sqs.change_message_visibility,
+                QueueUrl=url,
+                ReceiptHandle=handle,
+                VisibilityTimeout=10,
+            )
+            == expected
+        )
+        batch = sqs.delete_message_batch(
+            QueueUrl=url, Entries=[{"Id": "bad", "ReceiptHandle": handle}]
+        )
+        assert batch["Failed"] == [
+            {"Id": "bad", "SenderFault": True, "Code": "ReceiptHandleIsInvalid", "Message": text}
+        ]
+    # well formed, but naming nothing leased: a delete is a retry's (200), a change is refused
+    unknown = forged_handle("q")
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=unknown)
+    assert refused(
+        sqs.change_message_visibility, QueueUrl=url, ReceiptHandle=unknown, VisibilityTimeout=10
+    ) == (
+        400,
+        "AWS.SimpleQueueService.MessageNotInflight",
+        f"Value {unknown} for parameter ReceiptHandle is invalid. Reason: Message does not "
+        "exist or is not available for visibility timeout change.",
+    )
+    assert depth(sqs, other)["MessagesNotVisible"] == 1
+
+
+BATCH_ID_TEXT = (
+    "A batch entry id can only contain alphanumeric characters, hyphens and underscores. "
+    "It can be at most 80 letters long."
+)
+
+
+def test_batch_errors_in_aws_words(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    for call, action, entry in (
+        (sqs.send_message_batch, "SendMessageBatch", {"MessageBody": "b"}),
+        (sqs.delete_message_batch, "DeleteMessageBatch", {"ReceiptHandle": "h"}),
+        (
+            sqs.change_message_visibility_batch,
+            "ChangeMessageVisibilityBatch",
+            {"ReceiptHandle": "h", "VisibilityTimeout": 0},
+        ),
+    ):
+        assert refused(call, QueueUrl=url, Entries=[]) == (
+            400,
+            "AWS.SimpleQueueService.EmptyBatchRequest",
+            f"There should be at least one {action}RequestEntry in the request.",
+        )
+        eleven = [{"Id": f"i{i}", **entry} for i in range(11)]
+        assert refused(call, QueueUrl=url, Entries=eleven) == (
+            400,
+            "AWS.SimpleQueueService.TooManyEntriesInBatchRequest",
+            "Maximum number of entries per request are 10. You have sent 11.",
+        )
+        twice = [{"Id": "a", **entry}, {"Id": "dup", **entry}, {"Id": "dup", **entry}]
+        assert refused(call, QueueUrl=url, Entries=twice) == (
+            400,
+            "AWS.SimpleQueueService.BatchEntryIdsNotDistinct",
+            "Id dup repeated.",
+        )
+        for bad in ("", "x" * 81, "invalid:id"):
+            assert refused(call, QueueUrl=url, Entries=[{"Id": bad, **entry}]) == (
+                400,
+                "AWS.SimpleQueueService.InvalidBatchEntryId",
+                BATCH_ID_TEXT,
+            ), (action, bad)
+    big = [{"Id": f"e{i}", "MessageBody": "x" * 600_000} for i in range(2)]
+    assert refused(sqs.send_message_batch, QueueUrl=url, Entries=big) == (
+        400,
+        "AWS.SimpleQueueService.BatchRequestTooLong",
+        "Batch requests cannot be longer than 1048576 bytes. You have sent 1200000 bytes.",
+    )
+    assert depth(sqs, url)["Messages"] == 0
+
+
+def test_message_attribute_errors_in_aws_words(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    cases = [
+        (
+            {"MessageAttributes": {"Author": {"DataType": "string", "StringValue": "me"}}},
+            "The message attribute 'Author' has an invalid message attribute type, the set of "
+            "supported type prefixes is Binary, Number, and String.",
+        ),
+        (
+            {"MessageAttributes": {"Author": {"DataType": "Text", "StringValue": "me"}}},
+            "The message attribute 'Author' has an invalid message attribute type, the set of "
+            "supported type prefixes is Binary, Number, and String.",
+        ),
+        (
+            {"MessageAttributes": {"ErrorDetails": {"DataType": "String", "StringValue": ""}}},
+            "Message (user) attribute 'ErrorDetails' must contain a non-empty value of type "
+            "'String'.",
+        ),
+        (
+            {"MessageGroupId": "group 123"},
+            "Value group 123 for parameter MessageGroupId is invalid. Reason: MessageGroupId "
+            "can only include alphanumeric and punctuation characters. 1 to 128 in length.",
+        ),
+    ]
+    for arguments, text in cases:
+        assert refused(sqs.send_message, QueueUrl=url, MessageBody="b", **arguments) == (
+            400,
+            "InvalidParameterValue",
+            text,
+        )
+        batch = sqs.send_message_batch(
+            QueueUrl=url, Entries=[{"Id": "e", "MessageBody": "b", **arguments}]
+        )
+        assert [(f["Code"], f["Message"]) for f in batch["Failed"]] == [
+            ("InvalidParameterValue", text)
+        ]
+    assert depth(sqs, url)["Messages"] == 0
+
+
+def test_a_prefix_wildcard_selects_every_attribute_under_its_prefix(sqs: Any) -> None:
+    """As on SQS, ``Hel.*`` selects ``Hello`` and ``Help.Me``: the prefix is what precedes
+    ``.*``; ``*`` and ``.*`` select all."""
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    names = ["meta", "meta.a", "meta.b.c", "metadata", "Hello", "Help.Me", "other"]
+    attributes = {n: {"DataType": "String", "StringValue": n} for n in names}
+    sqs.send_message(QueueUrl=url, MessageBody="m", MessageAttributes=attributes)
+    for asked, chosen in (
+        (["meta.*"], {"meta", "meta.a", "meta.b.c", "metadata"}),
+        (["Hel.*"], {"Hello", "Help.Me"}),
+        (["meta.b.*", "other"], {"meta.b.c", "other"}),
+        (["*"], set(names)),
+        ([".*"], set(names)),
+        (["Foo", "Help"], set()),
+    ):
+        [msg] = sqs.receive_message(QueueUrl=url, MessageAttributeNames=asked, VisibilityTimeout=0)[
+            "Messages"
+        ]  # the digest of those returned is checked by check_digests
+        assert set(msg.get("MessageAttributes", {})) == chosen, asked
+
+
+def test_an_empty_policy_removes_the_policy(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    policy = '{"Version":"2012-10-17","Statement":[]}'
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"Policy": policy})
+    assert sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"])["Attributes"] == {
+        "Policy": policy
+    }
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"Policy": ""})
+    assert "Attributes" not in sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"])
+    everything = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert "Policy" not in everything
+    assert sqs.create_queue(QueueName="q", Attributes={"Policy": ""})["QueueUrl"] == url
+
+
+def test_tags_are_checked_as_aws_does(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="q", tags={"team": "data"})["QueueUrl"]
+    key_text = "Tag keys must be between 1 and 128 characters in length."
+    cases = [
+        (
+            sqs.tag_queue,
+            {"Tags": {}},
+            "MissingParameter",
+            "The request must contain the parameter Tags.",
+        ),
+        (sqs.tag_queue, {"Tags": {"k" * 129: "v"}}, "InvalidParameterValue", key_text),
+        (sqs.tag_queue, {"Tags": {"": "v"}}, "InvalidParameterValue", key_text),
+        (
+            sqs.tag_queue,
+            {"Tags": {"k": "v" * 257}},
+            "InvalidParameterValue",
+            "Tag values must be between 0 and 256 characters in length.",
+        ),
+        (
+            sqs.tag_queue,
+            {"Tags": {f"t{i}": "v" for i in range(50)}},  # 51 with "team"
+            "InvalidParameterValue",
+            "Too many tags added for queue q.",
+        ),
+        (sqs.untag_queue, {"TagKeys": []}, "InvalidParameterValue", key_text),
+        (sqs.untag_queue, {"TagKeys": ["k" * 129]}, "InvalidParameterValue", key_text),
+    ]
+    for call, arguments, code, text in cases:
+        assert refused(call, QueueUrl=url, **arguments) == (400, code, text), arguments
+        assert sqs.list_queue_tags(QueueUrl=url)["Tags"] == {"team": "data"}
+    # the limits themselves are allowed: 50 tags, a 128-character key, a 256-character value
+    full = {f"t{i}": "v" for i in range(47)} | {"k" * 128: "v" * 256, "empty": ""}
+    sqs.tag_queue(QueueUrl=url, Tags=full)
+    sqs.tag_queue(QueueUrl=url, Tags={"team": "ops"})  # replaces one: still 50
+    assert sqs.list_queue_tags(QueueUrl=url)["Tags"] == {**full, "team": "ops"}
+    assert refused(sqs.tag_queue, QueueUrl=url, Tags={"one-more": "v"})[2] == (
+        "Too many tags added for queue q."
+    )
+    assert refused(sqs.create_queue, QueueName="many", tags={f"t{i}": "v" for i in range(51)}) == (
+        400,
+        "InvalidParameterValue",
+        "Too many tags added for queue many.",
+    )
+    assert [u.rsplit("/", 1)[1] for u in sqs.list_queues()["QueueUrls"]] == ["q"]
+
+
+ARN = "arn:aws:sqs:us-east-1:000000000000:q"
+
+
+def policy_of(sqs: Any, url: str) -> Any:
+    got = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"])
+    return json.loads(got["Attributes"]["Policy"]) if "Attributes" in got else None
+
+
+def test_permissions_are_kept_as_statements_of_the_policy(sqs: Any) -> None:
+    """As AWS writes them (LocalStack's AWS-validated snapshot of the permission lifecycle);
+    kept, not enforced."""
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    sqs.add_permission(
+        QueueUrl=url,
+        Label="crossaccountpermission",
+        AWSAccountIds=["000000000000", "668614515564"],
+        Actions=["ReceiveMessage"],
+    )
+    first = {
+        "Sid": "crossaccountpermission",
+        "Effect": "Allow",
+        "Principal": {"AWS": ["arn:aws:iam::000000000000:root", "arn:aws:iam::668614515564:root"]},
+        "Action": "SQS:ReceiveMessage",
+        "Resource": ARN,
+    }
+    policy = {"Version": "2008-10-17", "Id": f"{ARN}/SQSDefaultPolicy", "Statement": [first]}
+    assert policy_of(sqs, url) == policy
+    assert refused(
+        sqs.add_permission,
+        QueueUrl=url,
+        Label="crossaccountpermission",
+        AWSAccountIds=["668614515564"],
+        Actions=["SendMessage"],
+    ) == (
+        400,
+        "InvalidParameterValue",
+        "Value crossaccountpermission for parameter Label is invalid. Reason: Already exists.",
+    )
+    sqs.add_permission(
+        QueueUrl=url,
+        Label="crossaccountpermission2",
+        AWSAccountIds=["000000000000"],
+        Actions=["SendMessage", "DeleteMessage"],
+    )
+    second = {
+        "Sid": "crossaccountpermission2",
+        "Effect": "Allow",
+        "Principal": {"AWS": "arn:aws:iam::000000000000:root"},
+        "Action": ["SQS:SendMessage", "SQS:DeleteMessage"],
+        "Resource": ARN,
+    }
+    assert policy_of(sqs, url)["Statement"] == [first, second]
+    sqs.remove_permission(QueueUrl=url, Label="crossaccountpermission")
+    assert policy_of(sqs, url)["Statement"] == [second]
+    sqs.remove_permission(QueueUrl=url, Label="crossaccountpermission2")
+    assert policy_of(sqs, url) is None  # the last statement takes the policy with it
+    assert refused(sqs.remove_permission, QueueUrl=url, Label="crossaccountpermission2") == (
+        400,
+        "InvalidParameterValue",
+        "Value crossaccountpermission2 for parameter Label is invalid. Reason: can't find label.",
+    )
+    # a policy set by SetQueueAttributes gains the statement; RemovePermission leaves the rest
+    mine = {"Version": "2012-10-17", "Statement": [{"Sid": "mine", "Effect": "Deny"}]}
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"Policy": json.dumps(mine)})
+    sqs.add_permission(QueueUrl=url, Label="l", AWSAccountIds=["1"], Actions=["*"])
+    assert [s["Sid"] for s in policy_of(sqs, url)["Statement"]] == ["mine", "l"]
+    sqs.remove_permission(QueueUrl=url, Label="l")
+    assert policy_of(sqs, url) == mine
+
+
+def test_bad_permissions_are_refused_and_change_nothing(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    sqs.add_permission(QueueUrl=url, Label="kept", AWSAccountIds=["1"], Actions=["SendMessage"])
+    before = policy_of(sqs, url)
+    one = {"AWSAccountIds": ["1"], "Actions": ["SendMessage"]}
+    cases = [
+        (
+            {"Label": "l", "AWSAccountIds": ["1"], "Actions": []},
+            (400, "MissingParameter", "The request must contain the parameter Actions."),
+        ),
+        (
+            {"Label": "l", "AWSAccountIds": [], "Actions": ["SendMessage"]},
+            (
+                400,
+                "InvalidParameterValue",
+                "Value [] for parameter PrincipalId is invalid. Reason: Unable to verify.",
+            ),
+        ),
+        (
+            {"Label": "l", "AWSAccountIds": ["1"], "Actions": ["SendMessage"] * 8},
+            (403, "OverLimit", "8 Actions were found, maximum allowed is 7."),
+        ),
+        (
+            {"Label": "l", "AWSAccountIds": ["1"], "Actions": ["CreateQueue"]},
+            (
+                400,
+                "InvalidParameterValue",
+                "Value SQS:CreateQueue for parameter ActionName is invalid. Reason: Only the "
+                "queue owner is allowed to invoke this action.",
+            ),
+        ),
+        (
+            {"Label": "bad label", **one},
+            (
+                400,
+                "InvalidParameterValue",
+                "Value bad label for parameter Label is invalid. Reason: Can only include "
+                "alphanumeric characters, hyphens, or underscores. 1 to 80 in length.",
+            ),
+        ),
+    ]
+    for arguments, answer in cases:
+        assert refused(sqs.add_permission, QueueUrl=url, **arguments) == answer, arguments
+        assert policy_of(sqs, url) == before
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"Policy": "not json"})
+    assert refused(sqs.add_permission, QueueUrl=url, Label="l", **one)[1] == (
+        "InvalidParameterValue"
+    )
+    got = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"])["Attributes"]
+    assert got == {"Policy": "not json"}

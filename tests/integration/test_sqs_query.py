@@ -9,6 +9,7 @@ botocore's own query code, unmodified.
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 import sys
 import zipfile
@@ -26,7 +27,7 @@ from botocore.config import Config
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 from sqs_broker import KEY_ID, SECRET, SqsBroker
-from sqs_checks import ATTRIBUTES, check_digests, depth, error_code, move_task
+from sqs_checks import ATTRIBUTES, check_digests, depth, error_code, move_task, refused
 
 # one worker runs them all (pytest-xdist, --dist loadgroup): the botocore wheel is fetched once
 pytestmark = pytest.mark.xdist_group("sqs-query")
@@ -103,6 +104,9 @@ def test_a_lookup_of_a_missing_queue_is_the_modeled_error(sqs: Any) -> None:
         sqs.get_queue_url(QueueName="missing")
     assert error_code(exc) == "AWS.SimpleQueueService.NonExistentQueue"
     assert exc.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    # as SQS words it on this protocol (LocalStack's AWS-validated snapshot)
+    message = "The specified queue does not exist for this wsdl version."
+    assert exc.value.response["Error"]["Message"] == message
 
 
 def test_queues_attributes_and_tags(sqs: Any, broker: SqsBroker) -> None:
@@ -248,14 +252,65 @@ def test_errors_keep_their_codes(sqs: Any, broker: SqsBroker, query_models: Path
     with pytest.raises(ClientError) as exc:
         sqs.delete_message(QueueUrl=url, ReceiptHandle="forged")
     assert error_code(exc) == "ReceiptHandleIsInvalid"
-    with pytest.raises(sqs.exceptions.UnsupportedOperation):
-        sqs.add_permission(QueueUrl=url, Label="l", AWSAccountIds=["1"], Actions=["SendMessage"])
     forger = query_client(broker.url, query_models, secret="wrong")
     with pytest.raises(ClientError) as exc:
         forger.send_message(QueueUrl=url, MessageBody="forged")
     assert error_code(exc) == "SignatureDoesNotMatch"
     assert exc.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
     assert depth(sqs, url)["Messages"] == 0
+
+
+def test_errors_read_as_on_the_json_protocol(sqs: Any) -> None:
+    """SQS words these errors alike on both protocols (LocalStack's AWS-validated snapshots)."""
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    assert refused(sqs.create_queue, QueueName="/my/test") == (
+        400,
+        "InvalidParameterValue",
+        "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length",
+    )
+    assert refused(sqs.delete_message, QueueUrl=url, ReceiptHandle="garbage") == (
+        400,
+        "ReceiptHandleIsInvalid",
+        'The input receipt handle "garbage" is not a valid receipt handle.',
+    )
+    assert refused(sqs.delete_message_batch, QueueUrl=url, Entries=[]) == (
+        400,
+        "AWS.SimpleQueueService.EmptyBatchRequest",
+        "There should be at least one DeleteMessageBatchRequestEntry in the request.",
+    )
+    entry = {"Id": "invalid:id", "ReceiptHandle": "h"}
+    assert refused(sqs.delete_message_batch, QueueUrl=url, Entries=[entry])[1:] == (
+        "AWS.SimpleQueueService.InvalidBatchEntryId",
+        "A batch entry id can only contain alphanumeric characters, hyphens and underscores. "
+        "It can be at most 80 letters long.",
+    )
+    twice = [{"Id": "dup", "MessageBody": "b"}] * 2
+    assert refused(sqs.send_message_batch, QueueUrl=url, Entries=twice)[1:] == (
+        "AWS.SimpleQueueService.BatchEntryIdsNotDistinct",
+        "Id dup repeated.",
+    )
+    assert refused(sqs.tag_queue, QueueUrl=url, Tags={"k" * 129: "v"})[1:] == (
+        "InvalidParameterValue",
+        "Tag keys must be between 1 and 128 characters in length.",
+    )
+    assert depth(sqs, url)["Messages"] == 0
+
+
+def test_permissions_and_prefix_wildcards(sqs: Any) -> None:
+    """AddPermission's lists travel as ``AWSAccountId.n`` and ``ActionName.n``."""
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    sqs.add_permission(
+        QueueUrl=url, Label="both", AWSAccountIds=["1", "2"], Actions=["SendMessage", "*"]
+    )
+    got = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"])["Attributes"]
+    [statement] = json.loads(got["Policy"])["Statement"]
+    assert statement["Principal"] == {"AWS": ["arn:aws:iam::1:root", "arn:aws:iam::2:root"]}
+    assert statement["Action"] == ["SQS:SendMessage", "SQS:*"]
+    sqs.remove_permission(QueueUrl=url, Label="both")
+    assert "Attributes" not in sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"])
+    sqs.send_message(QueueUrl=url, MessageBody="m", MessageAttributes=ATTRIBUTES)
+    [msg] = sqs.receive_message(QueueUrl=url, MessageAttributeNames=["app.*", "te.*"])["Messages"]
+    assert set(msg["MessageAttributes"]) == {"app.user", "app.role", "text"}
 
 
 def test_a_form_posted_to_the_queue_url_names_its_queue(sqs: Any, broker: SqsBroker) -> None:

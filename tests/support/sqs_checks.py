@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from typing import Any
 
 import botocore.auth
@@ -34,6 +35,18 @@ def check_digests(parsed: dict[str, Any], **_: Any) -> None:
 
 def error_code(exc: pytest.ExceptionInfo[ClientError]) -> str:
     return str(exc.value.response["Error"]["Code"])
+
+
+def refused(call: Callable[..., Any], **arguments: Any) -> tuple[int, str, str]:
+    """The HTTP status, error code and message with which ``call(**arguments)`` is refused."""
+    with pytest.raises(ClientError) as exc:
+        call(**arguments)
+    answer = exc.value.response
+    return (
+        answer["ResponseMetadata"]["HTTPStatusCode"],
+        answer["Error"]["Code"],
+        answer["Error"]["Message"],
+    )
 
 
 def depth(sqs: Any, url: str) -> dict[str, int]:

@@ -6,7 +6,8 @@ the s3q dedup id, ApproximateReceiveCount the attempts, SentTimestamp the enqueu
 receipt handle wraps the s3q receipt. Dead letters of a queue with a RedrivePolicy are moved
 to its dead-letter queue lazily: on ReceiveMessage and GetQueueAttributes of either queue.
 Messages are translated in :mod:`.messages`, dead letters moved in :mod:`.moves`, deletes and
-visibility changes made as SQS makes them in :mod:`.acks`.
+visibility changes made as SQS makes them in :mod:`.acks`; tags are kept in :mod:`.tags`,
+permissions as statements of the queue's policy in :mod:`.permissions`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from ..forward import ForwardedQueue
 from ..limits import disconnected
 from ..registry import QueueRegistry
 from ..wire import check_name
-from . import acks, handles, messages, queues, shapes
+from . import acks, handles, messages, permissions, queues, shapes, tags
 from .acks import MAX_VISIBILITY
 from .catalog import Catalog, Entry
 from .moves import MoveTasks, Redrives
@@ -46,7 +47,6 @@ MAX_LIST = 1000
 #: (a lease shorter than its commit would lapse before the answer, and the message be left out)
 ZERO_VISIBILITY_HOLD = 60.0
 BATCH_ID = re.compile(r"[A-Za-z0-9_-]{1,80}")
-TAG = "sqstag."  # queue tags, in the queue's saved attributes
 
 
 def does_not_exist() -> SqsError:
@@ -109,15 +109,12 @@ class Service:
 
     async def create_queue(self, call: Call, req: shapes.CreateQueue) -> Any:
         name = req.QueueName
-        try:
-            check_name(name)
-        except InvalidArgument:
-            raise invalid(
-                "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in "
-                "length (a FIFO queue's name ends with .fifo)."
-            ) from None
+        queues.check_new_name(name, req.Attributes)
         call.queue = name
         checked = queues.check(name, req.Attributes, creating=True)
+        tagged: dict[str, str] = {}
+        if req.tags:
+            tags.add(name, tagged, req.tags)
         target = await self._check_target(name, checked)
         async with self._lock(name):
             entry = await self.catalog.get(name)
@@ -138,12 +135,12 @@ class Service:
             saved = {
                 k: v
                 for k, v in queues.saved_of(settings).items()
-                if not k.startswith((queues.KEY, TAG))
+                if not k.startswith((queues.KEY, tags.TAG))
             }
             saved[queues.KEY + "CreatedTimestamp"] = saved[queues.KEY + "LastModifiedTimestamp"] = (
                 stamp
             )
-            saved.update((TAG + k, v) for k, v in req.tags.items())
+            saved.update(tagged)
             full = {
                 "VisibilityTimeout": queues.DEFAULTS["VisibilityTimeout"],
                 "MaximumMessageSize": queues.DEFAULTS["MaximumMessageSize"],
@@ -250,33 +247,41 @@ class Service:
         )
 
     async def tag_queue(self, call: Call, req: shapes.TagQueue) -> Any:
-        await self._retag(
-            call,
-            req.QueueUrl,
-            lambda saved: saved.update((TAG + k, v) for k, v in req.Tags.items()),
-        )
+        await self._resave(call, req.QueueUrl, lambda name, saved: tags.add(name, saved, req.Tags))
         return {}
 
     async def untag_queue(self, call: Call, req: shapes.UntagQueue) -> Any:
-        def untag(saved: dict[str, str]) -> None:
-            for key in req.TagKeys:
-                saved.pop(TAG + key, None)
-
-        await self._retag(call, req.QueueUrl, untag)
+        await self._resave(call, req.QueueUrl, lambda _, saved: tags.remove(saved, req.TagKeys))
         return {}
-
-    async def _retag(self, call: Call, url: str, change: Callable[[dict[str, str]], None]) -> None:
-        name, queue = await self._by_url(call, url)
-        async with self._lock(name):
-            saved = queues.saved_of(await queue.configure())
-            change(saved)
-            await queue.configure(attributes=saved)
 
     async def list_queue_tags(self, call: Call, req: shapes.ByUrl) -> Any:
         _, queue = await self._by_url(call, req.QueueUrl)
-        saved = queues.saved_of(await queue.configure())
-        tags = {k[len(TAG) :]: v for k, v in saved.items() if k.startswith(TAG)}
-        return {"Tags": tags} if tags else {}
+        found = tags.of(queues.saved_of(await queue.configure()))
+        return {"Tags": found} if found else {}
+
+    async def add_permission(self, call: Call, req: shapes.AddPermission) -> Any:
+        def add(name: str, saved: dict[str, str]) -> None:
+            permissions.add(name, saved, req.Label, req.AWSAccountIds, req.Actions)
+
+        await self._resave(call, req.QueueUrl, add)
+        return {}
+
+    async def remove_permission(self, call: Call, req: shapes.RemovePermission) -> Any:
+        await self._resave(
+            call, req.QueueUrl, lambda name, saved: permissions.remove(name, saved, req.Label)
+        )
+        return {}
+
+    async def _resave(
+        self, call: Call, url: str, change: Callable[[str, dict[str, str]], None]
+    ) -> None:
+        """Change the saved attributes of the queue at ``url`` (``change`` raises to refuse:
+        then nothing is written)."""
+        name, queue = await self._by_url(call, url)
+        async with self._lock(name):
+            saved = queues.saved_of(await queue.configure())
+            change(name, saved)
+            await queue.configure(attributes=saved)
 
     # -- sending ---------------------------------------------------------------------------------
 
@@ -288,12 +293,13 @@ class Service:
 
     async def send_message_batch(self, call: Call, req: shapes.SendMessageBatch) -> Any:
         name, queue = await self._by_url(call, req.QueueUrl)
-        _check_batch(req.Entries)
+        _check_batch("SendMessageBatch", req.Entries)
         size = sum(messages.size_of(e.MessageBody, e.MessageAttributes) for e in req.Entries)
         if size > MAX_BATCH_BYTES:
             raise SqsError(
                 "BatchRequestTooLong",
-                f"Batch requests cannot be longer than {MAX_BATCH_BYTES} bytes.",
+                f"Batch requests cannot be longer than {MAX_BATCH_BYTES} bytes. You have sent "
+                f"{size} bytes.",
             )
         settings = await queue.configure()
         failed: list[dict[str, Any]] = []
@@ -369,7 +375,7 @@ class Service:
 
     async def delete_message_batch(self, call: Call, req: shapes.DeleteMessageBatch) -> Any:
         name, queue = await self._by_url(call, req.QueueUrl)
-        _check_batch(req.Entries)
+        _check_batch("DeleteMessageBatch", req.Entries)
         fifo = queues.is_fifo(name)
         failed: list[dict[str, Any]] = []
         ready: list[tuple[str, str, str, str]] = []
@@ -408,7 +414,7 @@ class Service:
         self, call: Call, req: shapes.ChangeVisibilityBatch
     ) -> Any:
         name, queue = await self._by_url(call, req.QueueUrl)
-        _check_batch(req.Entries)
+        _check_batch("ChangeMessageVisibilityBatch", req.Entries)
 
         async def change(entry: shapes.ChangeEntry) -> None:
             await acks.change_visibility(name, queue, entry.ReceiptHandle, entry.VisibilityTimeout)
@@ -440,11 +446,15 @@ class Service:
 
 
 def _check_batch(
-    entries: Iterable[shapes.DeleteEntry | shapes.SendEntry | shapes.ChangeEntry],
+    action: str, entries: Iterable[shapes.DeleteEntry | shapes.SendEntry | shapes.ChangeEntry]
 ) -> None:
+    """SQS's checks of a batch request's entries (``action``'s), with its texts."""
     ids = [e.Id for e in entries]
     if not ids:
-        raise SqsError("EmptyBatchRequest", "There should be at least one entry in the request.")
+        raise SqsError(
+            "EmptyBatchRequest",
+            f"There should be at least one {action}RequestEntry in the request.",
+        )
     if len(ids) > MAX_BATCH:
         raise SqsError(
             "TooManyEntriesInBatchRequest",
@@ -457,8 +467,11 @@ def _check_batch(
                 "A batch entry id can only contain alphanumeric characters, hyphens and "
                 "underscores. It can be at most 80 letters long.",
             )
-    if len(set(ids)) != len(ids):
-        raise SqsError("BatchEntryIdsNotDistinct", "Two or more batch entries have the same Id.")
+    seen: set[str] = set()
+    for eid in ids:
+        if eid in seen:
+            raise SqsError("BatchEntryIdsNotDistinct", f"Id {eid} repeated.")
+        seen.add(eid)
 
 
 def _failure(eid: str, error: SqsError) -> dict[str, Any]:
@@ -502,6 +515,8 @@ ACTIONS: dict[str, tuple[type[shapes.Shape], Handler]] = {
     "TagQueue": (shapes.TagQueue, Service.tag_queue),
     "UntagQueue": (shapes.UntagQueue, Service.untag_queue),
     "ListQueueTags": (shapes.ByUrl, Service.list_queue_tags),
+    "AddPermission": (shapes.AddPermission, Service.add_permission),
+    "RemovePermission": (shapes.RemovePermission, Service.remove_permission),
     "SendMessage": (shapes.SendMessage, Service.send_message),
     "SendMessageBatch": (shapes.SendMessageBatch, Service.send_message_batch),
     "ReceiveMessage": (shapes.ReceiveMessage, Service.receive_message),
@@ -517,10 +532,5 @@ ACTIONS: dict[str, tuple[type[shapes.Shape], Handler]] = {
     "ListMessageMoveTasks": (shapes.ListMoves, Service.list_message_move_tasks),
 }
 
-#: SQS actions this endpoint does not offer (UnsupportedOperation).
-UNSUPPORTED = frozenset(
-    {
-        "AddPermission",
-        "RemovePermission",
-    }
-)
+#: SQS actions this endpoint does not offer (UnsupportedOperation): none at present.
+UNSUPPORTED: frozenset[str] = frozenset()

@@ -19,7 +19,10 @@ from .protocol import SqsError
 
 
 def _invalid(handle: str) -> SqsError:
-    return SqsError("ReceiptHandleIsInvalid", f"The input receipt handle {handle!r} is not valid.")
+    return SqsError(
+        "ReceiptHandleIsInvalid",
+        f'The input receipt handle "{handle}" is not a valid receipt handle.',
+    )
 
 
 class Handle(NamedTuple):

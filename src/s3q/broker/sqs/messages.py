@@ -51,8 +51,8 @@ def check_body(body: str) -> None:
 def check_id_text(what: str, value: str) -> str:
     if not ID_TEXT.fullmatch(value):
         raise invalid(
-            f"Value {value!r} for parameter {what} is invalid. Reason: it must be 1 to 128 "
-            "alphanumeric or punctuation characters."
+            f"Value {value} for parameter {what} is invalid. Reason: {what} can only include "
+            "alphanumeric and punctuation characters. 1 to 128 in length."
         )
     return value
 
@@ -60,6 +60,7 @@ def check_id_text(what: str, value: str) -> str:
 def check_attributes(attributes: Attributes, system: bool = False) -> None:
     """SQS's rules for message attributes; InvalidParameterValue at the first broken one."""
     kind = "system attribute" if system else "attribute"
+    owner = "(system)" if system else "(user)"
     if len(attributes) > MAX_ATTRIBUTES:
         raise invalid(f"Number of message {kind}s [{len(attributes)}] exceeds the allowed 10.")
     for name, value in attributes.items():
@@ -77,27 +78,31 @@ def check_attributes(attributes: Attributes, system: bool = False) -> None:
                 f"The message {kind} name '{name}' is invalid. Attribute name can contain "
                 "A-Z, a-z, 0-9, underscore (_), hyphen (-), and period (.) characters."
             )
-        _check_value(name, value, kind)
+        _check_value(name, value, kind, owner)
 
 
-def _check_value(name: str, value: AttributeValue, kind: str) -> None:
+def _check_value(name: str, value: AttributeValue, kind: str, owner: str) -> None:
     if not value.DataType:
         raise invalid(f"The message {kind} '{name}' must contain a non-empty DataType.")
     if len(value.DataType) > 256 or not DATA_TYPE.fullmatch(value.DataType):
-        raise invalid(f"The type of message {kind} '{name}' is invalid: {value.DataType!r}.")
+        raise invalid(
+            f"The message {kind} '{name}' has an invalid message attribute type, the set of "
+            "supported type prefixes is Binary, Number, and String."
+        )
     if value.StringListValues or value.BinaryListValues:
         raise invalid(f"Message {kind} '{name}': list values are not supported.")
     base = value.DataType.split(".", 1)[0]
     if base == "Binary":
         if not value.BinaryValue or value.StringValue is not None:
             raise invalid(
-                f"The message {kind} '{name}' must contain a non-empty value of type 'Binary'."
+                f"Message {owner} attribute '{name}' must contain a non-empty value of type "
+                "'Binary'."
             )
         return
     text = value.StringValue
     if not text or value.BinaryValue is not None:
         raise invalid(
-            f"The message {kind} '{name}' must contain a non-empty value of type '{base}'."
+            f"Message {owner} attribute '{name}' must contain a non-empty value of type '{base}'."
         )
     if BAD_CHARACTER.search(text):
         raise invalid(f"The message {kind} '{name}' contains invalid characters.")
@@ -184,14 +189,15 @@ def system_attributes(message: Message) -> Attributes:
 
 
 def select(attributes: Attributes, names: list[str]) -> Attributes:
-    """The attributes ``MessageAttributeNames`` asks for: ``All`` or ``.*``, names, and
-    prefixes such as ``bar.*``."""
+    """The attributes ``MessageAttributeNames`` asks for: ``All``, ``*`` or ``.*``, names, and
+    prefix wildcards: ``meta.*`` is every attribute whose name starts with ``meta`` (as on
+    SQS, where ``Hel.*`` selects ``Hello`` and ``Help.Me``)."""
     if not names:
         return {}
-    if "All" in names or ".*" in names:
+    if "All" in names or ".*" in names or "*" in names:
         return dict(attributes)
     exact = {n for n in names if not n.endswith(".*")}
-    prefixes = tuple(n[:-1] for n in names if n.endswith(".*"))
+    prefixes = tuple(n[:-2] for n in names if n.endswith(".*"))
     return {
         k: v for k, v in attributes.items() if k in exact or (prefixes and k.startswith(prefixes))
     }

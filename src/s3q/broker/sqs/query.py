@@ -37,6 +37,8 @@ REQUEST_LISTS = {
     "MessageAttributeNames": "MessageAttributeName",
     "MessageSystemAttributeNames": "MessageSystemAttributeName",
     "TagKeys": "TagKey",
+    "AWSAccountIds": "AWSAccountId",  # AddPermission's
+    "Actions": "ActionName",
     "StringListValues": "StringListValue",
     "BinaryListValues": "BinaryListValue",
 }
@@ -198,13 +200,18 @@ def answer(action: str, result: Any) -> tuple[int, dict[str, str], bytes]:
     return 200, _headers(request_id), "".join(out).encode()
 
 
+#: The errors whose text differs on this protocol, as SQS words them there.
+TEXTS = {"QueueDoesNotExist": "The specified queue does not exist for this wsdl version."}
+
+
 def error_response(error: SqsError) -> tuple[int, dict[str, str], bytes]:
     """Status, headers and XML body of an error answer."""
     request_id = str(uuid.uuid4())
     fault = "Sender" if error.sender_fault else "Receiver"
+    text = TEXTS.get(error.name, str(error))
     body = (
         f'<?xml version="1.0"?><ErrorResponse xmlns="{NAMESPACE}"><Error><Type>{fault}</Type>'
-        f"<Code>{_text(error.code)}</Code><Message>{_text(str(error))}</Message><Detail/>"
+        f"<Code>{_text(error.code)}</Code><Message>{_text(text)}</Message><Detail/>"
         f"</Error><RequestId>{request_id}</RequestId></ErrorResponse>"
     )
     return error.status, _headers(request_id), body.encode()

@@ -76,6 +76,20 @@ def is_fifo(name: str) -> bool:
     return name.endswith(".fifo")
 
 
+def check_new_name(name: str, attributes: dict[str, str]) -> None:
+    """A CreateQueue's name, as SQS checks it: a FIFO queue's (``FifoQueue=true``) ends in
+    ``.fifo``, any other does not; InvalidParameterValue with SQS's text otherwise."""
+    fifo = attributes.get("FifoQueue", "").lower() == "true"
+    if not QUEUE_NAME.fullmatch(name) or is_fifo(name) != fifo:
+        raise invalid(
+            "The name of a FIFO queue can only include alphanumeric characters, hyphens, or "
+            "underscores, must end with .fifo suffix and be 1 to 80 in length."
+            if fifo
+            else "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in "
+            "length"
+        )
+
+
 def _boolean(name: str, value: str) -> str:
     if value.lower() not in ("true", "false"):
         raise SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}.")
@@ -123,13 +137,7 @@ def check(name: str, given: dict[str, str], creating: bool) -> dict[str, str]:
         elif attribute == "FifoQueue":
             if not creating:
                 raise SqsError("InvalidAttributeName", "FifoQueue can only be set by CreateQueue.")
-            if _boolean(attribute, value) != ("true" if fifo else "false"):
-                raise invalid(
-                    "The name of a FIFO queue can only include alphanumeric characters, "
-                    "hyphens, or underscores, must end with .fifo suffix and be 1 to 80 in "
-                    "length; a queue whose name ends with .fifo must set FifoQueue=true."
-                )
-            value = value.lower()
+            value = _boolean(attribute, value)  # matches the name: see check_new_name
         elif attribute in FIFO_DEFAULTS:
             if not fifo:
                 raise SqsError(
@@ -142,8 +150,6 @@ def check(name: str, given: dict[str, str], creating: bool) -> dict[str, str]:
             if policy is not None:
                 value = redrive_json(*policy)
         checked[attribute] = value
-    if creating and fifo and checked.get("FifoQueue") != "true":
-        raise invalid("A queue whose name ends with .fifo must set FifoQueue=true.")
     return checked
 
 
@@ -165,7 +171,9 @@ def settings_for(checked: dict[str, str], saved: dict[str, str]) -> dict[str, Se
         settings["max_attempts"] = NO_REDRIVE_ATTEMPTS if policy is None else policy[1]
     kept = dict(saved)
     for attribute, value in checked.items():
-        if attribute not in ("VisibilityTimeout", "MaximumMessageSize"):
+        if attribute == "Policy" and not value:
+            kept.pop(KEY + attribute, None)  # Policy="" removes the policy, as on SQS
+        elif attribute not in ("VisibilityTimeout", "MaximumMessageSize"):
             kept[KEY + attribute] = value
     settings["attributes"] = kept
     return settings

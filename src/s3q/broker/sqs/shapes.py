@@ -124,6 +124,16 @@ class UntagQueue(ByUrl):
     TagKeys: list[str]
 
 
+class AddPermission(ByUrl):
+    Label: str
+    AWSAccountIds: list[str] = []
+    Actions: list[str] = []
+
+
+class RemovePermission(ByUrl):
+    Label: str
+
+
 class StartMove(Shape):
     SourceArn: str
     DestinationArn: str | None = None
