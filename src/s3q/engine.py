@@ -43,7 +43,7 @@ from .reads import Reads
 from .snapshot import Located
 from .staging import StagedObject
 from .state import QueueState
-from .store import AlreadyExists, LocalStore, Store
+from .store import AlreadyExists, Store, store_kind
 from .upkeep import Upkeep
 
 logger = logging.getLogger("s3q")
@@ -371,9 +371,7 @@ def commit_window(store: Store, given: float | None) -> float:
     memory (a write costs neither)."""
     if given is not None:
         return given
-    if isinstance(store.base, LocalStore) or store.url.startswith("memory://"):
-        return 0.0
-    return OBJECT_WINDOW
+    return OBJECT_WINDOW if store_kind(store) == "object store" else 0.0
 
 
 async def _finish_or_cancel(tasks: Iterable[asyncio.Task[Any] | None], timeout: float) -> None:

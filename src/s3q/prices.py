@@ -32,3 +32,21 @@ class Prices:
 
 #: S3 Standard's list prices
 S3 = Prices()
+#: a local directory's or memory's: a request costs nothing
+FREE = Prices(put=0.0, get=0.0)
+
+
+def named_prices(put: float | None, get: float | None) -> Prices | None:
+    """The prices a user named (S3's list price for the one not named), or None for the
+    store's own (see :func:`of_store`)."""
+    if put is None and get is None:
+        return None
+    return Prices(put=S3.put if put is None else put, get=S3.get if get is None else get)
+
+
+def of_store(charges: bool, prices: Prices | None = None) -> Prices:
+    """``prices`` if given, else the store's own: S3's list prices on an object store
+    (``charges``), nothing on a local directory or in memory."""
+    if prices is not None:
+        return prices
+    return S3 if charges else FREE

@@ -6,10 +6,13 @@ named by ``$S3Q_CHROMIUM``; without one these tests fail, they are not skipped.
 
 from __future__ import annotations
 
+import itertools
+import os
 import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -243,6 +246,7 @@ def test_the_dashboard_reckons_what_the_store_requests_cost(
         expected = ((requests["put"] + requests["list"]) * 1.0 + requests["get"] * 0.1) / 1000
         assert cost["dollars"] == pytest.approx(expected)
         assert cost["per_month"] > 0 and (cost["put_price"], cost["get_price"]) == (1.0, 0.1)
+        assert cost["store_kind"] == "object store"
         assert 's3q_queue_store_requests{kind="list",queue="billed"}' in metrics
         dollars = next(
             line for line in metrics.splitlines() if line.startswith("s3q_broker_store_dollars ")
@@ -252,6 +256,185 @@ def test_the_dashboard_reckons_what_the_store_requests_cost(
         page.goto(broker.url + "/")
         expect(page.locator("#cost")).to_contain_text("a month at the rate of the last")
         expect(page.locator("#cost")).to_contain_text("at $1 per 1,000 PUT or LIST")
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the tests keep screenshots of the page: ``$S3Q_SCREENSHOTS``, else a directory of
+    pytest's temporary ones; printed (``pytest -s``, or ``-rP`` for the passed tests')."""
+    given = os.environ.get("S3Q_SCREENSHOTS")
+    where = Path(given) if given else tmp_path_factory.mktemp("dashboard-screenshots")
+    where.mkdir(parents=True, exist_ok=True)
+    print(f"dashboard screenshots: {where}")
+    return where
+
+
+SCENE = ("orders", "emails", "thumbnails-for-the-product-catalogue")  # the last one long
+
+
+def busy_queues(client: Client) -> None:
+    """The scene a user meets: three queues that have seen traffic, each with dead letters
+    (the broker's ``max_attempts`` is 1)."""
+    for name in SCENE:
+        q = client.queue(name)
+        for i in range(5):
+            q.enqueue_batch([b"%s %d" % (name.encode(), i)] * 40)
+            q.complete_batch(q.dequeue(max_messages=30))
+        for msg in q.dequeue(max_messages=2):
+            q.fail(msg, "it broke")
+
+
+def history(broker: Broker) -> dict[str, list[list[float]]]:
+    """The throughput history the broker kept, by queue: [[t, total_enqueued, finished]]."""
+    summary = httpx.get(broker.url + "/dashboard/summary?history=1").json()
+    return summary["history"]["queues"]
+
+
+def grew(samples: list[list[float]]) -> bool:
+    """Whether ``samples`` show messages enqueued between two of them."""
+    return any(b[1] > a[1] for a, b in itertools.pairwise(samples))
+
+
+def marks(page: Page, chart: str, cls: str) -> list[float]:
+    """The values' heights (0 at the bottom of the plot) of series ``cls`` drawn on ``chart``:
+    the points of its line and its lone dots."""
+    return page.evaluate(
+        r"""([chart, cls]) => {
+            const svg = document.getElementById(chart);
+            const bottom = 200 - 22;  // drawChart's plot
+            const ys = [];
+            for (const path of svg.querySelectorAll(`path.${cls}`)) {
+                for (const m of path.getAttribute("d").matchAll(/[ML][\d.]+,([\d.]+)/g)) {
+                    ys.push(bottom - Number(m[1]));
+                }
+            }
+            return ys;
+        }""",
+        [chart, cls],
+    )
+
+
+def test_charts_show_the_minutes_before_the_page_opened(
+    store: str, page: Page, shots: Path
+) -> None:
+    """The broker samples every queue's counters itself, so a page opened after the traffic
+    stopped draws it at once: throughput from the broker's history, commit latency from its
+    window (a lone 5-second step drawn as a dot)."""
+    with Broker(store, max_attempts=1) as broker, connect(broker.url) as client:
+        busy_queues(client)
+        # traffic until the broker's sampler has seen it grow (it samples every second)
+        q = client.queue("orders")
+        deadline = time.monotonic() + 30
+        while not grew(history(broker).get("orders", [])):
+            assert time.monotonic() < deadline, history(broker)
+            q.enqueue_batch([b"more"] * 10)
+            q.complete_batch(q.dequeue(max_messages=10))
+        stopped = client.queue("orders").stats().total_enqueued
+        page.set_viewport_size({"width": 1400, "height": 1000})
+        page.goto(broker.url + "/#orders")
+        expect(page.locator("#conn")).to_have_text("live")
+        # traffic stopped before the page opened: only the broker's history has it above zero
+        throughput = page.locator("#chart-throughput path.enq")
+        expect(throughput).to_have_attribute("data-points", re.compile(r"^[1-9]\d*$"))
+        assert max(marks(page, "chart-throughput", "enq")) > 0
+        assert max(marks(page, "chart-throughput", "fin")) > 0
+        expect(page.locator("#chart-latency path.p99")).to_have_attribute(
+            "data-points", re.compile(r"^[1-9]\d*$")
+        )
+        lone = page.locator("#chart-latency circle.p99").count()
+        assert lone or "L" in (page.locator("#chart-latency path.p99").get_attribute("d") or "")
+        assert client.queue("orders").stats().total_enqueued == stopped
+        page.screenshot(path=shots / "charts-on-open.png", full_page=True)
+
+
+def test_a_local_directory_costs_nothing_per_request(store: str, page: Page, shots: Path) -> None:
+    """On a local directory the broker reckons no dollars, and the page says why instead of
+    pricing its file writes at S3's PUT price."""
+    with Broker(store, max_attempts=1) as broker, connect(broker.url) as client:
+        busy_queues(client)
+        summary = httpx.get(broker.url + "/dashboard/summary").json()
+        cost = summary["cost"]
+        assert cost["store_kind"] == "directory" and cost["requests"]["put"] > 0
+        assert (cost["dollars"], cost["per_month"], cost["put_price"]) == (0, 0, 0)
+        metrics = httpx.get(broker.url + "/metrics").text
+        assert "s3q_broker_store_dollars 0.0" in metrics
+        page.set_viewport_size({"width": 1400, "height": 1000})
+        page.goto(broker.url + "/")
+        text = page.locator("#cost")
+        expect(text).to_contain_text("a local directory charges nothing per request")
+        expect(text).to_contain_text(f"{cost['requests']['put']:,} PUT")
+        assert not re.search(r"\$\s*\d", text.inner_text())  # no dollar figure at all
+        text.screenshot(path=shots / "cost-local-directory.png")
+
+
+@pytest.mark.parametrize("width", [1280, 1400])
+def test_queue_table_fits_without_scrolling(
+    store: str, page: Page, shots: Path, width: int
+) -> None:
+    """Every column of the queue table, its last header whole, fits the page from 1280 pixels
+    wide up: no horizontal scrollbar."""
+    with Broker(store, max_attempts=1) as broker, connect(broker.url) as client:
+        busy_queues(client)
+        page.set_viewport_size({"width": width, "height": 1000})
+        page.goto(broker.url + "/")
+        expect(page.locator("#queues tbody tr")).to_have_count(len(SCENE))
+        expect(page.locator(cell(page, "orders", "dead"))).to_have_text("2")
+        fit = page.evaluate(
+            """() => {
+                const card = document.getElementById("queues").parentElement;
+                const last = [...document.querySelectorAll("#queues thead th")].at(-1);
+                const inner = card.getBoundingClientRect().right
+                    - parseFloat(getComputedStyle(card).paddingRight) - card.clientLeft;
+                return {
+                    scroll: card.scrollWidth, client: card.clientWidth,
+                    page: document.documentElement.scrollWidth, viewport: innerWidth,
+                    right: last.getBoundingClientRect().right, inner,
+                    clipped: [...document.querySelectorAll("#queues th")]
+                        .filter((th) => th.scrollWidth > th.clientWidth).length,
+                };
+            }"""
+        )
+        assert fit["scroll"] <= fit["client"], fit
+        assert fit["page"] <= fit["viewport"], fit
+        assert fit["right"] <= fit["inner"] + 0.5, fit
+        assert fit["clipped"] == 0, fit
+        expect(page.locator("#queues thead th").last).to_have_text("Noisy tenants")
+        page.screenshot(path=shots / f"table-{width}.png", full_page=True)
+
+
+def test_a_queue_has_a_url(store: str, page: Page, shots: Path) -> None:
+    """``/#name`` opens queue ``name`` (selected, its throughput and dead letters shown), even
+    one of the store the broker has not opened yet; selecting a queue puts it in the URL, and
+    Back goes to the queue before."""
+    with s3q.open(f"{store}/archive") as archive:  # in the store, not open on the broker
+        archive.enqueue(b"kept")
+    with Broker(store, max_attempts=1) as broker, connect(broker.url) as client:
+        busy_queues(client)
+        page.set_viewport_size({"width": 1400, "height": 1000})
+        page.goto(broker.url + "/#orders")  # not the first queue, which is shown by default
+        expect(page.locator('#queues tr.selected[data-queue="orders"]')).to_have_count(1)
+        expect(page.locator("#tp-queue")).to_have_text("orders")
+        expect(page.locator("#dlq-queue")).to_have_text("orders")
+        expect(page.locator("#dead tbody tr td.payload").first).to_contain_text("orders")
+        page.screenshot(path=shots / "url-orders.png", full_page=True)
+
+        page.click('#queues tr[data-queue="emails"]')
+        expect(page).to_have_url(broker.url + "/#emails")
+        expect(page.locator("#dead tbody tr td.payload").first).to_contain_text("emails")
+        page.go_back()
+        expect(page).to_have_url(broker.url + "/#orders")
+        expect(page.locator('#queues tr.selected[data-queue="orders"]')).to_have_count(1)
+        expect(page.locator("#tp-queue")).to_have_text("orders")
+
+        page.goto(broker.url + "/#archive")  # a link followed: the page opens the queue
+        expect(page.locator('#queues tr.selected[data-queue="archive"]')).to_have_count(1)
+        expect(page.locator(cell(page, "archive", "pending"))).to_have_text("1")
+        assert "archive" in client.queues()
+
+        page.goto(broker.url + "/#ghost")  # not in the store: said so, nothing made
+        expect(page.locator("#open-error")).to_contain_text("no queue named 'ghost'")
+        expect(page.locator("#queues tr.selected")).to_have_count(1)
+        assert "ghost" not in client.queues()
 
 
 def test_serve_prints_dashboard_url(tmp_path: Path) -> None:

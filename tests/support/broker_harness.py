@@ -11,7 +11,7 @@ from typing import Any
 import uvicorn
 
 from s3q.broker import create_app
-from s3q.prices import S3, Prices
+from s3q.prices import Prices
 
 TOKEN = "sekrit-token"
 
@@ -29,7 +29,7 @@ class Broker:
         tokens: set[str] | None = None,
         sqs_keys: dict[str, str] | None = None,
         advertise: bool = False,
-        prices: Prices = S3,
+        prices: Prices | None = None,
         **options: Any,
     ) -> None:
         # bound here and handed to uvicorn: no other process (an xdist worker) can take the port

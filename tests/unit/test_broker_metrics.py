@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from s3q.broker.metrics import LatencyWindow, SpendRate, percentile
-from s3q.prices import MONTH
+from s3q.prices import FREE, MONTH, S3, Prices, named_prices, of_store
 
 
 def test_spend_rate() -> None:
@@ -43,3 +43,12 @@ def test_latency_window() -> None:
     assert window.summary()["series"] == []
     assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.0
     assert percentile([1.0, 2.0, 3.0, 4.0], 0.99) == 4.0
+
+
+def test_the_prices_a_broker_reckons_with() -> None:
+    """The store's own unless named: S3's list prices on an object store, nothing on a local
+    directory or in memory; a price named alone comes with S3's for the other."""
+    assert of_store(charges=True) == S3 and of_store(charges=False) == FREE
+    assert named_prices(None, None) is None
+    assert named_prices(0.01, None) == Prices(put=0.01, get=S3.get)
+    assert of_store(charges=False, prices=Prices(put=1.0, get=0.0)).put == 1.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import hmac
@@ -17,8 +18,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import InvalidArgument, S3QError, WriterFenced
-from ..prices import S3, Prices
+from ..prices import Prices, of_store
 from . import dashboard, guard, openapi, peerauth, redact, sqs
+from .dashboard.history import History
 from .fastpath import Broker
 from .limits import (
     DEFAULT_BODY_TIMEOUT,
@@ -52,7 +54,7 @@ def create_app(
     max_batch: int = DEFAULT_MAX_BATCH,
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
     idle_close: float = DEFAULT_IDLE_CLOSE,
-    prices: Prices = S3,
+    prices: Prices | None = None,
 ) -> Starlette:
     """The broker for every queue of ``store`` (queue ``NAME`` is ``<store>/NAME``).
 
@@ -71,10 +73,11 @@ def create_app(
     ``body_timeout``: seconds a request body may take to arrive (408 beyond). ``idle_close``:
     seconds after which a queue no call used is closed (0: never); the next call reopens it.
     ``prices``: what the store charges per request, for the spend the dashboard and
-    ``/metrics`` reckon (S3's list prices by default).
+    ``/metrics`` reckon (default: S3's list prices on an object store, nothing on a local
+    directory or in memory).
     """
     peer_token = min((t for t in tokens or () if t), default=None)
-    metrics = BrokerMetrics(prices=prices)
+    metrics = BrokerMetrics()
     registry = QueueRegistry(
         store,
         options,
@@ -87,12 +90,19 @@ def create_app(
     )
     secrets = [t.encode() for t in tokens or () if t]
     metrics.serves = registry.serves
+    metrics.prices = of_store(registry.lease.kind == "object store", prices)
+    history = History(registry)
+    registry.on_open = history.opened
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        sampler = asyncio.create_task(history.run())
         try:
             yield
         finally:
+            sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampler
             await registry.close()
 
     routes = [
@@ -118,7 +128,11 @@ def create_app(
     routes.append(Route("/openapi.json", openapi_json, methods=["GET"]))
     routes.append(Route("/metrics", metrics_text, methods=["GET"]))
     routes += dashboard.routes(
-        registry, metrics, lambda request: _authorize(request, secrets), auth=bool(secrets)
+        registry,
+        metrics,
+        history,
+        lambda request: _authorize(request, secrets),
+        auth=bool(secrets),
     )
     routes += sqs.routes(registry, sqs_keys, deny_unsigned=bool(secrets), metrics=metrics)
     app = Broker(

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import S3QError, Unavailable, WriterFenced
 from ..lease import BROKERS, CasLease, describe_holder, read_record
-from ..store import LocalStore, Store, open_store, queue_url
+from ..store import Store, StoreKind, open_store, queue_url, store_kind
 from ..store.base import Counts
 
 log = logging.getLogger("s3q.broker")
@@ -51,7 +51,8 @@ class BrokerLease:
         self.ttl, self.clock, self.on_lost = ttl, clock, on_lost
         self.address: str | None = None  # where this broker answers, named in the lease
         self._store: Store = open_store(queue_url(store, BROKERS), options)
-        self.local = isinstance(self._store.base, LocalStore)
+        self.kind: StoreKind = store_kind(self._store)  # what the broker's store is
+        self.local = self.kind == "directory"
         self._lease: CasLease | None = None
         self._taking = asyncio.Lock()
         self._stopping = asyncio.Event()

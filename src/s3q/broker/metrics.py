@@ -256,8 +256,9 @@ class BrokerMetrics:
         self.spent = Gauge(
             "s3q_broker_store_dollars",
             "What the broker's store requests cost since it started, at its prices "
-            "(--put-price, --get-price; S3's list prices by default). A month at the present "
-            "rate: rate(s3q_broker_store_dollars[1h]) * 2592000.",
+            "(--put-price, --get-price; by default S3's list prices on an object store, "
+            "nothing on a local directory). A month at the present rate: "
+            "rate(s3q_broker_store_dollars[1h]) * 2592000.",
             registry=r,
         )
         self.in_progress = Gauge(

@@ -56,6 +56,7 @@ class QueueRegistry:
         self.store = store
         self.idle_close = idle_close  # 0: never
         self.on_commit = on_commit  # (queue, seconds, operations) after each commit here
+        self.on_open: Callable[[str], None] | None = None  # (queue) once opened here
         self.address: str | None = None
         self.options = dict(options or {})
         self.store_options = {k: v for k, v in self.options.items() if k in STORE_OPTIONS}
@@ -259,6 +260,8 @@ class QueueRegistry:
                 self._queues[name] = queue
                 self._forwarded.pop(name, None)
                 log.info("opened queue %s", url)
+                if self.on_open is not None:
+                    self.on_open(name)
         return queue
 
     async def _lease_lost(self) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidConfig
-from ..prices import S3, Prices
+from ..prices import Prices
 from .limits import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_HEAD_TIMEOUT,
@@ -113,7 +113,7 @@ def serve(
     head_timeout: float = DEFAULT_HEAD_TIMEOUT,
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
     idle_close: float = DEFAULT_IDLE_CLOSE,
-    prices: Prices = S3,
+    prices: Prices | None = None,
 ) -> None:
     """Serve every queue of ``store`` over HTTP until SIGTERM or Ctrl-C.
 
@@ -135,7 +135,8 @@ def serve(
     beyond it, requests are answered 503 at once. ``head_timeout``/``body_timeout``: seconds a
     request's head/body may take to arrive (the connection is closed/408). ``idle_close``:
     seconds after which a queue no call used is closed (0: never). ``prices``: the store's,
-    for the spend reckoned on the dashboard and at ``/metrics``. On SIGTERM, long polls end at
+    for the spend reckoned on the dashboard and at ``/metrics`` (default: S3's list prices on
+    an object store, nothing on a local directory). On SIGTERM, long polls end at
     once with an empty answer.
     """
     try:

@@ -28,7 +28,7 @@ from ..broker.limits import (
 )
 from ..config import MAX_WINDOW
 from ..errors import S3QError
-from ..prices import S3, Prices
+from ..prices import S3, named_prices
 from ..store import queue_url
 from .demo import run_demo
 from .errors import friendly_errors, one_line
@@ -395,19 +395,17 @@ def stats(name: str, watch: float | None, as_json: bool, store: str | None) -> N
 @click.option(
     "--put-price",
     type=click.FloatRange(min=0),
-    default=S3.put,
-    show_default=True,
     metavar="DOLLARS",
-    help="What the store charges per 1,000 PUTs and LISTs (S3's list price by default), "
-    "for the spend shown on the dashboard and at /metrics.",
+    help="What the store charges per 1,000 PUTs and LISTs, for the spend shown on the "
+    f"dashboard and at /metrics [default: S3's list price, {S3.put}, on an object store; "
+    "0 on a directory].",
 )
 @click.option(
     "--get-price",
     type=click.FloatRange(min=0),
-    default=S3.get,
-    show_default=True,
     metavar="DOLLARS",
-    help="What the store charges per 1,000 GETs.",
+    help=f"What the store charges per 1,000 GETs [default: {S3.get} on an object store; "
+    "0 on a directory].",
 )
 @click.option(
     "--log-level",
@@ -433,8 +431,8 @@ def serve(
     body_timeout: float,
     idle_close: float,
     commit_window: float | None,
-    put_price: float,
-    get_price: float,
+    put_price: float | None,
+    get_price: float | None,
     log_level: str,
     store: str | None,
 ) -> None:
@@ -469,7 +467,7 @@ def serve(
         body_timeout=body_timeout,
         idle_close=idle_close,
         options=None if commit_window is None else {"commit_window": commit_window},
-        prices=Prices(put=put_price, get=get_price),
+        prices=named_prices(put_price, get_price),
         log_level=log_level,
     )
 

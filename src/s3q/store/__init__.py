@@ -17,7 +17,7 @@ import math
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 from obstore.store import MemoryStore, S3Store, from_url
@@ -36,12 +36,14 @@ __all__ = [
     "NotFound",
     "RetryingStore",
     "Store",
+    "StoreKind",
     "TransientError",
     "default_store",
     "open_store",
     "parent_url",
     "queue_name",
     "queue_url",
+    "store_kind",
 ]
 
 #: the keyword options of ``s3q.open`` that go to the store (also in a store URL's query)
@@ -134,6 +136,17 @@ def open_store(url: str, options: dict[str, Any] | None = None) -> Store:
         f"unsupported store URL {url!r}: use memory://NAME, file:///path, a path, "
         "s3://bucket/prefix, gs://bucket/prefix or az://container/prefix"
     )
+
+
+StoreKind = Literal["directory", "memory", "object store"]
+
+
+def store_kind(store: Store) -> StoreKind:
+    """What ``store`` is: a local directory, memory, or an object store (S3, GCS, Azure), the
+    one kind whose requests cost money and tens of milliseconds each."""
+    if isinstance(store.base, LocalStore):
+        return "directory"
+    return "memory" if store.url.startswith("memory://") else "object store"
 
 
 def _beside(url: str, options: dict[str, Any]) -> Callable[[str], Store]:

@@ -4,6 +4,8 @@ The page (HTML, CSS and JS shipped in ``static/``, no network needed) holds no q
 reads everything with ``fetch`` from ``GET /dashboard/summary`` and the ``/v1`` API
 (dead letters, redrive), sending the bearer token the user typed, kept in ``sessionStorage``.
 So the summary is guarded exactly like ``/v1``; no cookie is used, hence no CSRF to mind.
+The throughput of the last minutes is kept by the broker (:class:`.history.History`) and sent
+once, when the page opens.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ...errors import S3QError
 from ..metrics import REQUEST_KINDS, STATUSES, BrokerMetrics, by_kind
 from ..registry import QueueRegistry
 from ..wire import error_body, status_of
+from .history import History, finished
 
 STATIC = resources.files(__package__) / "static"
 MEDIA_TYPES = {
@@ -68,11 +71,13 @@ def _static(name: str) -> bytes:
 def routes(
     registry: QueueRegistry,
     metrics: BrokerMetrics,
+    history: History,
     authorize: Callable[[Request], None],
     *,
     auth: bool,
 ) -> list[Route]:
-    """The dashboard's routes; ``authorize`` raises the same AuthError as the API would."""
+    """The dashboard's routes; ``authorize`` raises the same AuthError as the API would.
+    ``GET /dashboard/summary?history=1`` adds the throughput ``history`` of the last minutes."""
     assets = {
         name: (_static(name), MEDIA_TYPES["." + name.rsplit(".", 1)[-1]])
         for name in ("dashboard.css", "dashboard.js")
@@ -93,7 +98,10 @@ def routes(
             authorize(request)
         except S3QError as exc:
             return JSONResponse(error_body(exc), status_of(exc), headers=HEADERS)
-        return JSONResponse(await build_summary(registry, metrics, auth=auth), headers=HEADERS)
+        answer = await build_summary(registry, metrics, auth=auth)
+        if request.query_params.get("history") == "1":
+            answer["history"] = history.summary()
+        return JSONResponse(answer, headers=HEADERS)
 
     return [
         Route("/", index, methods=["GET"]),
@@ -125,8 +133,7 @@ async def build_summary(
             entry["error"] = f"{type(exc).__name__}: {exc}"
         else:
             entry.update({f: getattr(stats, f) for f in STAT_FIELDS})
-            live = sum(getattr(stats, s) for s in STATUSES if s != "completed")
-            entry["finished"] = stats.total_enqueued - live
+            entry["finished"] = finished(stats)
         queues.append(entry)
     return {
         "store": public_url(registry.store),
@@ -139,10 +146,12 @@ async def build_summary(
 
 
 def cost(registry: QueueRegistry, metrics: BrokerMetrics) -> dict[str, Any]:
-    """The ``cost`` of the summary."""
+    """The ``cost`` of the summary; ``store_kind`` tells a local directory (or memory), which
+    charges nothing per request unless prices were given, from an object store."""
     requests = registry.requests()
     dollars = metrics.dollars(requests)
     return {
+        "store_kind": registry.lease.kind,
         "dollars": dollars,
         "per_month": metrics.spend_rate.per_month(dollars),
         "put_price": metrics.prices.put,

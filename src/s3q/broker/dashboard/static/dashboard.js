@@ -1,6 +1,8 @@
-// The s3q broker dashboard. Polls GET /dashboard/summary every second, reads dead letters and
-// redrives them through the /v1 API. The bearer token, if the broker wants one, is kept in
-// sessionStorage and sent as "Authorization: Bearer"; without it no data is shown.
+// The s3q broker dashboard. Polls GET /dashboard/summary every second (the first time with the
+// throughput history the broker kept), reads dead letters and redrives them through the /v1
+// API. The URL's hash names the selected queue (/#orders). The bearer token, if the broker
+// wants one, is kept in sessionStorage and sent as "Authorization: Bearer"; without it no data
+// is shown.
 "use strict";
 
 (() => {
@@ -17,6 +19,10 @@
   let locked = false; // waiting for a token: no polling
   let deadShown = null; // dead count of the selected queue when its dead letters were read
   let figures = new Map(); // queue -> its entry in the last summary
+  let seeded = false; // whether the broker's throughput history was read
+  let historyStep = 1; // seconds between two samples of that history
+  let opening = null; // a queue being opened by name
+  let refused = null; // a queue the URL named that could not be opened
   const last = new Map(); // queue -> {t, enq, fin}: the previous poll's cumulative counters
   const rates = new Map(); // queue -> [{t, enq, fin}]: per-second rates, oldest first
 
@@ -83,6 +89,7 @@
     $("store").textContent = "";
     last.clear();
     rates.clear();
+    seeded = false;
     deadShown = null;
     figures = new Map();
   }
@@ -133,13 +140,14 @@
 
   async function poll() {
     try {
-      const summary = await api("/dashboard/summary");
+      const summary = await api(seeded ? "/dashboard/summary" : "/dashboard/summary?history=1");
       if (locked) return; // signed out while this poll was under way
       $("login").hidden = true;
       $("content").hidden = false;
       $("signout").hidden = !summary.auth;
       setConn("live", "live");
       render(summary);
+      seeded = true;
     } catch (err) {
       if (authFailed(err)) return;
       setConn("down", `offline: ${err.message}`);
@@ -152,8 +160,11 @@
     $("store").textContent = summary.store;
     figures = new Map(summary.queues.map((q) => [q.name, q]));
     const names = [...figures.keys()];
-    if (!names.includes(selected)) selectQueue(names.length ? names[0] : null);
-    for (const q of summary.queues) if (!q.error) track(q, summary.time);
+    if (summary.history) seed(summary.history, summary.time);
+    if (!follow() && !names.includes(selected)) selectQueue(names.length ? names[0] : null, false);
+    for (const q of summary.queues) {
+      if (!q.error) track(q.name, summary.time, q.total_enqueued, q.finished);
+    }
     for (const name of [...rates.keys()]) if (!names.includes(name)) rates.delete(name);
     renderQueues(summary.queues);
     renderThroughput(summary.time);
@@ -166,19 +177,27 @@
     }
   }
 
-  function track(q, now) {
-    const prev = last.get(q.name);
-    last.set(q.name, { t: now, enq: q.total_enqueued, fin: q.finished });
+  // The counters the broker sampled before the page opened: the charts start with them.
+  function seed(kept, now) {
+    historyStep = kept.step;
+    for (const [name, samples] of Object.entries(kept.queues)) {
+      for (const [t, enq, fin] of samples) if (t < now) track(name, t, enq, fin);
+    }
+  }
+
+  function track(name, now, enq, fin) {
+    const prev = last.get(name);
+    last.set(name, { t: now, enq, fin });
     if (!prev || now <= prev.t) return;
     const dt = now - prev.t;
-    const series = rates.get(q.name) || [];
+    const series = rates.get(name) || [];
     series.push({
       t: now,
-      enq: Math.max(0, (q.total_enqueued - prev.enq) / dt),
-      fin: Math.max(0, (q.finished - prev.fin) / dt),
+      enq: Math.max(0, (enq - prev.enq) / dt),
+      fin: Math.max(0, (fin - prev.fin) / dt),
     });
     while (series.length && series[0].t < now - WINDOW_S) series.shift();
-    rates.set(q.name, series);
+    rates.set(name, series);
   }
 
   // ------------------------------------------------------------------ queues table
@@ -224,14 +243,19 @@
     return v >= 100 ? `$${fmtInt(Math.round(v))}` : `$${v.toFixed(v >= 1 ? 2 : 4)}`;
   }
 
+  const STORE_KINDS = { directory: "a local directory", memory: "a memory store" };
+
   function renderCost(cost) {
     const r = cost.requests;
-    $("cost").textContent =
-      `Store requests: about ${fmtDollars(cost.per_month)} a month at the rate of the last ` +
-      `10 minutes; ${fmtDollars(cost.dollars)} since the broker started ` +
-      `(${fmtInt(r.put)} PUT, ${fmtInt(r.get)} GET, ${fmtInt(r.list)} LIST, ` +
-      `${fmtInt(r.delete)} DELETE; at $${cost.put_price} per 1,000 PUT or LIST, ` +
-      `$${cost.get_price} per 1,000 GET).`;
+    const counts = `${fmtInt(r.put)} PUT, ${fmtInt(r.get)} GET, ${fmtInt(r.list)} LIST, ` +
+      `${fmtInt(r.delete)} DELETE`;
+    const free = cost.put_price === 0 && cost.get_price === 0;
+    $("cost").textContent = free && STORE_KINDS[cost.store_kind]
+      ? `Store requests: ${STORE_KINDS[cost.store_kind]} charges nothing per request ` +
+        `(${counts} since the broker started).`
+      : `Store requests: about ${fmtDollars(cost.per_month)} a month at the rate of the last ` +
+        `10 minutes; ${fmtDollars(cost.dollars)} since the broker started (${counts}; ` +
+        `at $${cost.put_price} per 1,000 PUT or LIST, $${cost.get_price} per 1,000 GET).`;
   }
 
   function depthBar(q) {
@@ -248,7 +272,37 @@
     return bar;
   }
 
-  function selectQueue(name) {
+  // The queue the URL's hash names ("" if none).
+  function hashQueue() {
+    try {
+      return decodeURIComponent(location.hash.slice(1));
+    } catch {
+      return ""; // a malformed escape
+    }
+  }
+
+  // Show the queue the URL names: select it if it is open here, else open it by name. Whether
+  // the URL names one to show (being opened included).
+  function follow() {
+    const name = hashQueue();
+    if (!name || name === selected || name === refused) return false;
+    if (figures.has(name)) selectQueue(name);
+    else if (name !== opening) openQueue(name);
+    return true;
+  }
+
+  for (const type of ["hashchange", "popstate"]) {
+    window.addEventListener(type, () => {
+      refused = null;
+      if (!locked) follow();
+    });
+  }
+
+  // Select queue ``name``; ``remember``: the user chose it, so the URL names it (/#name).
+  function selectQueue(name, remember = true) {
+    if (remember && name && hashQueue() !== name) {
+      history.pushState(null, "", `#${encodeURIComponent(name)}`);
+    }
     if (name === selected) return;
     selected = name;
     deadShown = figures.has(name) ? figures.get(name).dead : null;
@@ -265,19 +319,27 @@
     if (name) loadDead();
   }
 
-  $("open-form").addEventListener("submit", async (event) => {
-    event.preventDefault();
-    const name = $("open-name").value.trim();
+  // Open queue ``name`` on the broker (it must be in the store) and select it; whether it was.
+  async function openQueue(name) {
+    opening = name;
     $("open-error").textContent = "";
     try {
       await api(queuePath(name, "stats"));
-      $("open-name").value = "";
-      selected = null;
-      await poll();
-      selectQueue(name);
     } catch (err) {
-      if (!authFailed(err)) $("open-error").textContent = err.message;
+      if (!authFailed(err)) $("open-error").textContent = `${name}: ${err.message}`;
+      if (hashQueue() === name) refused = name;
+      return false;
+    } finally {
+      opening = null;
     }
+    await poll();
+    selectQueue(name);
+    return true;
+  }
+
+  $("open-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    if (await openQueue($("open-name").value.trim())) $("open-name").value = "";
   });
 
   // ------------------------------------------------------------------ charts
@@ -288,7 +350,8 @@
     return node;
   }
 
-  // series: [{cls, points: [[t, value]]}]; a gap longer than maxGap seconds breaks a line.
+  // series: [{cls, points: [[t, value]]}]; a gap longer than maxGap seconds breaks a line, and
+  // a point with no neighbour in reach is drawn as a dot.
   function drawChart(svg, now, series, format, maxGap) {
     const W = 640, H = 200, left = 56, right = 8, top = 10, bottom = 22;
     const start = now - WINDOW_S;
@@ -311,15 +374,16 @@
       nodes.push(label);
     }
     for (const s of series) {
+      const shown = s.points.filter(([t]) => t >= start);
       let d = "";
-      let prev = null;
-      for (const [t, v] of s.points) {
-        if (t < start) continue;
-        const move = prev === null || t - prev > maxGap;
-        d += `${move ? "M" : "L"}${x(t).toFixed(1)},${y(v).toFixed(1)}`;
-        prev = t;
-      }
-      if (d) nodes.push(svgEl("path", { class: s.cls, d }));
+      shown.forEach(([t, v], i) => {
+        const [cx, cy] = [x(t).toFixed(1), y(v).toFixed(1)];
+        const joinsPrev = i > 0 && t - shown[i - 1][0] <= maxGap;
+        const joinsNext = i + 1 < shown.length && shown[i + 1][0] - t <= maxGap;
+        d += `${joinsPrev ? "L" : "M"}${cx},${cy}`;
+        if (!joinsPrev && !joinsNext) nodes.push(svgEl("circle", { class: s.cls, cx, cy, r: 3 }));
+      });
+      if (d) nodes.push(svgEl("path", { class: s.cls, d, "data-points": shown.length }));
     }
     svg.replaceChildren(...nodes);
   }
@@ -342,7 +406,7 @@
     drawChart($("chart-throughput"), now, [
       { cls: "enq", points: points.map((p) => [p.t, p.enq]) },
       { cls: "fin", points: points.map((p) => [p.t, p.fin]) },
-    ], (v) => (Number.isInteger(v) ? String(v) : v.toFixed(1)), 5);
+    ], (v) => (Number.isInteger(v) ? String(v) : v.toFixed(1)), Math.max(5, 3 * historyStep));
   }
 
   function renderLatency(latency, now) {
