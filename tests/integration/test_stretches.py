@@ -117,9 +117,7 @@ def test_a_stretch_outlives_a_reopen(env: StoreEnv, clock: FakeClock, reopen: st
     assert q.stats().dead == 3
 
 
-def test_peek_does_not_touch_a_stretch_whose_lease_ran_out(
-    env: StoreEnv, clock: FakeClock
-) -> None:
+def test_peek_does_not_touch_a_stretch_whose_lease_ran_out(env: StoreEnv, clock: FakeClock) -> None:
     q = env.open(clock=clock, visibility_timeout=10.0)
     ids = q.enqueue_batch([b"a", b"b", b"c"])
     got = q.dequeue(3)
