@@ -3,7 +3,7 @@
     python benchmarks/client_cpu.py [--calls 2000]
 
 Starts a broker on a temporary file:// store, then makes ``--calls`` sequential 1 KiB enqueues
-with: s3q's async client (aiohttp), s3q's blocking client (httpx), and a bare httpx.AsyncClient
+with: s3q's async client (aiohttp), s3q's blocking client (urllib3), and a bare httpx.AsyncClient
 posting the same request. Prints the client process's CPU milliseconds per call for each.
 """
 
@@ -66,7 +66,7 @@ def main() -> None:
         try:
             for name, ms in (
                 ("s3q async client (aiohttp)", asyncio.run(s3q_async(url, args.calls))),
-                ("s3q blocking client (httpx)", s3q_blocking(url, args.calls)),
+                ("s3q blocking client (urllib3)", s3q_blocking(url, args.calls)),
                 ("bare httpx.AsyncClient", asyncio.run(bare_httpx(url, args.calls))),
             ):
                 print(f"{name:30} {ms:.3f} ms CPU per call")

@@ -1,7 +1,7 @@
 """What travels between the broker and its clients: body encodings and the error mapping.
 
 Shared by the server (:mod:`s3q.broker.app`) and the client (:mod:`s3q.client`), and free of
-server dependencies, so a client-only install needs nothing but ``httpx`` and ``msgspec``.
+server dependencies, so a client-only install needs nothing but ``urllib3`` and ``msgspec``.
 """
 
 from __future__ import annotations

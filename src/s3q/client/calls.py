@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import aiohttp
-import httpx
 import msgspec
+import urllib3
 
 from ..broker.wire import BrokerError, BrokerUnreachable, exception_of
 from ..errors import InvalidArgument, QueueClosed, S3QError, StoreError, Unavailable
@@ -76,16 +76,16 @@ def delay(attempt: int) -> float:
     return float(min(BACKOFF_MAX, BACKOFF * 2.0**attempt)) * random.uniform(0.5, 1.0)
 
 
-#: failures of a connection attempt: the request was not sent (httpx: the blocking client;
+#: failures of a connection attempt: the request was not sent (urllib3: the blocking client;
 #: aiohttp: the async one)
 NOT_SENT = (
-    httpx.ConnectError,
-    httpx.ConnectTimeout,
+    urllib3.exceptions.NewConnectionError,
+    urllib3.exceptions.ConnectTimeoutError,
     aiohttp.ClientConnectorError,
     aiohttp.ConnectionTimeoutError,
 )
 #: failures of the transport: the request may or may not have been received
-TRANSPORT = (httpx.HTTPError, aiohttp.ClientError, asyncio.TimeoutError)
+TRANSPORT = (urllib3.exceptions.HTTPError, aiohttp.ClientError, asyncio.TimeoutError)
 
 
 def retryable(call: Call[Any], failure: Exception, status: int | None) -> bool:

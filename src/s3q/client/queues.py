@@ -46,7 +46,7 @@ class AsyncBroker(Protocol):
 class _RemoteQueueBase:
     """The coroutines of a queue a broker serves, whatever makes its requests (``_send``):
     :class:`AsyncRemoteQueue` awaits them over aiohttp; :class:`RemoteQueue` runs the
-    coroutines of an :class:`_InPlaceQueue`, whose requests block in place (httpx), to their
+    coroutines of an :class:`_InPlaceQueue`, whose requests block in place (urllib3), to their
     end without an event loop (:func:`s3q.blocking.run_in_place`)."""
 
     def __init__(self, name: str) -> None:

@@ -111,7 +111,7 @@ class ConsumeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if not key.endswith(DATA):
                     self._remember(_decoder.decode(self._run(self._store.get(key))))
             if self.broker:  # the broker leads the queue; its name ends the queue URL
-                from ..client import connect  # needs httpx: only through a broker
+                from ..client import connect  # needs the client's extra: only through a broker
 
                 name = queue_name(self.options.url)
                 self._client = connect(self.broker, token=self.options.text("token"))
