@@ -2,7 +2,8 @@
 
     python benchmarks/brokers.py --messages 200000 --batch 100 --batch 1000
     python benchmarks/brokers.py [--messages N] [--batch B ...] [--producers 4] [--consumers 4]
-        [--size 1024] [--system s3q --system redis --system rabbitmq] [--require] [--json]
+        [--size 1024] [--system s3q --system redis --system rabbitmq] [--acks with-next]
+        [--require] [--json]
 
 Defaults: 100,000 messages, batches of 100 and of 1,000, 4 + 4 processes (a couple of minutes).
 
@@ -57,6 +58,10 @@ SYSTEMS = ("s3q", "redis", "rabbitmq")
 QUEUE = "bench"
 GROUP = "bench"  # Redis: the consumer group
 IDLE_WAIT = 0.05  # seconds a consumer waits for messages before checking whether it is done
+#: how consumers acknowledge (``--acks``): "separate", a call of its own after each batch;
+#: "with-next", with the call that fetches the next batch (s3q: ``dequeue(complete=...)``;
+#: Redis: XACK and XREADGROUP in one pipeline); RabbitMQ's acks are one-way either way
+ACKS = "separate"
 STALL = 120.0  # seconds without progress after which a phase is abandoned
 # As ``s3q bench``: completed ids not kept, garbage without grace, leases long enough.
 S3Q_OPTIONS = {"visibility_timeout": 300.0, "completed_retention": 0.0, "gc_grace": 0.0}
@@ -170,11 +175,19 @@ def s3q_consumer(url: str, shared: Shared, batch: int, ready: Callable[[], None]
         q = client.queue(QUEUE)
         q.stats()  # connected before the phase starts
         ready()
+        held: list[Any] = []  # (with-next) the batch to acknowledge with the next call
         while shared.consumed.value < shared.target:
-            msgs = q.dequeue(max_messages=batch, wait=IDLE_WAIT)
-            if msgs:
-                q.complete_batch(msgs)
-                add(shared.consumed, len(msgs))
+            if ACKS == "separate":
+                msgs = q.dequeue(max_messages=batch, wait=IDLE_WAIT)
+                if msgs:
+                    q.complete_batch(msgs)
+                    add(shared.consumed, len(msgs))
+                continue
+            msgs = q.dequeue(max_messages=batch, wait=0.0 if held else IDLE_WAIT, complete=held)
+            add(shared.consumed, len(held))
+            held = msgs
+        if held:
+            q.complete_batch(held)
 
 
 def redis_producer(
@@ -201,12 +214,27 @@ def redis_consumer(port: int, shared: Shared, batch: int, ready: Callable[[], No
     name = f"c{os.getpid()}"
     r.ping()
     ready()
+    held: list[Any] = []  # (with-next) the batch to acknowledge with the next call
     while shared.consumed.value < shared.target:
-        answer = r.xreadgroup(GROUP, name, {QUEUE: ">"}, count=batch, block=int(IDLE_WAIT * 1000))
-        ids = [entry_id for _, entries in answer or () for entry_id, _ in entries]
-        if ids:
-            r.xack(QUEUE, GROUP, *ids)
-            add(shared.consumed, len(ids))
+        if ACKS == "separate":
+            answer = r.xreadgroup(
+                GROUP, name, {QUEUE: ">"}, count=batch, block=int(IDLE_WAIT * 1000)
+            )
+            ids = [entry_id for _, entries in answer or () for entry_id, _ in entries]
+            if ids:
+                r.xack(QUEUE, GROUP, *ids)
+                add(shared.consumed, len(ids))
+            continue
+        pipe = r.pipeline(transaction=False)
+        if held:
+            pipe.xack(QUEUE, GROUP, *held)
+        block = None if held else int(IDLE_WAIT * 1000)
+        pipe.xreadgroup(GROUP, name, {QUEUE: ">"}, count=batch, block=block)
+        answer = pipe.execute()[-1]
+        add(shared.consumed, len(held))
+        held = [entry_id for _, entries in answer or () for entry_id, _ in entries]
+    if held:
+        r.xack(QUEUE, GROUP, *held)
     r.close()
 
 
@@ -914,9 +942,17 @@ def main() -> None:
     parser.add_argument(
         "--system", action="append", choices=SYSTEMS, help="run only these (repeatable)"
     )
+    parser.add_argument(
+        "--acks",
+        choices=["separate", "with-next"],
+        default="separate",
+        help="consumers acknowledge in a call of its own, or with the next fetch",
+    )
     parser.add_argument("--require", action="store_true", help="fail if a peer cannot run")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     args = parser.parse_args()
+    global ACKS
+    ACKS = args.acks
     args.batch = args.batch or [100, 1000]
     systems = args.system or list(SYSTEMS)
     if min(args.messages, args.producers, args.consumers, *args.batch) < 1 or args.size < 1:

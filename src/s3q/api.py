@@ -144,13 +144,17 @@ class AsyncQueue:
         wait: float = 0.0,
         *,
         per_group: int = 1,
+        complete: Iterable[Target] = (),
     ) -> list[Message]:
         validate.count("max_messages", max_messages, 1, MAX_DEQUEUE)
         validate.count("per_group", per_group, 1, MAX_PER_GROUP)
         if visibility_timeout is not None:
             visibility_timeout = validate.visibility("visibility_timeout", visibility_timeout)
         wait = validate.wait(wait)
-        return await self._engine.dequeue(max_messages, visibility_timeout, wait, per_group)
+        receipts = [validate.receipt_of(t) for t in complete]
+        return await self._engine.dequeue(
+            max_messages, visibility_timeout, wait, per_group, receipts
+        )
 
     async def complete(self, target: Target) -> None:
         await self._engine.complete([validate.receipt_of(target)])

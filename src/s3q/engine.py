@@ -308,9 +308,16 @@ class Engine:
         return await self._intake.enqueue_staged(objects, token)
 
     async def dequeue(
-        self, max_messages: int, visibility_timeout: float | None, wait: float, per_group: int = 1
+        self,
+        max_messages: int,
+        visibility_timeout: float | None,
+        wait: float,
+        per_group: int = 1,
+        complete: list[str] | None = None,
     ) -> list[Message]:
-        return await self._leasing.dequeue(max_messages, visibility_timeout, wait, per_group)
+        return await self._leasing.dequeue(
+            max_messages, visibility_timeout, wait, per_group, complete
+        )
 
     async def lease(self, max_messages: int, visibility_timeout: float | None) -> list[Located]:
         """Lease like ``dequeue``, each message with where its payload lies (``Leasing``)."""

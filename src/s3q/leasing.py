@@ -74,12 +74,20 @@ class Leasing:
         return found
 
     async def dequeue(
-        self, max_messages: int, visibility_timeout: float | None, wait: float, per_group: int = 1
+        self,
+        max_messages: int,
+        visibility_timeout: float | None,
+        wait: float,
+        per_group: int = 1,
+        complete: list[str] | None = None,
     ) -> list[Message]:
+        """Lease up to ``max_messages``; with ``complete``, after completing those receipts'
+        messages in the same commit (or in the one before, if this waits for messages)."""
         core = self.core
         core.check()
         timeout = self._timeout(visibility_timeout)
         deadline = time.monotonic() + wait
+        completed = self._complete(complete) if complete else None
         while True:
             core.check()
             chosen, buried = await self.select(max_messages, per_group, stretches=True)
@@ -87,10 +95,13 @@ class Leasing:
             if chosen:
                 lease = self._lease(chosen, now, now + timeout)
                 batch = core.commit.add(lease)
-                return await self._answers(chosen, lease, batch)
+                answers = await self._answers(chosen, lease, batch)
+                await core.commit.durable_after(completed)  # (in that batch or before it)
+                return answers
             remaining = 0.0 if core.no_waits else deadline - time.monotonic()
             if remaining <= 0:
                 await core.commit.durable_after(buried)
+                await core.commit.durable_after(completed)
                 return []
             upcoming = core.state.next_change()
             if upcoming is not None:
@@ -202,13 +213,18 @@ class Leasing:
     async def complete(self, receipts: list[str]) -> None:
         core = self.core
         core.check()
-        mids = self._held(receipts)
-        batch = core.commit.add(Complete(list(dict.fromkeys(mids)), core.clock()))
-        core.notify()  # a group's next message may be deliverable now
+        batch = self._complete(receipts)
         if core.config.ack_durability == BUFFERED and not core.commit.backlogged():
-            core.tally.buffered_acks += len(mids)
+            core.tally.buffered_acks += len(receipts)
             return  # answered from the batch: a completion lost with it only redelivers
         await core.commit.durable_after(batch)
+
+    def _complete(self, receipts: list[str]) -> Batch:
+        """Log the completion of the messages ``receipts`` hold leases of (all or none)."""
+        mids = self._held(receipts)
+        batch = self.core.commit.add(Complete(list(dict.fromkeys(mids)), self.core.clock()))
+        self.core.notify()  # a group's next message may be deliverable now
+        return batch
 
     async def fail(self, receipt: str, error: str | None) -> float | None:
         core = self.core

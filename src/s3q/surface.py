@@ -68,10 +68,14 @@ class AsyncQueueSurface(Protocol):
         wait: float = 0.0,
         *,
         per_group: int = 1,
+        complete: Iterable[Target] = (),
     ) -> list[Message]:
         """Lease up to ``max_messages``, waiting up to ``wait`` seconds for the first.
         ``per_group``: a group's messages delivered together, in order (1 to 10; 1: one at a
-        time); while any of them is leased, the group's later messages wait."""
+        time); while any of them is leased, the group's later messages wait. ``complete``:
+        acknowledge these delivered messages first, as ``complete_batch`` (all or none), in
+        the commit of this lease: a consumer settles its last batch with the call that takes
+        the next, one request and one commit instead of two."""
 
     async def complete(self, target: Target) -> None:
         """Acknowledge a delivered message: it is done."""

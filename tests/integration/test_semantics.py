@@ -863,6 +863,31 @@ def test_complete_batch_with_stale_receipt_completes_nothing(make_queue, clock) 
     assert q.status(ids[1]) is S.PROCESSING
 
 
+def test_dequeue_completes_the_last_batch_in_the_commit_of_the_next(make_queue) -> None:
+    q = make_queue()
+    ids = q.enqueue_batch([b"%d" % i for i in range(6)])
+    first = q.dequeue(max_messages=3)
+    commits = q.stats().commits
+    second = q.dequeue(max_messages=3, complete=[first[0], first[1].receipt, first[2]])
+    assert [m.id for m in second] == ids[3:]
+    assert [q.status(mid) for mid in ids] == [S.COMPLETED] * 3 + [S.PROCESSING] * 3
+    assert q.stats().commits == commits + 1  # the completion rode the lease's commit
+    with pytest.raises(s3q.ReceiptExpired):
+        q.complete(first[0])
+    # nothing left to take: the completion is durable all the same when the call returns
+    assert q.dequeue(max_messages=3, complete=second) == []
+    assert q.stats().completed == 6
+
+
+def test_dequeue_with_a_stale_receipt_to_complete_does_nothing(make_queue) -> None:
+    q = make_queue()
+    ids = q.enqueue_batch([b"a", b"b", b"c"])
+    first = q.dequeue(max_messages=2)
+    with pytest.raises(s3q.ReceiptExpired):
+        q.dequeue(max_messages=1, complete=[first[0], "bogus-receipt"])
+    assert [q.status(mid) for mid in ids] == [S.PROCESSING, S.PROCESSING, S.PENDING]
+
+
 def test_drain_helper_leases_everything(make_queue) -> None:
     q = make_queue()
     q.enqueue_batch([b"x"] * 2500)

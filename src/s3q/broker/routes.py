@@ -289,6 +289,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
             body("visibility_timeout", {"type": ["number", "null"]}),
             body("wait", NUM, doc="seconds to wait for the first message"),
             body("per_group", INT, doc="a group's messages delivered together, in order (1-10)"),
+            body("complete", STRS, doc="receipts to acknowledge first, in the same commit"),
         ),
         MESSAGES,
     ),

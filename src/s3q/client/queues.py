@@ -109,8 +109,9 @@ class _RemoteQueueBase:
         wait: float = 0.0,
         *,
         per_group: int = 1,
+        complete: Iterable[Target] = (),
     ) -> list[Message]:
-        call = self._requests.dequeue(max_messages, visibility_timeout, wait, per_group)
+        call = self._requests.dequeue(max_messages, visibility_timeout, wait, per_group, complete)
         return await self._run(call)
 
     async def complete(self, target: Target) -> None:

@@ -128,13 +128,21 @@ class QueueRequests:
         return Call("POST", f"{self.base}/enqueue-staged", _MaybeIds, lambda a: a.ids, body)
 
     def dequeue(
-        self, max_messages: int, visibility_timeout: float | None, wait: float, per_group: int
+        self,
+        max_messages: int,
+        visibility_timeout: float | None,
+        wait: float,
+        per_group: int,
+        complete: Iterable[Target] = (),
     ) -> Call[list[Message]]:
         body: dict[str, Any] = {"max_messages": max_messages, "wait": wait}
         if visibility_timeout is not None:
             body["visibility_timeout"] = visibility_timeout
         if per_group != 1:  # only when asked: a broker before it refuses no request
             body["per_group"] = per_group
+        receipts = [validate.receipt_of(t) for t in complete]
+        if receipts:  # (as per_group)
+            body["complete"] = receipts
         extra = wait + WAIT_MARGIN if isinstance(wait, int | float) else 0.0
         return Call(
             "POST",
