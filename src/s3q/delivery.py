@@ -34,11 +34,6 @@ def _same(run: Run) -> Run:
     return run
 
 
-def sized(chosen: list[Chosen]) -> int:
-    """How many messages ``chosen`` holds."""
-    return sum(item.count if isinstance(item, Stretch) else 1 for item in chosen)
-
-
 class DeliveryIndex:
     """The structures that make dequeue, expiry and groups cheap.
 
@@ -205,11 +200,12 @@ class DeliveryIndex:
             priority = self._top_priority()
             if priority is None:
                 break
-            got = self._fetch(priority, limit - count, now, given, stretches)
-            if got is None:
+            fetched = self._fetch(priority, limit - count, now, given, stretches)
+            if fetched is None:
                 break  # a run's table is to be read back first (``wanted``)
+            got, n = fetched
             chosen.extend(got)
-            count += sized(got)
+            count += n
             head = chosen[-1] if chosen else None
             if per_group > 1 and head is not None and head.group is not None:
                 assert isinstance(head, Record)
@@ -287,7 +283,8 @@ class DeliveryIndex:
             if not buffer:
                 weights = sum(p + 1 for p in active)
                 want = -(-(limit - len(chosen)) * (priority + 1) // weights) + 1
-                got = self._fetch(priority, want, now, given)
+                fetched = self._fetch(priority, want, now, given)
+                got = None if fetched is None else fetched[0]
                 stuck = got is None
                 if not got:
                     active.discard(priority)
@@ -308,11 +305,11 @@ class DeliveryIndex:
 
     def _fetch(
         self, priority: int, count: int, now: float, given: dict[str, int], stretches: bool = False
-    ) -> list[Chosen] | None:
+    ) -> tuple[list[Chosen], int] | None:
         """Up to ``count`` deliverable messages of ``priority``, in order, taken from the ready
-        structures; a group's head ends the list (its followers go with it). None if a run's
-        table must be read back first. With ``stretches``, members of runs come as stretches
-        while no tenant is noisy.
+        structures, and how many; a group's head ends the list (its followers go with it). None
+        if a run's table must be read back first. With ``stretches``, members of runs come as
+        stretches while no tenant is noisy.
 
         With tenants noisy, a message of a noisy tenant met first goes aside instead; quiet
         tenants' messages go first, in order (those aside whose tenant is quiet again among
@@ -344,7 +341,7 @@ class DeliveryIndex:
                 if turn.tenant is not None:
                     taken = self.lanes.take(lanes, turn.tenant, turn.room, turn.before, now)
                     if taken is None:
-                        return out or None
+                        return (out, n) if out else None
                     given[turn.tenant] = given.get(turn.tenant, 0) + len(taken)
                     out.extend(taken)
                     n += len(taken)
@@ -358,7 +355,7 @@ class DeliveryIndex:
                 assert fresh is not None
                 if isinstance(fresh, Run):
                     if fresh.table is None:
-                        return out or None
+                        return (out, n) if out else None
                     room = count - n
                     if bound is not None:
                         room = min(room, bound - fresh.front())
@@ -386,7 +383,7 @@ class DeliveryIndex:
                 break
         if lanes is not None:
             self.lanes.drop_empty(priority)
-        return out
+        return out, n
 
     def _deliverable_head(self, rec: Record, now: float) -> bool:
         """Whether ``rec``, out of the ready structures, is to be delivered: a group's head
