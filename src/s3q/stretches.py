@@ -31,6 +31,7 @@ class Stretch:
         "count",
         "enqueued_at",
         "held",
+        "ids_",
         "index",
         "left",
         "offsets",
@@ -62,6 +63,7 @@ class Stretch:
         self.token = ""
         self.until = self.at = 0.0
         self.index: dict[str, int] | None = None  # member id -> its index (once asked for)
+        self.ids_: list[str] | None = None  # (once asked for)
 
     def __len__(self) -> int:
         """The members still leased as part of the stretch."""
@@ -69,7 +71,10 @@ class Stretch:
 
     def ids(self) -> list[str]:
         """Every member's id, first to last."""
-        return ids.make_many(self.queue, self.seq, self.place, self.count)
+        made = self.ids_
+        if made is None:
+            made = self.ids_ = ids.make_many(self.queue, self.seq, self.place, self.count)
+        return made
 
     def index_of(self, place: int) -> int | None:
         """The member at ``place``, if it is still leased here."""
