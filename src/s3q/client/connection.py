@@ -16,6 +16,7 @@ import aiohttp
 import certifi
 import httpx
 
+from .. import tracing
 from ..broker.wire import MSGPACK
 from .calls import RETRIES, TRANSPORT, Call, delay
 from .nodes import Nodes
@@ -85,6 +86,7 @@ class Client:
                     node + call.path,
                     content=content,
                     params=call.params,
+                    headers=tracing.headers(),
                     timeout=_timeout(call, self.timeout),
                 )
             except httpx.HTTPError as exc:
@@ -173,16 +175,17 @@ class AsyncClient:
         )
         for attempt in range(self.retries + 1):
             node = self._nodes.url_for(call.queue)
-            signed = None
+            extra: Mapping[str, str] | None = tracing.headers()
             if self._sign is not None:
                 signed = self._sign(node, call.method, call.path, call.params, content)
+                extra = {**signed, **extra} if extra else signed
             try:
                 async with session.request(
                     call.method,
                     node + call.path,
                     data=content,
                     params=call.params or None,
-                    headers=signed,
+                    headers=extra,
                     timeout=timeout,
                 ) as response:
                     status, body = response.status, await response.read()
