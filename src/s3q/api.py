@@ -11,7 +11,7 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import validate
+from . import tracing, validate
 from .blocking import blocking
 from .collector import CompactionReport
 from .config import MAX_VISIBILITY, PERSISTED, QueueConfig, Setting, split_options
@@ -102,6 +102,9 @@ class AsyncQueue:
             max_size=self.config.max_message_size,
             max_delay=self.config.max_delay,
         )
+        publish = tracing.publishing(self.url, (item.attributes,))
+        if publish is not None:
+            return (await self._traced([item], durability, publish))[0]
         return (await self._engine.enqueue([item], durability))[0]
 
     async def enqueue_batch(
@@ -110,11 +113,29 @@ class AsyncQueue:
         validate.durability(durability)
         if isinstance(items, bytes | str | dict):
             raise InvalidArgument("enqueue_batch takes a list of payloads or dicts")
-        if isinstance(items, list) and validate.plain_payloads(items, self.config.max_message_size):
-            return await self._engine.enqueue_payloads(items, durability)
         max_size, max_delay = self.config.max_message_size, self.config.max_delay
+        if isinstance(items, list) and validate.plain_payloads(items, max_size):
+            publish = tracing.publishing(self.url, (None,), len(items))
+            if publish is None:
+                return await self._engine.enqueue_payloads(items, durability)
+        else:
+            publish = None
         checked = [validate.item_of(it, max_size, max_delay) for it in items]
-        return await self._engine.enqueue(checked, durability) if checked else []
+        if not checked:
+            return []
+        if publish is None:
+            publish = tracing.publishing(self.url, (it.attributes for it in checked), len(checked))
+        if publish is not None:
+            return await self._traced(checked, durability, publish)
+        return await self._engine.enqueue(checked, durability)
+
+    async def _traced(
+        self, items: list[validate.Item], durability: str | None, publish: tracing.Publish
+    ) -> list[str]:
+        """``items`` enqueued in ``publish``'s span, each carrying its trace context."""
+        for item in items:
+            item.attributes = publish.stamp(item.attributes)
+        return await publish.send(self._engine.enqueue(items, durability))
 
     async def enqueue_staged(
         self, objects: Iterable[StagedObject], token: str | None = None

@@ -16,9 +16,12 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from ..errors import InvalidArgument, S3QError, WriterFenced
 from ..prices import Prices, of_store
+from ..tracing import Server
+from ..tracing import server as span_server
 from . import dashboard, guard, openapi, peerauth, redact, sqs
 from .dashboard.history import History
 from .fastpath import Broker
@@ -135,12 +138,31 @@ def create_app(
         auth=bool(secrets),
     )
     routes += sqs.routes(registry, sqs_keys, deny_unsigned=bool(secrets), metrics=metrics)
-    app = Broker(
-        routes=routes, lifespan=lifespan, middleware=guard.middleware(tokens=bool(secrets))
+    middleware = guard.middleware(tokens=bool(secrets))
+    spans = span_server()  # a tracer provider is configured by now, or none is
+    app = (
+        Broker(routes=routes, lifespan=lifespan, middleware=middleware)
+        if spans is None
+        else TracedBroker(spans, routes=routes, lifespan=lifespan, middleware=middleware)
     )
     app.host_check = None if secrets else guard.HostCheck()  # as guard.middleware's
     app.state.registry = registry
     return app
+
+
+class TracedBroker(Broker):
+    """The broker serving each HTTP request in a SERVER span (``s3q.tracing``); a broker
+    without a tracer provider is a plain :class:`Broker`, which does no tracing work."""
+
+    def __init__(self, spans: Server, **options: Any) -> None:
+        super().__init__(**options)
+        self.spans = spans
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self.spans.serve(scope, receive, send, super().__call__)
+        else:
+            await super().__call__(scope, receive, send)
 
 
 def _wants_json(request: Request) -> bool:

@@ -18,6 +18,7 @@ import aiohttp
 import certifi
 import urllib3
 
+from .. import tracing
 from ..broker.wire import MSGPACK
 from .calls import RETRIES, TRANSPORT, Call, delay
 from .nodes import Nodes
@@ -38,6 +39,11 @@ def _headers(token: str | None) -> dict[str, str]:
     if token:
         headers["authorization"] = f"Bearer {token}"
     return headers
+
+
+def _with(headers: dict[str, str], more: dict[str, str] | None) -> dict[str, str]:
+    """``headers`` and ``more`` (the trace context, say), if any."""
+    return headers if not more else {**headers, **more}
 
 
 def _timeout(call: Call[Any], timeout: float) -> urllib3.Timeout:
@@ -88,7 +94,7 @@ class Client:
                     call.method,
                     path,
                     body=content,
-                    headers=self._headers,
+                    headers=_with(self._headers, tracing.headers()),
                     timeout=_timeout(call, self.timeout),
                     retries=False,
                     redirect=False,
@@ -187,16 +193,17 @@ class AsyncClient:
         )
         for attempt in range(self.retries + 1):
             node = self._nodes.url_for(call.queue)
-            signed = None
+            extra: Mapping[str, str] | None = tracing.headers()
             if self._sign is not None:
                 signed = self._sign(node, call.method, call.path, call.params, content)
+                extra = {**signed, **extra} if extra else signed
             try:
                 async with session.request(
                     call.method,
                     node + call.path,
                     data=content,
                     params=call.params or None,
-                    headers=signed,
+                    headers=extra,
                     timeout=timeout,
                 ) as response:
                     status, body = response.status, await response.read()

@@ -7,6 +7,7 @@ from collections.abc import Coroutine, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from .. import tracing
 from ..blocking import blocking, run_in_place
 from ..collector import CompactionReport
 from ..config import Setting
@@ -87,15 +88,25 @@ class _RemoteQueueBase:
         durability: str | None = None,
         tenant: str | None = None,
     ) -> str:
+        publish = tracing.publishing(self.name, (attributes,))
+        if publish is not None:
+            attributes = publish.stamp(attributes)
         call = self._requests.enqueue(
             payload, priority, delay, dedup_id, group, attributes, durability, tenant
         )
-        return await self._run(call)
+        return await (self._run(call) if publish is None else publish.send(self._run(call)))
 
     async def enqueue_batch(
         self, items: Iterable[bytes | dict[str, Any]], *, durability: str | None = None
     ) -> list[str]:
-        return await self._run(self._requests.enqueue_batch(items, durability))
+        call = self._requests.enqueue_batch(items, durability)
+        assert call.body is not None
+        entries: list[Any] = call.body["items"]
+        publish = tracing.publishing(self.name, map(_attributes_of, entries), len(entries))
+        if publish is None:
+            return await self._run(call)
+        call.body["items"] = [_stamped(entry, publish) for entry in entries]
+        return await publish.send(self._run(call))
 
     async def enqueue_staged(
         self, objects: Iterable[StagedObject], token: str | None = None
@@ -165,6 +176,18 @@ class _RemoteQueueBase:
 
     async def close(self) -> None:
         self._closed = True
+
+
+def _attributes_of(entry: object) -> object:
+    """The attributes of an item of ``enqueue_batch``."""
+    return entry.get("attributes") if isinstance(entry, dict) else None
+
+
+def _stamped(entry: Any, publish: tracing.Publish) -> Any:
+    """An item of ``enqueue_batch`` carrying ``publish``'s trace context."""
+    if isinstance(entry, dict):
+        return {**entry, "attributes": publish.stamp(entry.get("attributes"))}
+    return {"payload": entry, "attributes": publish.stamp(None)}
 
 
 @documented

@@ -9,6 +9,7 @@ import logging
 import time
 from typing import Protocol
 
+from .. import tracing
 from ..api import AsyncQueue
 from ..errors import ReceiptExpired
 from ..message import Message
@@ -81,6 +82,7 @@ class Session:
         )
         self._acks = Acks(aq, worker.ack_interval, self._leases, hooks, self.stop)
         self._threads = None if is_async(worker.handler) else Threads(worker.concurrency)
+        self._traces = tracing.consumer(aq.url)
 
     async def serve(self, early_stop: float | None) -> None:
         """Run until a stop (``early_stop``: one requested before, with that grace), then shut
@@ -146,13 +148,15 @@ class Session:
             await self._on_event.drain(max(stop.deadline - time.monotonic(), 1))
 
     async def _consume(self) -> None:
-        prefetch, hooks, fn, threads = (
+        prefetch, hooks, fn, threads, traces = (
             self._prefetch,
             self._hooks,
             self._worker.handler,
             self._threads,
+            self._traces,
         )
         while (msg := await prefetch.take()) is not None:
+            span = None if traces is None else traces.process(msg)  # current until closed
             hooks.handler_started()
             started = time.perf_counter()
             try:
@@ -165,7 +169,9 @@ class Session:
             except Exception as exc:
                 duration = time.perf_counter() - started
                 self._ended(duration)
-                await self._fail(msg, exc, duration)
+                outcome = await self._fail(msg, exc, duration)
+                if span is not None and outcome is not None:
+                    span.ended(outcome, exc)
             except asyncio.CancelledError:
                 self._ended(time.perf_counter() - started)
                 raise
@@ -177,22 +183,28 @@ class Session:
                 duration = time.perf_counter() - started
                 self._ended(duration)
                 self._acks.add(msg, duration, result)
+                if span is not None:
+                    span.ended("completed")
+            finally:
+                if span is not None:
+                    span.close()
 
     def _ended(self, duration: float) -> None:
         self._prefetch.done()
         self._hooks.handler_ended(duration)
 
-    async def _fail(self, msg: Message, exc: Exception, duration: float) -> None:
+    async def _fail(self, msg: Message, exc: Exception, duration: float) -> str | None:
+        """Fail ``msg``: the outcome, ``retried`` or ``dead`` (None if the failure was lost)."""
         error = f"{type(exc).__name__}: {exc}"
         self._leases.drop((msg,))
         try:
             retry_at = await self._aq.fail(msg, error)
         except ReceiptExpired as lost:
             logger.warning("lease of message %s was lost before its failure: %s", msg.id, lost)
-            return
+            return None
         except Exception as fatal:
             self.stop.fatal(fatal)
-            return
+            return None
         dead = retry_at is None
         of = "" if self._max_attempts is None else f" of {self._max_attempts}"
         logger.log(
@@ -211,3 +223,4 @@ class Session:
         else:
             event = Retry(msg.id, error, msg.attempts, duration, retry_at, msg)
         self._hooks.failed(event)
+        return "dead" if dead else "retried"

@@ -7,6 +7,11 @@ attribute (``AWSTraceHeader``) the same way. Attributes set by the native API (o
 shown to SQS clients as String attributes. The attribute ``s3q.priority`` (a Number, 0-255)
 sets the message's priority and is kept like any other.
 
+A message's trace context (``s3q.tracing``) comes from its String attribute ``traceparent``
+(and ``tracestate``), else from its ``AWSTraceHeader``, and is copied to the reserved attributes
+of those names, where s3q's workers find it. SQS clients are not shown the reserved attributes:
+they see a message's trace context as its ``AWSTraceHeader`` (as sent, or made from it).
+
 A message sent becomes an item for ``enqueue_batch`` and the digests SendMessage answers with
 (:func:`sent`); a message received, the entry ReceiveMessage answers with (:func:`received`).
 """
@@ -21,7 +26,8 @@ from typing import Any
 
 from ...config import Setting
 from ...message import Message
-from . import handles, queues
+from ...tracing import TRACEPARENT, TRACESTATE
+from . import handles, queues, xray
 from .digest import md5_of_attributes, md5_of_body
 from .protocol import SqsError, invalid
 from .shapes import Attributes, AttributeValue, MessageFields
@@ -31,7 +37,9 @@ SYSTEM = "sqs.sys."
 GROUP = "sqs.group"  # MessageGroupId on a standard queue, as builds before tenants kept it
 PRIORITY = "s3q.priority"
 MAX_ATTRIBUTES = 10
-SYSTEM_NAMES = ("AWSTraceHeader",)
+TRACE_HEADER = "AWSTraceHeader"
+SYSTEM_NAMES = (TRACE_HEADER,)
+HIDDEN = frozenset((GROUP, TRACEPARENT, TRACESTATE))  # kept, not shown as message attributes
 
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 DATA_TYPE = re.compile(r"(String|Number|Binary)(\.[A-Za-z0-9_.-]+)?")
@@ -152,10 +160,28 @@ def _decode(stored: str) -> AttributeValue | None:
 
 
 def stored_attributes(attributes: Attributes, system: Attributes) -> dict[str, str] | None:
-    """``Message.attributes`` for an SQS message's attributes."""
+    """``Message.attributes`` for an SQS message's attributes, its trace context too."""
     stored = {ATTRIBUTE + name: _encode(value) for name, value in attributes.items()}
     stored.update((SYSTEM + name, _encode(value)) for name, value in system.items())
+    stored.update(trace_context(attributes, system))
     return stored or None
+
+
+def trace_context(attributes: Attributes, system: Attributes) -> dict[str, str]:
+    """The W3C trace context an SQS message carries: its String attributes ``traceparent`` and
+    ``tracestate``, else the one its ``AWSTraceHeader`` names."""
+    found = {
+        key: value.StringValue
+        for key in (TRACEPARENT, TRACESTATE)
+        if (value := attributes.get(key)) is not None
+        and value.DataType.startswith("String")
+        and value.StringValue
+    }
+    if TRACEPARENT in found:
+        return found
+    header = system.get(TRACE_HEADER)
+    made = None if header is None else xray.traceparent(header.StringValue or "")
+    return {} if made is None else {TRACEPARENT: made}
 
 
 def user_attributes(message: Message) -> Attributes:
@@ -166,7 +192,7 @@ def user_attributes(message: Message) -> Attributes:
             value = _decode(stored)
             if value is not None:
                 found[key[len(ATTRIBUTE) :]] = value
-        elif not key.startswith(SYSTEM) and key != GROUP:  # set by the native API
+        elif not key.startswith(SYSTEM) and key not in HIDDEN:  # set by the native API
             found[key] = AttributeValue(DataType="String", StringValue=stored)
     return found
 
@@ -176,6 +202,15 @@ def system_attribute(message: Message, name: str) -> str | None:
     stored = message.attributes.get(SYSTEM + name)
     value = None if stored is None else _decode(stored)
     return None if value is None else value.StringValue
+
+
+def trace_header(message: Message) -> str | None:
+    """The ``AWSTraceHeader`` of a message: as sent, or made from its ``traceparent``."""
+    sent = system_attribute(message, TRACE_HEADER)
+    if sent is not None:
+        return sent
+    context = message.attributes.get(TRACEPARENT)
+    return None if context is None else xray.aws_trace_header(context)
 
 
 def system_attributes(message: Message) -> Attributes:
@@ -307,7 +342,7 @@ def received(
         "SentTimestamp": str(int(message.enqueued_at * 1000)),
         "ApproximateReceiveCount": str(message.attempts),
         "ApproximateFirstReceiveTimestamp": None if first is None else str(int(first * 1000)),
-        "AWSTraceHeader": system_attribute(message, "AWSTraceHeader"),
+        "AWSTraceHeader": trace_header(message),
         "DeadLetterQueueSourceArn": system_attribute(message, "DeadLetterQueueSourceArn"),
     }
     if queues.is_fifo(name):
