@@ -112,6 +112,18 @@ class Parked:
             self._watchers.remove(watcher)
 
 
+#: How soon after the change that wakes it a parked long poll answers: its lease's commit, with
+#: room for a busy machine, and well inside any polling interval a fallback might use.
+WAKE_WITHIN = 0.5
+
+
+def woke(returned: float, changed: float) -> bool:
+    """Whether a long poll that ``returned`` (``time.monotonic()``) answered within
+    ``WAKE_WITHIN`` of the change made at ``changed``: woken by it, not by a timer or a poll."""
+    assert returned - changed < WAKE_WITHIN, f"woken {returned - changed:.3f} s after the change"
+    return True
+
+
 @pytest.fixture
 def parked(monkeypatch: pytest.MonkeyPatch) -> Parked:
     """Counts the long polls parked in any writer of this process (see :class:`Parked`)."""

@@ -12,6 +12,8 @@ log up to it, and is written once that object is durable. One is due when any of
   of checkpoint, so recovery replays a bounded tail whatever the rate of commits;
 * ``checkpoint_interval`` seconds since the newest checkpoint, whoever wrote it (a new leader
   does not restart that clock).
+
+A checkpoint whose write failed (a full store) is due again ``RETRY_AFTER`` seconds later.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from .state import QueueState
 from .store import AlreadyExists, Store
 
 REPLAYED_OBJECT_BYTES = 64 * 1024
+#: seconds before a checkpoint whose write failed is taken again
+RETRY_AFTER = 5.0
 #: log objects between checkpoints: at least (a small queue), at most (however large its index)
 CHECKPOINT_OBJECTS = (100, 1_000)
 
@@ -46,6 +50,8 @@ class Checkpointer:
         self.objects_since = 0  # log objects a reopen would replay
         self.last_at = 0.0  # when the newest checkpoint was written, by anyone
         self.last_bytes = 0  # the size of the last checkpoint this writer encoded
+        self.not_before = 0.0  # no checkpoint is due before then (one failed to be written)
+        self._before = (0, 0, 0.0)  # changes_at, objects_since, last_at before the last take
 
     def recovered(
         self, state: QueueState, known: dict[int, float], log_started: float | None, replayed: int
@@ -69,6 +75,8 @@ class Checkpointer:
 
     def due(self, state: QueueState) -> bool:
         """Whether a checkpoint of ``state`` is due as the log object being filled leaves."""
+        if self.clock() < self.not_before:
+            return False
         ops = state.changes - self.changes_at
         least, most = CHECKPOINT_OBJECTS
         objects = min(most, max(least, self.last_bytes // REPLAYED_OBJECT_BYTES))
@@ -87,12 +95,21 @@ class Checkpointer:
     def take(self, seq: int, state: QueueState) -> bytearray:
         """The encoded checkpoint of ``state``, which holds exactly the log up to ``seq``."""
         now = self.clock()
+        self._before = (self.changes_at, self.objects_since, self.last_at)
         self.changes_at, self.objects_since, self.last_at = state.changes, 0, now
         data = checkpoint.encode(
             checkpoint.Checkpoint(seq, self.token, now, checkpoint.take(state))
         )
         self.last_bytes = len(data)
         return data
+
+    def missed(self) -> None:
+        """The checkpoint taken last was not written: it is due again, ``RETRY_AFTER``
+        seconds from now (``behind`` meanwhile, so a close writes one)."""
+        changes_at, objects_since, self.last_at = self._before
+        self.changes_at = changes_at
+        self.objects_since += objects_since
+        self.not_before = self.clock() + RETRY_AFTER
 
     async def write(self, seq: int, data: bytearray, replace: bool = False) -> None:
         """Write checkpoint ``seq``; ``replace`` rewrites one already there (the same index,

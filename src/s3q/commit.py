@@ -21,6 +21,11 @@ Nothing else stops a writer. A log write that fails (a 5xx, a reset, a hung requ
 again with the same bytes until it lands or the writer is fenced; a first attempt that applied
 is recognised by the writer token inside the object. Callers wait for their batch up to
 ``commit_timeout`` and are then told :class:`OutcomeUnknown`: the write is still being tried.
+
+A log write the store has no room for (:class:`StoreFull`) was not applied: the writer *pauses*.
+That batch and every one not yet durable fail with it, nothing is written, and ``on_full`` is
+called: the engine reads the index back from the log (it held what those batches folded) and
+``unpause`` lets the writer go on at the same sequence number.
 """
 
 from __future__ import annotations
@@ -36,7 +41,14 @@ from typing import Any
 import msgspec
 
 from . import log
-from .errors import OutcomeUnknown, S3QError, StoreError, UnsupportedFormat, WriterFenced
+from .errors import (
+    OutcomeUnknown,
+    S3QError,
+    StoreError,
+    StoreFull,
+    UnsupportedFormat,
+    WriterFenced,
+)
 from .lease import WriterLease
 from .ops import AnyOp, Open
 from .store import AlreadyExists, Store, TransientError
@@ -142,6 +154,7 @@ class GroupCommit:
         on_seal: OnSeal,
         on_durable: OnDurable,
         on_stop: Callable[[], None],
+        on_full: Callable[[], None],
     ) -> None:
         self.store, self.lease, self.token, self.clock = store, lease, token, clock
         self.commit_timeout = commit_timeout
@@ -151,11 +164,12 @@ class GroupCommit:
         self._hurry: asyncio.Event | None = None  # set to end a wait early
         self.waits = 0  # batches that waited for company
         self._apply, self._on_seal, self._on_durable = apply, on_seal, on_durable
-        self._on_stop = on_stop
+        self._on_stop, self._on_full = on_stop, on_full
         self.durable = 0  # sequence number of the last durable log object
         self.filling = Batch(1)  # placed after the log's end by ``resume``
         self.unflushed: dict[int, Batch] = {}
         self.failure: S3QError | None = None
+        self.full: StoreFull | None = None  # paused: the store had no room for a log write
         self.abandoned = False  # closing gave up on a write the store never confirmed
         self.task: asyncio.Task[None] | None = None
         self.commits = 0
@@ -167,6 +181,11 @@ class GroupCommit:
         """Continue the log after log object ``durable`` (recovery found it the last)."""
         self.durable = durable
         self.filling = Batch(durable + 1)
+
+    @property
+    def halted(self) -> S3QError | None:
+        """Why no write may be made now: the writer stopped (``failure``) or is paused."""
+        return self.failure or self.full
 
     # -- adding operations -----------------------------------------------------------------
 
@@ -244,7 +263,7 @@ class GroupCommit:
 
     async def _loop(self) -> None:
         try:
-            while self.filling.ops and self.failure is None:
+            while self.filling.ops and self.halted is None:
                 if self.window > 0:
                     await self._gather(self.filling)
                 batch = self.filling
@@ -254,6 +273,9 @@ class GroupCommit:
                 started = time.perf_counter()
                 try:
                     await self._write_until_known(batch)
+                except StoreFull as exc:
+                    self._pause(exc)
+                    return
                 except S3QError as exc:
                     self.fail(exc)
                     return
@@ -347,6 +369,27 @@ class GroupCommit:
             "this queue object can no longer change it: reopen it",
             holder=holder,
         )
+
+    # -- pausing -----------------------------------------------------------------------------
+
+    def _pause(self, exc: StoreFull) -> None:
+        """The store had no room for a log write, which was not applied: fail every batch not
+        yet durable with ``exc`` (their operations changed nothing in the log), and write
+        nothing until ``unpause``. Operations added meanwhile join a batch that failed."""
+        self.full = exc
+        logger.warning("writer of %s paused: %s", self.store.url, exc)
+        for batch in [*self.unflushed.values(), self.filling]:
+            if not batch.done.done():
+                batch.done.set_exception(exc)
+        self.unflushed.clear()
+        self._on_stop()  # long polls end
+        self._on_full()
+
+    def unpause(self) -> None:
+        """The index holds the log again (read back from it): write again, after the last
+        durable log object."""
+        self.full = None
+        self.resume(self.durable)
 
     # -- stopping ----------------------------------------------------------------------------
 

@@ -1,18 +1,19 @@
 """What the parts of one queue's writer share (``engine`` makes it and keeps it).
 
 The store, the settings in force, the index, the group commit and the payload cache; the
-check every operation starts with; the wakeups of long polls; work left running in the
-background; and the writer's counts of what it did (``Tally``). The parts beside the engine
-(``intake``, ``delivery``, ``reads``, ``dead_letters``, ``upkeep``, ``payloads``) each hold
-the one ``Core`` of their writer, so a change of the index or of the settings (recovery,
-``configure``) is seen by every part at once.
+check every operation starts with; the calls under way; the wakeups of long polls; work left
+running in the background; and the writer's counts of what it did (``Tally``). The parts
+beside the engine (``intake``, ``delivery``, ``reads``, ``dead_letters``, ``upkeep``,
+``payloads``) each hold the one ``Core`` of their writer, so a change of the index or of the
+settings (recovery, ``configure``, a pause) is seen by every part at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,13 +55,35 @@ class Core:
         self.tasks: set[asyncio.Task[None]] = set()  # background work (``background``)
         self._changed: asyncio.Future[None] | None = None
         self._no_waits = False  # stop_waiting() was called
+        self.calls = 0  # calls under way (``calling``)
+        self.idle = asyncio.Event()  # set while none is
+        self.idle.set()
+        self.unpaused = asyncio.Event()  # clear while the index is read back after a pause
+        self.unpaused.set()
 
     def check(self) -> None:
-        """Raise why this writer stopped, or that it was closed, if either."""
-        if self.commit.failure is not None:
-            raise self.commit.failure
+        """Raise why this writer stopped or paused, or that it was closed, if any."""
+        if (halted := self.commit.halted) is not None:
+            raise halted
         if self.closed:
             raise QueueClosed(f"queue {self.store.url} is closed")
+
+    @contextlib.asynccontextmanager
+    async def calling(self) -> AsyncIterator[None]:
+        """Count a call under way while it runs (a paused writer waits until none is); one
+        that comes while the index is read back after a pause waits for that first, up to
+        ``commit_timeout``."""
+        if not self.unpaused.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.unpaused.wait(), self.config.commit_timeout)
+        self.calls += 1
+        self.idle.clear()
+        try:
+            yield
+        finally:
+            self.calls -= 1
+            if not self.calls:
+                self.idle.set()
 
     @property
     def fair(self) -> bool:

@@ -7,20 +7,26 @@ commit (``commit``); the caller is answered once it is durable. The parts share 
 ``leasing`` leases them and settles their leases, ``reads`` and ``dead_letters`` answer
 and act on what the queue holds, ``payloads`` reads payloads, and ``upkeep`` prunes,
 checkpoints (``checkpointer``) and collects garbage (``collector``) beside the writer.
+
+A log write the store had no room for pauses the group commit (``commit``): once no call is
+under way and no work runs beside the writer, the index is read back from the log, as an open
+reads it, and the writer goes on; the calls meanwhile were told :class:`StoreFull`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import itertools
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from . import collector, ids, log, snapshot, validate
 from .checkpointer import Checkpointer
-from .commit import GroupCommit
+from .commit import COMMIT_BACKOFF, GroupCommit
 from .config import (
     OBJECT_WINDOW,
     PERSISTED,
@@ -32,7 +38,7 @@ from .config import (
 )
 from .core import Core
 from .dead_letters import DeadLetters
-from .errors import S3QError, WriterFenced
+from .errors import S3QError, StoreError, WriterFenced
 from .intake import Intake
 from .lease import WriterLease, describe_holder, writer_lease
 from .leasing import Leasing
@@ -51,6 +57,22 @@ logger = logging.getLogger("s3q")
 DEFAULT_SETTINGS = queue_settings(QueueConfig())
 
 MAX_DEQUEUE = 10_000
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _counted(
+    method: Callable[Concatenate[Engine, P], Awaitable[R]],
+) -> Callable[Concatenate[Engine, P], Coroutine[Any, Any, R]]:
+    """An operation counted as a call under way while it runs (``Core.calling``)."""
+
+    @functools.wraps(method)
+    async def counted(self: Engine, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        async with self._core.calling():
+            return await method(self, *args, **kwargs)
+
+    return counted
 
 
 class Engine:
@@ -81,6 +103,7 @@ class Engine:
             on_seal=lambda batch: self._upkeep.sealing(batch),
             on_durable=lambda batch, data: self._upkeep.sealed_durable(batch, data),
             on_stop=lambda: self._core.notify(),
+            on_full=self._paused,
         )
         self.checkpointer = Checkpointer(
             store, self.token, self.clock, config.checkpoint_ops, config.checkpoint_interval
@@ -93,6 +116,8 @@ class Engine:
         self._reads = Reads(core, self._leasing, payloads)
         self._dead = DeadLetters(core, self._leasing, payloads)
         self._renewer: asyncio.Task[None] | None = None
+        self._rereading: asyncio.Task[None] | None = None  # the index, after a pause
+        self._opened_with = config  # the settings in force once opened, before any configure
         self._stopping = asyncio.Event()
 
     # -- what the parts share --------------------------------------------------------------------
@@ -160,8 +185,9 @@ class Engine:
         except BaseException:
             engine._core.closed = True
             engine._stopping.set()
-            if engine._renewer is not None:
-                await _quietly(engine._renewer)
+            for task in (engine._renewer, engine._rereading):
+                if task is not None:
+                    await _quietly(task)
             await _quietly(engine._lease.release())
             raise
         return engine
@@ -180,7 +206,7 @@ class Engine:
         def left() -> float:
             return max(0.0, deadline - loop.time())
 
-        while self.commit.failure is None and (pending := self.commit.latest()) is not None:
+        while self.commit.halted is None and (pending := self.commit.latest()) is not None:
             with contextlib.suppress(S3QError):
                 await self.commit.durable_after(pending, timeout=left())
             if not pending.done.done():  # the store has not confirmed it: give up on it
@@ -188,8 +214,9 @@ class Engine:
         self.commit.abandoned = True  # a write still being tried stops at its next failure
         # What is still running gets what is left of the time, then is cut short: a log
         # write already given up on, checkpoint writes and collection (whole objects each).
-        await _finish_or_cancel([self.commit.task, *self._tasks, self._upkeep.collecting], left())
-        if self.commit.failure is None and self.checkpointer.behind(self.state):
+        running = [self.commit.task, *self._tasks, self._upkeep.collecting, self._rereading]
+        await _finish_or_cancel(running, left())
+        if self.commit.halted is None and self.checkpointer.behind(self.state):
             try:  # a clean shutdown leaves a checkpoint behind: the next open is fast
                 async with asyncio.timeout(left()):
                     await self._upkeep.checkpoint_now()
@@ -242,6 +269,53 @@ class Engine:
             data = self.checkpointer.take(durable, self.state)
             self._core.background(self._upkeep.write_checkpoint(durable, data))
 
+    def _paused(self) -> None:
+        """The group commit paused (``StoreFull``): read the index back from the log."""
+        if self._rereading is None or self._rereading.done():
+            self._core.unpaused.clear()
+            self._rereading = asyncio.create_task(self._reread())
+            self._rereading.add_done_callback(lambda _: self._core.unpaused.set())
+
+    async def _reread(self) -> None:
+        """Once nothing reads the index to change it (the calls under way, each told
+        StoreFull or about to be, and the work beside the writer), load it from the log as
+        an open does, without what the failed batches folded, and unpause."""
+        core = self._core
+        while True:
+            busy = {t for t in [*core.tasks, self._upkeep.collecting] if t and not t.done()}
+            if busy:
+                await asyncio.wait(busy)
+            elif not core.idle.is_set():
+                await core.idle.wait()
+            else:
+                break
+        for attempt in itertools.count():
+            if core.closed or self.commit.failure is not None:
+                return
+            try:
+                loaded = await snapshot.load(self.store)
+                break
+            except S3QError as exc:
+                logger.warning("reading %s back after a full store: %s", self.store.url, exc)
+                await asyncio.sleep(COMMIT_BACKOFF.delay(attempt))
+        if loaded.seq != self.commit.durable:  # not this writer's log any more
+            self.commit.fail(
+                StoreError(
+                    f"the log of {self.store.url} ends at {loaded.seq}, not at this writer's "
+                    f"last write {self.commit.durable}: reopen the queue"
+                )
+            )
+            return
+        self.state = loaded.state
+        saved = {k: v for k, v in self.state.settings.items() if k in PERSISTED}
+        self.config = with_settings(self._opened_with, saved)  # a failed configure undone
+        self.checkpointer.recovered(
+            self.state, loaded.checkpoints, loaded.first_at, loaded.replayed
+        )
+        self.commit.unpause()
+        core.notify()
+        logger.warning("writer of %s goes on after a full store", self.store.url)
+
     async def _apply_settings(self, given: dict[str, Setting]) -> None:
         """Put the queue's settings in force: those ``given`` (in the config already) are
         saved where they change anything; the others come from the saved ones, else the
@@ -255,6 +329,7 @@ class Engine:
         changed = {k: v for k, v in given.items() if in_force[k] != v}
         if changed:
             await self.commit.durable_after(self.commit.add(Configure(changed)))
+        self._opened_with = self.config
 
     async def _replay(self, seq: int, data: bytes) -> None:
         await snapshot.replay(self.store, self.state, seq, data)
@@ -275,6 +350,7 @@ class Engine:
             except S3QError as exc:
                 logger.warning("writer lease renewal for %s failed: %s", self.store.url, exc)
 
+    @_counted
     async def configure(self, settings: dict[str, Setting]) -> dict[str, Setting]:
         """Change persisted settings of the open queue: in force at once, logged like those
         an ``open`` gives. The persisted settings now in force."""
@@ -292,21 +368,25 @@ class Engine:
 
     # -- operations, each carried out by its part ------------------------------------------------
 
+    @_counted
     async def enqueue(self, items: list[validate.Item], durability: str | None = None) -> list[str]:
         return await self._intake.enqueue(items, durability)
 
+    @_counted
     async def enqueue_payloads(
         self, payloads: list[bytes], durability: str | None = None
     ) -> list[str]:
         """``enqueue`` of plain messages given as their payloads (``Intake``)."""
         return await self._intake.enqueue_payloads(payloads, durability)
 
+    @_counted
     async def enqueue_staged(
         self, objects: list[StagedObject], token: str | None = None
     ) -> Sequence[str] | None:
         """Commit the messages of staged objects in one log object (``Intake``)."""
         return await self._intake.enqueue_staged(objects, token)
 
+    @_counted
     async def dequeue(
         self,
         max_messages: int,
@@ -319,23 +399,29 @@ class Engine:
             max_messages, visibility_timeout, wait, per_group, complete
         )
 
+    @_counted
     async def lease(self, max_messages: int, visibility_timeout: float | None) -> list[Located]:
         """Lease like ``dequeue``, each message with where its payload lies (``Leasing``)."""
         return await self._leasing.lease(max_messages, visibility_timeout)
 
+    @_counted
     async def locate(self, ids: list[str]) -> dict[str, Located]:
         """The messages named (not completed) and where their payloads lie now."""
         return await self._leasing.locate(ids)
 
+    @_counted
     async def complete(self, receipts: list[str]) -> None:
         await self._leasing.complete(receipts)
 
+    @_counted
     async def fail(self, receipt: str, error: str | None) -> float | None:
         return await self._leasing.fail(receipt, error)
 
+    @_counted
     async def release(self, receipts: list[str]) -> None:
         await self._leasing.release(receipts)
 
+    @_counted
     async def extend(self, receipt: str, seconds: float, revive: bool = False) -> None:
         await self._leasing.extend(receipt, seconds, revive)
 
@@ -343,30 +429,39 @@ class Engine:
         """Long polls end now with what is there, and later ones do not wait."""
         self._core.stop_waiting()
 
+    @_counted
     async def status(self, mid: str) -> MessageStatus:
         return await self._reads.status(mid)
 
+    @_counted
     async def stats(self) -> QueueStats:
         return await self._reads.stats()
 
+    @_counted
     async def peek(self, limit: int) -> list[Message]:
         return await self._reads.peek(limit)
 
+    @_counted
     async def dead_letters(self, limit: int) -> list[Message]:
         return await self._dead.listed(limit)
 
+    @_counted
     async def redrive(self, ids: list[str] | None) -> int:
         return await self._dead.redrive(ids)
 
+    @_counted
     async def discard(self, ids: list[str]) -> int:
         return await self._dead.discard(ids)
 
+    @_counted
     async def purge(self) -> int:
         return await self._dead.purge()
 
+    @_counted
     async def cleanup(self) -> int:
         return await self._upkeep.cleanup()
 
+    @_counted
     async def compact(self) -> collector.CompactionReport:
         """Checkpoint now, then collect garbage: for a tidy-minded caller or a long idle spell."""
         return await self._upkeep.compact()

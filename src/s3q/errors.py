@@ -69,6 +69,12 @@ class TransientError(StoreError):
     truncated body) that outlasted the retries. A read that raised it changed nothing."""
 
 
+class StoreFull(StoreError):
+    """The store has no room for the write that carries this call (a local directory whose
+    disk or quota is full: ENOSPC, EDQUOT). The call changed nothing, and the writer goes on:
+    the same call succeeds once space is freed, without reopening the queue."""
+
+
 class UnsupportedFormat(StoreError):
     """An object of the queue is in a format this version of s3q cannot read (written by a
     newer s3q). Nothing was read or changed: upgrade s3q to open the queue."""

@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from . import admission, ids, validate
 from .commit import Batch
 from .config import BUFFERED
 from .core import Core
-from .errors import InvalidArgument, QueueFull, StoreError
+from .errors import InvalidArgument, QueueFull, StoreError, StoreFull
 from .ops import Append, CommitToken
 from .staging import StagedObject
 from .state import blob_key
@@ -36,20 +36,26 @@ class Intake:
         core = self.core
         core.check()
         self._admit(items)
-        blobs: dict[int, str] = {}
-        if any(len(it.payload) > core.config.large_payload for it in items):
-            blobs = await self._write_blobs(items)
+        if not any(len(it.payload) > core.config.large_payload for it in items):
+            return await self._add(items, {}, durability)
+        blobs = await self._write_blobs(items)
+        try:
             core.check()
-            try:
-                self._admit(items)  # the queue may have filled while the blobs were written
-            except QueueFull:
-                for key in blobs.values():
-                    core.background(core.store.delete(key))
-                raise
+            self._admit(items)  # the queue may have filled while the blobs were written
+            return await self._add(items, blobs, durability)
+        except (QueueFull, StoreFull):  # nothing enqueued: the blobs are nobody's
+            self._delete(blobs.values())
+            raise
+
+    async def _add(
+        self, items: list[validate.Item], blobs: dict[int, str], durability: str | None
+    ) -> list[str]:
+        """Add admitted ``items`` (``blobs``: the keys of those written to objects of their
+        own) to the batch being filled; their ids once the caller may be answered."""
+        core = self.core
         now = core.clock()
         admitted = admission.admit(items, self._seen(now), blobs)
-        for key in admitted.twins:
-            core.background(core.store.delete(key))
+        self._delete(admitted.twins)
         fresh = admitted.fresh
         if not fresh:  # all duplicates: answer once the originals are durable
             await self._answer_after(core.commit.latest(), 0, durability)
@@ -135,8 +141,19 @@ class Intake:
         large = [i for i, it in enumerate(items) if len(it.payload) > threshold]
         prefix = f"{int(time.time() * 1000):012x}{core.token[:8]}"  # names sort by time
         keys = {i: blob_key(f"{prefix}{next(self._blobs):x}") for i in large}
-        await asyncio.gather(*(core.store.put(keys[i], items[i].payload) for i in large))
+        results = await asyncio.gather(
+            *(core.store.put(keys[i], items[i].payload) for i in large), return_exceptions=True
+        )
+        for failure in results:
+            if isinstance(failure, BaseException):  # the others are nobody's
+                self._delete(k for k, r in zip(keys.values(), results, strict=True) if r is None)
+                raise failure
         return keys
+
+    def _delete(self, keys: Iterable[str]) -> None:
+        """Delete payload objects no message refers to, beside the writer."""
+        for key in keys:
+            self.core.background(self.core.store.delete(key))
 
     # -- bulk loads (the Spark source) -----------------------------------------------------------
 

@@ -16,6 +16,7 @@ from .checkpointer import Checkpointer
 from .commit import Batch
 from .config import QueueConfig
 from .core import Core
+from .errors import S3QError
 from .ops import Prune, Relocate
 from .payloads import Payloads, Span
 from .state import QueueState
@@ -59,13 +60,21 @@ class Upkeep:
         return pruned, batch
 
     async def checkpoint_now(self, replace: bool = False) -> None:
-        """Checkpoint the durable log; the caller made sure nothing is in flight."""
+        """Checkpoint the durable log; the caller made sure nothing is in flight. Refused
+        while the writer is halted: its index may hold what never reached the log."""
+        if (halted := self.core.commit.halted) is not None:
+            raise halted
         seq = self.core.commit.durable
         await self.checkpointer.write(seq, self.checkpointer.take(seq, self.core.state), replace)
 
     async def write_checkpoint(self, seq: int, data: bytearray) -> None:
-        """Write the checkpoint taken at ``seq``, then collect."""
-        await self.checkpointer.write(seq, data)
+        """Write the checkpoint taken at ``seq``, then collect; one that fails (a full store,
+        say) is due again a little later."""
+        try:
+            await self.checkpointer.write(seq, data)
+        except S3QError:
+            self.checkpointer.missed()
+            raise
         await self._collect_soon()
 
     async def _collect_soon(self) -> None:
@@ -136,7 +145,7 @@ class Upkeep:
     def relocate(self, moves: list[tuple[str, bytes]]) -> None:
         """Copy live payloads forward into the batch being filled (for garbage collection)."""
         core = self.core
-        if core.closed or core.commit.failure is not None:
+        if core.closed or core.commit.halted is not None:
             return
         start = offset = core.commit.filling.size
         placed = []

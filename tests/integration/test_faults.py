@@ -18,15 +18,16 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
-from conftest import FakeClock
+from conftest import FakeClock, state_of
 
 import s3q
+from s3q.checkpointer import RETRY_AFTER
 from s3q.config import QueueConfig
 from s3q.engine import Engine
 from s3q.errors import TransientError
 from s3q.faults import HARSH, FaultProfile, FaultyStore
 from s3q.faults.proxy import FaultProxy
-from s3q.faults.workload import Plan, Target, run_embedded, through_proxy
+from s3q.faults.workload import Plan, Report, Target, run_embedded, through_proxy
 from s3q.lease import KEY as LEASE_KEY
 from s3q.store import RetryingStore, open_store
 
@@ -104,6 +105,40 @@ def test_a_renewal_whose_answer_was_lost_does_not_fence_the_writer() -> None:
         await q.enqueue(b"still the writer")
         assert engine.failure is None
         await q.close()
+
+    run(main)
+
+
+def test_a_full_store_refuses_changes_nothing_and_the_writer_goes_on() -> None:
+    """A log write refused for want of space (ENOSPC, injected): the calls riding it and the
+    batch folded after it raise StoreFull, the stats are as before, the writer has not
+    stopped, the next write goes through without a reopen, and a reopen finds just what was
+    acknowledged."""
+
+    async def main() -> None:
+        faulty, store = stack()
+        engine = await Engine.open(store, config())
+        q = s3q.AsyncQueue(engine)
+        await q.enqueue(b"leased")
+        kept = await q.enqueue(b"kept")
+        [leased] = await q.dequeue(visibility_timeout=600)
+        before = state_of(await q.stats())
+        faulty.script("full", "put_new", "log/", times=1)
+        answers = await asyncio.gather(
+            q.enqueue(b"refused"), q.complete(leased), q.dequeue(), return_exceptions=True
+        )
+        assert [type(a) for a in answers] == [s3q.StoreFull] * 3, answers
+        assert faulty.injected["full"] == 1
+        assert state_of(await q.stats()) == before
+        assert engine.failure is None
+        after = await q.enqueue(b"after")
+        await q.complete(leased)
+        await q.close()
+        again = s3q.AsyncQueue(await Engine.open(store, config()))
+        got = await again.dequeue(max_messages=10)
+        assert sorted(m.id for m in got) == sorted([kept, after])
+        assert (await again.stats()).completed == 1
+        await again.close()
 
     run(main)
 
@@ -263,6 +298,33 @@ def test_a_small_queue_checkpoints_every_hundred_log_objects() -> None:
     run(main)
 
 
+def test_a_checkpoint_the_store_had_no_room_for_is_taken_again_later() -> None:
+    """The checkpoint due at log object 100 meets a full store: not written, and due again
+    ``RETRY_AFTER`` seconds later (not 100 objects later); the log meanwhile goes on."""
+
+    async def main() -> None:
+        faulty, store = stack()
+        clock = FakeClock()
+        engine = await Engine.open(store, config(checkpoint_interval=3600, clock=clock))
+        q = s3q.AsyncQueue(engine)
+        faulty.script("full", "put_new", "checkpoint/", times=1)
+        for i in range(101):
+            await q.enqueue(b"%d" % i)
+        while engine._tasks:
+            await asyncio.wait(set(engine._tasks))
+        assert faulty.injected["full"] == 1
+        assert not [seq for seq in engine.checkpoints if seq]
+        await q.enqueue(b"not yet")
+        clock.advance(RETRY_AFTER)
+        await q.enqueue(b"now")
+        while engine._tasks:
+            await asyncio.wait(set(engine._tasks))
+        assert [seq for seq in engine.checkpoints if seq] == [104]  # (1: the Open record)
+        await engine.close()
+
+    run(main)
+
+
 def test_a_long_replay_is_checkpointed_so_the_next_open_is_short() -> None:
     async def main() -> None:
         faulty, store = stack()
@@ -292,13 +354,14 @@ def test_a_long_replay_is_checkpointed_so_the_next_open_is_short() -> None:
 # --------------------------------------------------------------------------- seeded fault runs
 
 
-def fault_run(seed: int, target: Callable[[Plan], Target] | None = None, **kw: Any) -> None:
+def fault_run(seed: int, target: Callable[[Plan], Target] | None = None, **kw: Any) -> Report:
     plan = Plan(seed=seed, **kw)
     report = asyncio.run(run_embedded(plan, target(plan) if target else None))
     print(report.summary())
     assert report.faults > 0
     assert report.violations == [], f"seed {seed}: {report.violations[:5]}"
     assert not report.stops, f"seed {seed}: the writer stopped: {dict(report.stops)}"
+    return report
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -316,6 +379,14 @@ def test_a_writer_whose_clock_jumps_keeps_every_promise() -> None:
     """Jumps forward and back larger than the visibility timeout and the lease TTL: leases
     end early or late by the writer's clock, and nothing else changes."""
     fault_run(4, ops=3000, profile=HARSH, clock_jumps=8.0, jump_every=0.5)
+
+
+def test_a_store_often_full_keeps_every_promise() -> None:
+    """Writes refused for want of space now and then (and 5xx answers): every StoreFull
+    answer changed nothing, and the writer never stopped."""
+    report = fault_run(5, ops=2000, profile=FaultProfile(full=0.03, before=0.01))
+    assert report.injected["full"] > 0
+    assert report.history.calls and any(c.error == "StoreFull" for c in report.history.calls)
 
 
 def test_a_random_seed_keeps_every_promise() -> None:

@@ -276,13 +276,27 @@ def test_any_object_at_next_seq_fences_writer(raw_env: StoreEnv, clock: FakeCloc
     assert b"keep-this-payload" in raw_env.read(f"log/{nxt - 1:020d}")
 
 
+class Jumping:
+    """``clock``, jumped ``by`` seconds when first read: a new writer's clock that lapses the
+    old writer's lease at the last moment, leaving it the least time to renew first."""
+
+    def __init__(self, clock: FakeClock, by: float) -> None:
+        self.clock, self.by, self.jumped = clock, by, False
+
+    def __call__(self) -> float:
+        if not self.jumped:
+            self.jumped = True
+            self.clock.advance(self.by)
+        return self.clock()
+
+
 def _takeover_under_load(lease_env: StoreEnv, ttl: float, open_within: float) -> None:
-    """Writer 1 commits from six threads while writer 2 tries to take the queue over, the fake
-    clock jumping past writer 1's lease before each try. Writer 1 is alive, so it may keep its
-    lease by renewing it first (writer 2 then gets QueueLocked every time); if writer 2 wins, writer
-    1 must be fenced. Either way writer 2's attempts end within ``open_within`` seconds, and
-    afterwards the queue holds exactly what was acknowledged: every enqueue that returned an id,
-    none that raised."""
+    """Writer 1 commits from six threads while writer 2 takes the queue over, the fake clock
+    jumping past writer 1's lease as writer 2 first reads it (in its acquire, right before its
+    compare-and-swap). Writer 1 renews as it commits, so it may still win that race (writer 2
+    then gets QueueLocked and tries again); writer 2 must get the queue within ``open_within``
+    seconds, writer 1 must then be fenced, and the queue hold exactly what was acknowledged:
+    every enqueue that returned an id, none that raised."""
     import threading
 
     clock = FakeClock()
@@ -316,9 +330,8 @@ def _takeover_under_load(lease_env: StoreEnv, ttl: float, open_within: float) ->
 
     def take_over() -> None:
         for _ in range(100):
-            clock.advance(ttl + 1)
             try:
-                opened.append(lease_env.open(clock=clock, lease_ttl=ttl))
+                opened.append(lease_env.open(clock=Jumping(clock, ttl + 1), lease_ttl=ttl))
                 return
             except s3q.QueueLocked:
                 continue  # writer 1 renewed just in time: lapse it again
@@ -344,19 +357,14 @@ def _takeover_under_load(lease_env: StoreEnv, ttl: float, open_within: float) ->
     assert in_time, f"writer 2's attempts to open took more than {open_within} s"
     acked = {p: mid for p, mid in results.items() if mid is not None}
     refused = {p for p, mid in results.items() if mid is None}
-    if opened:
-        q2 = opened[0]
-        extra = q2.enqueue(b"from writer 2")
-        with pytest.raises(s3q.WriterFenced):
-            q1.enqueue(b"late")
-        with contextlib.suppress(s3q.S3QError):
-            q1.close()
-        q2.close()
-    else:
-        # writer 1 renewed its lease ahead of every attempt: it must still be a healthy writer
-        assert not refused, "writer 1 was fenced, yet writer 2 never got the queue"
-        extra = q1.enqueue(b"from writer 2")
+    assert opened, "writer 2 never got the queue: every open was refused"
+    q2 = opened[0]
+    extra = q2.enqueue(b"from writer 2")
+    with pytest.raises(s3q.WriterFenced):
+        q1.enqueue(b"late")
+    with contextlib.suppress(s3q.S3QError):
         q1.close()
+    q2.close()
     with lease_env.open(clock=clock) as q3:
         got = {m.payload: m.id for m in drain(q3)}
     assert got.pop(b"from writer 2") == extra

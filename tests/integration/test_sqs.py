@@ -19,6 +19,7 @@ import httpx
 import msgspec
 import pytest
 from botocore.exceptions import ClientError
+from conftest import Parked, woke
 from sqs_broker import SqsBroker
 from sqs_checks import (
     ATTRIBUTES,
@@ -295,24 +296,28 @@ def test_priority_attribute(sqs: Any) -> None:
         assert error_code(exc) == "InvalidParameterValue"
 
 
-def test_long_poll_waits_and_is_woken_by_a_send(sqs: Any, broker: SqsBroker) -> None:
+def test_long_poll_waits_and_is_woken_by_a_send(
+    sqs: Any, broker: SqsBroker, parked: Parked
+) -> None:
     url = sqs.create_queue(QueueName="q")["QueueUrl"]
     started = time.monotonic()
     assert "Messages" not in sqs.receive_message(QueueUrl=url, WaitTimeSeconds=1)
     assert time.monotonic() - started >= 0.9  # held, not answered at once
 
-    results: list[Any] = []
+    results: list[tuple[Any, float]] = []
     poller = threading.Thread(
         target=lambda: results.append(
-            broker.client().receive_message(QueueUrl=url, WaitTimeSeconds=20)
+            (broker.client().receive_message(QueueUrl=url, WaitTimeSeconds=20), time.monotonic())
         )
     )
-    started = time.monotonic()
     poller.start()
+    parked.wait(1)  # the receive waits in the broker's writer before the send
     sqs.send_message(QueueUrl=url, MessageBody="wake up")
-    poller.join(20)
-    assert time.monotonic() - started < 10
-    assert [m["Body"] for m in results[0]["Messages"]] == ["wake up"]
+    sent = time.monotonic()
+    poller.join(25)
+    [(answer, returned)] = results
+    assert [m["Body"] for m in answer["Messages"]] == ["wake up"]
+    assert woke(returned, sent)
 
 
 def test_queue_receive_wait_time_is_the_default_wait(sqs: Any) -> None:

@@ -21,6 +21,7 @@ ERROR_STATUSES = {
     "413": "MessageTooLarge",
     "429": "QueueFull",
     "503": "StoreError, WriterFenced or QueueClosed: retry later",
+    "507": "StoreFull (the broker's disk is full): nothing was done; retry once space is freed",
 }
 
 DESCRIPTION = (

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from ..errors import OutcomeUnknown, StoreError, UnsupportedFormat
+from ..errors import OutcomeUnknown, StoreError, StoreFull, UnsupportedFormat
 
 log = logging.getLogger("s3q.broker")
 
@@ -21,9 +21,15 @@ INTERNAL = "internal error: the broker's log has the details"
 def message(exc: BaseException, queue: str | None, store_url: str) -> str:
     """The text of ``exc`` as a caller may see it (``queue``: the queue the call named;
     ``store_url``: where the broker's queues live)."""
+    which = f" of queue {queue}" if queue else ""
+    if isinstance(exc, StoreFull):
+        log.warning("full store answered to a caller: %s", exc)
+        return (
+            f"the store{which} is full (no space left on the broker's disk): nothing was "
+            "done; the same call succeeds once space is freed"
+        )
     if isinstance(exc, StoreError) and not isinstance(exc, OutcomeUnknown | UnsupportedFormat):
         log.warning("store failure answered to a caller: %s", exc)
-        which = f" of queue {queue}" if queue else ""
         return f"the store{which} failed; try again (the broker's log has the details)"
     # "s3://bucket/prefix/q..." names queue q; the base alone, the store
     base = store_url.rstrip("/")

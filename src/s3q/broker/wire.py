@@ -24,6 +24,7 @@ from ..errors import (
     ReceiptExpired,
     S3QError,
     StoreError,
+    StoreFull,
     TransientError,
     Unavailable,
     UnsupportedFormat,
@@ -86,6 +87,7 @@ STATUS_OF: tuple[tuple[type[S3QError], int], ...] = (
     (QueueLocked, 409),
     (QueueFull, 429),
     (AuthError, 401),
+    (StoreFull, 507),  # Insufficient Storage: nothing was done; not retried by the client
     (StoreError, 503),
     (WriterFenced, 503),
     (QueueClosed, 503),
@@ -106,6 +108,7 @@ ERRORS: dict[str, type[S3QError]] = {
         OutcomeUnknown,
         TransientError,
         UnsupportedFormat,
+        StoreFull,
         StoreError,
         WriterFenced,
         QueueClosed,

@@ -8,7 +8,9 @@ One :class:`Schedule` decides for every request, whether the request goes throug
 - ``before``: it fails before reaching the store (500, 503 SlowDown, a reset);
 - ``after``: the store applies it, then the answer is lost (500, a reset, a timeout);
 - ``hang``: it hangs for the client's timeout, then fails, applied or not (even odds);
-- ``truncate``: a read whose body is cut short (the client sees a broken body).
+- ``truncate``: a read whose body is cut short (the client sees a broken body);
+- ``full``: a write refused for want of space (ENOSPC on a local directory), not applied
+  (:class:`~s3q.faults.store.FaultyStore` only: S3 has no such answer).
 
 Beside these, a store can be *partitioned*: for a while every request fails at once, while
 another writer's store over the same objects works. Tests also *script* faults: the next
@@ -25,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-FAULTS = ("delay", "before", "after", "hang", "truncate")
+FAULTS = ("delay", "before", "after", "hang", "truncate", "full")
 #: Request kinds a fault can be scripted for.
 REQUESTS = ("put_new", "put", "put_versioned", "get", "get_versioned", "list", "delete")
 
@@ -40,6 +42,7 @@ class FaultProfile:
     after: float = 0.0  # applied, answer lost
     hang: float = 0.0  # hung until the request timeout
     truncate: float = 0.0  # reads only: body cut short
+    full: float = 0.0  # writes only: no space left, not applied
     #: mean seconds between partitions (0: none), and the range of their lengths
     partition_every: float = 0.0
     partition_length: tuple[float, float] = (1.5, 10.0)
@@ -49,7 +52,7 @@ class FaultProfile:
         x = rng.random()
         for name in FAULTS:
             p: float = getattr(self, name)
-            if name == "truncate" and not read:
+            if (name == "truncate" and not read) or (name == "full" and read):
                 continue
             if x < p:
                 return name

@@ -1,5 +1,6 @@
-"""A store that fails like a network, on a seeded schedule (see :mod:`s3q.faults.schedule`
-for the faults). Each injected failure counts as a failed request of the wrapped store."""
+"""A store that fails like a network or a full disk, on a seeded schedule (see
+:mod:`s3q.faults.schedule` for the faults). Each injected failure counts as a failed request
+of the wrapped store."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import collections
 from collections.abc import Awaitable, Callable
 from typing import NoReturn, TypeVar
 
+from ..errors import StoreFull
 from ..store import Store, TransientError
 from ..store.base import WrappingStore
 from .schedule import FaultProfile, Partitions, Schedule
@@ -53,7 +55,7 @@ class FaultyStore(WrappingStore):
     async def _faulty(self, what: str, call: Callable[[], Awaitable[T]], read: bool = False) -> T:
         request, _, key = what.partition(" ")
         fault = self.schedule.draw(request, key, read)
-        if fault is None:
+        if fault is None or (fault == "full" and request == "delete"):  # a delete frees space
             return await call()
         if fault == "partition":
             return self._fail(fault, f"{what}: connection refused (partitioned)")
@@ -70,6 +72,10 @@ class FaultyStore(WrappingStore):
             if applies:
                 await call()
             return self._fail(fault, f"{what}: timed out after {self.timeout:g} s (injected)")
+        if fault == "full":
+            self.schedule.struck(fault)
+            self.counts.errors += 1
+            raise StoreFull(f"store {self.url}: {what}: no space left on device (injected)")
         if fault == "truncate":
             await call()
             return self._fail(fault, f"{what}: body cut short (injected)")

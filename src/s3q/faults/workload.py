@@ -30,6 +30,7 @@ from ..errors import (
     QueueLocked,
     ReceiptExpired,
     S3QError,
+    StoreFull,
     Unavailable,
     WriterFenced,
 )
@@ -53,6 +54,7 @@ KNOWN_FAILURES = (
     QueueFull,
     QueueLocked,
     ReceiptExpired,
+    StoreFull,
     Unavailable,
     WriterFenced,
 )
@@ -60,6 +62,7 @@ KNOWN_FAILURES = (
 DOWN = frozenset(
     {
         "StoreError",
+        "StoreFull",
         "TransientError",
         "OutcomeUnknown",
         "WriterFenced",

@@ -57,7 +57,8 @@ class Store(abc.ABC):
 
     Keys are relative to the store's root (the queue's prefix) and use ``/`` as separator.
     Every method raises :class:`~s3q.errors.StoreError` when the store fails or refuses access
-    (:class:`TransientError` when trying again may help). A write tried again after a
+    (:class:`TransientError` when trying again may help; :class:`~s3q.errors.StoreFull` when a
+    write found no room, and was not made). A write tried again after a
     transient fault may meet its own first attempt: ``put_new`` then raises
     :class:`AlreadyExists` and ``put_versioned`` :class:`Conflict`, and the caller tells its
     own object from a rival's by the content. ``counts`` are shared with wrapping stores.

@@ -2,7 +2,9 @@
 
 Every write is acknowledged only after the file and its directory are fsynced, so an
 acknowledged write survives a process kill and an OS crash. Create-if-absent is an atomic
-``link`` of a fully written temporary file.
+``link`` of a fully written temporary file. A write that fails leaves nothing behind (no
+temporary file, no object): a full disk (ENOSPC, EDQUOT) raises :class:`StoreFull`, and the
+same write succeeds once space is freed.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import os
 import uuid
 from pathlib import Path
 
-from ..errors import StoreError
+from ..errors import StoreError, StoreFull
 from .base import AlreadyExists, Conflict, NotFound, Store
 
 _TMP = ".tmp-"
@@ -63,7 +65,11 @@ class LocalStore(Store):
                 raise AlreadyExists(key) from None
             finally:
                 os.unlink(tmp)
-            _fsync_dir(path.parent)
+            try:
+                _fsync_dir(path.parent)
+            except OSError:
+                os.unlink(path)  # not known to be durable: take it back, so nothing changed
+                raise
 
     def _replace(self, key: str, data: bytes | bytearray) -> None:
         path = self.path(key)
@@ -81,8 +87,11 @@ class LocalStore(Store):
             while view:
                 view = view[os.write(fd, view) :]
             os.fsync(fd)
-        finally:
+        except BaseException:
             os.close(fd)
+            os.unlink(tmp)  # a partial file would hold on to the space that ran out
+            raise
+        os.close(fd)
         return tmp
 
     def _ensure_dir(self, directory: Path) -> None:
@@ -219,8 +228,11 @@ def _os_errors(store: LocalStore):  # type: ignore[no-untyped-def]
     except OSError as exc:
         if isinstance(exc, FileNotFoundError | FileExistsError | BlockingIOError):
             raise
-        what = {errno.EACCES: "access denied", errno.ENOSPC: "disk full"}.get(
-            exc.errno or 0, "I/O error"
-        )
         store.counts.errors += 1
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise StoreFull(
+                f"no space left for local store {store.root} (nothing was written; the same "
+                f"call succeeds once space is freed): {exc}"
+            ) from exc
+        what = "access denied" if exc.errno == errno.EACCES else "I/O error"
         raise StoreError(f"{what} on local store {store.root}: {exc}") from exc
