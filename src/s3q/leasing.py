@@ -128,27 +128,34 @@ class Leasing:
     async def _answers(self, chosen: list[Chosen], lease: Lease, batch: Batch) -> list[Message]:
         """The messages ``lease`` (folded, riding ``batch``) hands out, once it is durable."""
         core = self.core
-        stretches = [item for item in chosen if isinstance(item, Stretch)]
-        records = [item for item in chosen if isinstance(item, Record)]
-        payloads_of, by_stretch_of, _ = await asyncio.gather(
+        stretches = [item for item in chosen if type(item) is Stretch]
+        records = (
+            cast("list[Record]", chosen)
+            if not stretches
+            else [item for item in chosen if type(item) is Record]
+        )
+        payloads, pages, _ = await asyncio.gather(
             self.payloads.of(records),
             asyncio.gather(*map(self.payloads.of_stretch, stretches)),
             core.commit.durable_after(batch),
         )
-        payloads, by_stretch = iter(payloads_of), iter(by_stretch_of)
-        receipts = iter(receipt for _, receipt, _ in lease.leases)
         now = core.clock()
+        held = [  # (None: that lease lapsed while it was being made durable)
+            message(rec, payload) if _still_held(rec, receipt, now) else None
+            for rec, payload, (_, receipt, _) in zip(records, payloads, lease.leases, strict=True)
+        ]
+        if not stretches:
+            return [answer for answer in held if answer is not None]
         answers: list[Message] = []
-        held = core.state.stretches.by_token
+        by_record, by_stretch = iter(held), iter(pages)
+        leased = core.state.stretches.by_token
         for item in chosen:
-            if isinstance(item, Stretch):
-                pages = next(by_stretch)
-                if held.get(item.token) is item and item.until > now:
-                    answers.extend(stretch_messages(item, pages))
-            else:
-                payload = next(payloads)
-                if _still_held(item, next(receipts), now):
-                    answers.append(message(item, payload))
+            if type(item) is Stretch:
+                members = next(by_stretch)
+                if leased.get(item.token) is item and item.until > now:
+                    answers.extend(stretch_messages(item, members))
+            elif (answer := next(by_record)) is not None:
+                answers.append(answer)
         return answers
 
     async def select(
