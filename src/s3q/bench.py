@@ -1,9 +1,10 @@
 """``s3q bench``: throughput, latency and cost per message of one queue, phase by phase.
 
-Phases: ``enqueue`` (producers enqueue N messages, in batches of ``batch``), ``dequeue+complete``
-(consumers lease and acknowledge them), ``mixed`` (producers and consumers together, N more),
-and with a ``rate``, ``paced enqueue`` (single enqueues sent on a fixed schedule, latency taken
-from each one's scheduled time, so a stall is not hidden by the senders waiting it out).
+Phases: ``enqueue`` (producers enqueue N messages, in batches of ``batch``),
+``dequeue+complete`` (consumers lease and acknowledge them, each batch with the call that takes
+the next), ``mixed`` (producers and consumers together, N more), and with a ``rate``, ``paced
+enqueue`` (single enqueues sent on a fixed schedule, latency taken from each one's scheduled
+time, so a stall is not hidden by the senders waiting it out).
 
 The queue (``queue``, in ``store``) is embedded in the benchmark's process, or served by a
 broker (``server``): one started on the store in a child process, or one already running at a
@@ -28,6 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .api import open_async
+from .message import Message
 from .prices import S3
 from .store import queue_url
 from .surface import AsyncQueueSurface
@@ -135,18 +137,21 @@ async def _paced(q: AsyncQueueSurface, meter: _Meter, times: list[float], payloa
 
 
 async def _consume(q: AsyncQueueSurface, meter: _Meter, target: int, batch: int) -> None:
-    async def round_trip() -> int:
-        msgs = await q.dequeue(max_messages=batch, wait=0.05)
-        if msgs:
-            await q.complete_batch(msgs)
-        return len(msgs)
-
+    """Lease batches, completing each with the call that takes the next (``dequeue``'s
+    ``complete``: one call and one commit per batch). A batch counts once its completion is
+    durable; its latency runs from the call that leased it to the answer of the one that
+    completed it."""
+    held: list[Message] = []
+    held_since = 0.0
     while meter.done < target:
         started = time.perf_counter()
-        got = await round_trip()
-        if got:
-            meter.latencies.append(time.perf_counter() - started)
-            meter.done += got
+        msgs = await q.dequeue(max_messages=batch, wait=0.0 if held else 0.05, complete=held)
+        if held:
+            meter.latencies.append(time.perf_counter() - held_since)
+            meter.done += len(held)
+        held, held_since = msgs, started
+    if held:  # (none: every message is counted, and only once its completion is durable)
+        await q.complete_batch(held)
 
 
 # Completed ids are not kept and garbage has no grace: the figures show storage at rest.
