@@ -144,12 +144,12 @@ class LocalStore(Store):
         with _os_errors(self):
             if not self.root.exists():
                 return []
-            for dirpath, _dirs, files in os.walk(self.root):
+            for dirpath, dirs, files in os.walk(self.root):
                 rel = os.path.relpath(dirpath, self.root)
                 base = "" if rel == "." else rel.replace(os.sep, "/") + "/"
-                if not (base.startswith(prefix) or prefix.startswith(base)):
-                    _dirs.clear()
-                    continue
+                # only into directories that can hold keys of the prefix: a listing of
+                # checkpoint/ never reads the log's directory, however many objects it holds
+                dirs[:] = [d for d in dirs if _may_hold(base + d + "/", prefix)]
                 for name in files:
                     key = base + name
                     if name.startswith(_TMP) or not key.startswith(prefix):
@@ -207,6 +207,11 @@ class LocalStore(Store):
                 os.close(fd)
                 return None
             return fd
+
+
+def _may_hold(directory: str, prefix: str) -> bool:
+    """Whether keys under ``directory`` (a key prefix ending in "/") may begin with ``prefix``."""
+    return directory.startswith(prefix) or prefix.startswith(directory)
 
 
 def _version(data: bytes) -> str:
