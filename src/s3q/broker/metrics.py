@@ -213,6 +213,12 @@ class BrokerMetrics:
             ["queue"],
             registry=r,
         )
+        self.history = Gauge(
+            "s3q_queue_history_objects",
+            "Objects garbage collection keeps only for history_retention (as of its last pass).",
+            ["queue"],
+            registry=r,
+        )
         self.classes = Gauge(
             "s3q_queue_tenant_deliveries",
             "Messages delivered since the queue opened, to noisy tenants and to the others.",
@@ -323,6 +329,7 @@ class BrokerMetrics:
             for state in QUIET_STATES:
                 self.quiet.labels(name, state).set(getattr(stats, f"quiet_{state}"))
             self.quiet_age.labels(name).set(stats.quiet_oldest_age)
+            self.history.labels(name).set(stats.history_objects)
             self.classes.labels(name, "noisy").set(stats.deliveries_noisy)
             self.classes.labels(name, "quiet").set(stats.deliveries_quiet)
             self.batch.labels(name).set(stats.mean_ops_per_commit)
@@ -355,6 +362,7 @@ class BrokerMetrics:
                     self.buffered,
                     self.noisy,
                     self.quiet_age,
+                    self.history,
                     self.batch,
                     self.commit_seconds,
                     self.commit_ops,
