@@ -39,6 +39,23 @@ async def written_at(store: Store, seq: int) -> float | None:
         return None
 
 
+async def first_after(store: Store, seqs: list[int], cutoff: float, times: dict[int, float]) -> int:
+    """Where in ``seqs`` (log objects, ascending) the first written after ``cutoff`` lies
+    (``len(seqs)`` if none): a binary search reading the times not in ``times`` (which keeps
+    them). An object gone meanwhile counts as written before."""
+    low, high = 0, len(seqs)
+    while low < high:
+        mid = (low + high) // 2
+        seq = seqs[mid]
+        if seq not in times and (at := await written_at(store, seq)) is not None:
+            times[seq] = at
+        if seq not in times or times[seq] <= cutoff:
+            low = mid + 1
+        else:
+            high = mid
+    return low
+
+
 class Horizon:
     """How far history retention lets collection go, and what it holds back."""
 
@@ -51,23 +68,8 @@ class Horizon:
         """Move past the garbage log objects ``garbage`` written at or before ``cutoff``; the
         horizon."""
         candidates = sorted(s for s in set(garbage) if s > self.seq)
-        low, high = 0, len(candidates)
-        while low < high:  # the first candidate younger than the cutoff
-            mid = (low + high) // 2
-            at = await self._time(store, candidates[mid])
-            if at is None or at <= cutoff:  # a gone object is past retention too
-                low = mid + 1
-            else:
-                high = mid
-        if low:
-            self.seq = candidates[low - 1]
+        young = await first_after(store, candidates, cutoff, self._times)
+        if young:
+            self.seq = candidates[young - 1]
             self._times = {s: t for s, t in self._times.items() if s > self.seq}
         return self.seq
-
-    async def _time(self, store: Store, seq: int) -> float | None:
-        if seq not in self._times:
-            at = await written_at(store, seq)
-            if at is None:
-                return None
-            self._times[seq] = at
-        return self._times[seq]

@@ -7,7 +7,6 @@ requests) are read from every open queue when the endpoint is scraped.
 from __future__ import annotations
 
 import contextlib
-import math
 import random
 import time
 from collections import deque
@@ -17,6 +16,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from ..lives import percentile
 from ..prices import MONTH, S3, Prices
 from ..store.base import Counts
 from .registry import QueueRegistry
@@ -43,11 +43,6 @@ def by_kind(counts: Counts) -> tuple[int, ...]:
         counts.errors,
         counts.retries,
     )
-
-
-def percentile(ordered: list[float], q: float) -> float:
-    """The nearest-rank ``q`` quantile (0 < q <= 1) of sorted, non-empty ``ordered``."""
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 @dataclass
