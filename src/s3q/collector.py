@@ -6,6 +6,7 @@ which it became garbage. A checkpoint at sequence ``C`` never refers to garbage 
 and readers starting from it read only the log after ``C``. So once a checkpoint has existed for
 ``gc_grace`` seconds (the *stable* one), everything stamped at or before it can go, and so can
 older checkpoints: a reader that finishes within ``gc_grace`` of its start never misses an object.
+With ``history_retention`` set, garbage younger than it is kept too (``s3q.horizon``).
 
 Live payloads stranded in mostly-dead log objects are copied forward into the log (a Relocate
 operation) so those objects can go too. Collection runs beside the writer, never blocking commits.
@@ -18,9 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from . import checkpoint, staging
+from . import checkpoint, log, staging
 from .config import QueueConfig
 from .errors import S3QError
+from .horizon import Horizon, governing_seq
 from .records import DONE, Record
 from .state import QueueState
 from .store import Store
@@ -46,6 +48,10 @@ class Writer(Protocol):
     def state(self) -> QueueState: ...
 
     @property
+    def horizon(self) -> Horizon:
+        """How far history retention lets collection go."""
+
+    @property
     def staged_claims(self) -> set[str]:
         """Staged objects being committed: never orphans."""
 
@@ -67,6 +73,7 @@ class CompactionReport:
     stable_checkpoint: int = 0
     deleted_objects: int = 0
     deleted_checkpoints: int = 0
+    history_objects: int = 0  # garbage kept for history_retention alone
     relocated_messages: int = 0
     relocated_bytes: int = 0
     objects: int = 0  # what the queue's prefix holds afterwards (filled in by compact())
@@ -97,7 +104,7 @@ async def _delete_garbage(
 ) -> None:
     """Delete garbage stamped at or before the stable checkpoint, and older checkpoints."""
     store, state, known = writer.store, writer.state, writer.checkpoints
-    doomed = state.payloads.doomed(stable)
+    doomed = await _past_history(writer, report, state.payloads.doomed(stable))
     old_checkpoints = [checkpoint.key(s) for s in seqs if s < stable]
     limit = asyncio.Semaphore(DELETE_CONCURRENCY)
 
@@ -121,6 +128,20 @@ async def _delete_garbage(
     for s in seqs:
         if s < stable and checkpoint.key(s) not in failed:
             known.pop(s, None)
+
+
+async def _past_history(
+    writer: Writer, report: CompactionReport, garbage: list[tuple[int, str]]
+) -> list[str]:
+    """The keys of ``garbage`` that history retention (if any) lets go; counts the rest."""
+    retention = writer.config.history_retention
+    if not retention:
+        return [key for _, key in garbage]
+    logs = (s for s in map(log.seq_of, (key for _, key in garbage)) if s is not None)
+    horizon = await writer.horizon.advance(writer.store, logs, writer.clock() - retention)
+    doomed = [key for stamp, key in garbage if governing_seq(stamp, key) <= horizon]
+    report.history_objects = writer.horizon.held = len(garbage) - len(doomed)
+    return doomed
 
 
 async def _relocate_stragglers(writer: Writer, report: CompactionReport) -> None:

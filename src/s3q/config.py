@@ -63,6 +63,9 @@ class QueueConfig:
     checkpoint_ops: int = 100_000
     checkpoint_interval: float = 60.0
     gc_grace: float = 300.0
+    #: seconds of history kept readable: garbage collection keeps every log object younger
+    #: than this (and the payload objects they refer to); 0 keeps none beyond ``gc_grace``
+    history_retention: float = 0.0
     clock: Callable[[], float] = time.time
     attributes: dict[str, str] | None = None  # free-form queue metadata, saved with the queue
     #: when an enqueue is answered: "durable", once the log object holding it is in the store;
@@ -98,6 +101,7 @@ class QueueConfig:
             "dedup_window",
             "completed_retention",
             "gc_grace",
+            "history_retention",
         ):
             _seconds(name, getattr(self, name), allow_zero=True)
         _seconds("max_delay", self.max_delay, allow_zero=True, high=MAX_DELAY)
@@ -138,6 +142,7 @@ PERSISTED = (
     "durability",
     "delivery",
     "ack_durability",
+    "history_retention",
 )
 Setting = int | float | str | dict[str, str] | None
 

@@ -1,11 +1,12 @@
 """What the parts of one queue's writer share (``engine`` makes it and keeps it).
 
-The store, the settings in force, the index, the group commit and the payload cache; the
-check every operation starts with; the calls under way; the wakeups of long polls; work left
-running in the background; and the writer's counts of what it did (``Tally``). The parts
-beside the engine (``intake``, ``delivery``, ``reads``, ``dead_letters``, ``upkeep``,
-``payloads``) each hold the one ``Core`` of their writer, so a change of the index or of the
-settings (recovery, ``configure``, a pause) is seen by every part at once.
+The store, the settings in force, the index, the group commit, the payload cache and the
+history horizon (``horizon``); the check every operation starts with; the calls under way; the
+wakeups of long polls; work left running in the background; and the writer's counts of what
+it did (``Tally``). The parts beside the engine (``intake``, ``delivery``, ``reads``,
+``dead_letters``, ``upkeep``, ``payloads``) each hold the one ``Core`` of their writer, so a
+change of the index or of the settings (recovery, ``configure``, a pause) is seen by every part
+at once.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from .cache import ObjectCache
 from .commit import GroupCommit
 from .config import FAIR, QueueConfig
 from .errors import QueueClosed
+from .horizon import Horizon
 from .state import QueueState
 from .store import Store
 
@@ -51,6 +53,7 @@ class Core:
         self.cache = ObjectCache(config.payload_cache_bytes)
         self.closed = False
         self.tally = Tally()
+        self.horizon = Horizon()  # how far history retention lets collection go
         self.staged_claims: set[str] = set()  # staged objects being committed: not orphans
         self.tasks: set[asyncio.Task[None]] = set()  # background work (``background``)
         self._changed: asyncio.Future[None] | None = None

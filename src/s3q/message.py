@@ -82,3 +82,5 @@ class QueueStats:
     deliveries_quiet: int = 0
     #: completions answered before they were durable (``ack_durability="buffered"``)
     buffered_acks: int = 0
+    #: objects garbage collection keeps only for ``history_retention``, as of its last pass
+    history_objects: int = 0

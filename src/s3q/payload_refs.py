@@ -100,9 +100,9 @@ class PayloadRefs:
 
     # -- for the collector -----------------------------------------------------------------------
 
-    def doomed(self, stable: int) -> list[str]:
-        """The garbage stamped at or before log object ``stable``."""
-        return [key for stamp, key in self.garbage if stamp <= stable]
+    def doomed(self, stable: int) -> list[tuple[int, str]]:
+        """The garbage stamped at or before log object ``stable``: ``(stamp, key)`` each."""
+        return [(stamp, key) for stamp, key in self.garbage if stamp <= stable]
 
     def forget(self, gone: set[str]) -> None:
         """Objects ``gone`` were deleted."""

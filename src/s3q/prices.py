@@ -30,6 +30,10 @@ class Prices:
         return ((puts + lists) * self.put + gets * self.get) / 1000
 
 
+#: S3 Standard's list price of storage, dollars per GB-month (us-east-1, first 50 TB): what a
+#: queue's ``history_retention`` costs, on the log objects it keeps (no second copy)
+STORAGE_GB_MONTH = 0.023
+
 #: S3 Standard's list prices
 S3 = Prices()
 #: a local directory's or memory's: a request costs nothing

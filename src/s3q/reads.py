@@ -75,6 +75,7 @@ class Reads:
             quiet_oldest_age=quiet.oldest_age,
             deliveries_noisy=tally.deliveries_noisy,
             deliveries_quiet=tally.deliveries_quiet,
+            history_objects=core.horizon.held,
         )
 
     async def peek(self, limit: int) -> list[Message]:

@@ -27,17 +27,23 @@ class TableMissing(NotFound):
     """The log object holding untouched messages' table is gone."""
 
 
+async def header(store: Store, seq: int) -> log.Header:
+    """The header of log object ``seq``, read from its end (NotFound if it is gone)."""
+    key = log.key(seq)
+    tail = await store.get_tail(key, TAIL_GUESS)
+    need = log.sealed_size(tail, key)
+    if need > len(tail):
+        tail = await store.get_tail(key, need)
+    return log.decode(tail, key)
+
+
 async def appends(store: Store, seq: int) -> list[Append]:
     """The Appends of log object ``seq``, read from its end."""
-    key = log.key(seq)
     try:
-        tail = await store.get_tail(key, TAIL_GUESS)
-        need = log.sealed_size(tail, key)
-        if need > len(tail):
-            tail = await store.get_tail(key, need)
+        found = await header(store, seq)
     except NotFound:
-        raise TableMissing(f"log object {key} of {store.url} is gone") from None
-    return [op for op in log.decode(tail, key).ops if isinstance(op, Append)]
+        raise TableMissing(f"log object {log.key(seq)} of {store.url} is gone") from None
+    return [op for op in found.ops if isinstance(op, Append)]
 
 
 async def fill(store: Store, state: QueueState, seqs: Iterable[int]) -> None:

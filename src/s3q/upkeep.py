@@ -17,6 +17,7 @@ from .commit import Batch
 from .config import QueueConfig
 from .core import Core
 from .errors import S3QError
+from .horizon import Horizon
 from .ops import Prune, Relocate
 from .payloads import Payloads, Span
 from .state import QueueState
@@ -130,6 +131,10 @@ class Upkeep:
     @property
     def state(self) -> QueueState:
         return self.core.state
+
+    @property
+    def horizon(self) -> Horizon:
+        return self.core.horizon
 
     @property
     def staged_claims(self) -> set[str]:

@@ -7,7 +7,6 @@ requests) are read from every open queue when the endpoint is scraped.
 from __future__ import annotations
 
 import contextlib
-import math
 import random
 import time
 from collections import deque
@@ -17,6 +16,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from ..lives import percentile
 from ..prices import MONTH, S3, Prices
 from ..store.base import Counts
 from .registry import QueueRegistry
@@ -43,11 +43,6 @@ def by_kind(counts: Counts) -> tuple[int, ...]:
         counts.errors,
         counts.retries,
     )
-
-
-def percentile(ordered: list[float], q: float) -> float:
-    """The nearest-rank ``q`` quantile (0 < q <= 1) of sorted, non-empty ``ordered``."""
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 @dataclass
@@ -213,6 +208,12 @@ class BrokerMetrics:
             ["queue"],
             registry=r,
         )
+        self.history = Gauge(
+            "s3q_queue_history_objects",
+            "Objects garbage collection keeps only for history_retention (as of its last pass).",
+            ["queue"],
+            registry=r,
+        )
         self.classes = Gauge(
             "s3q_queue_tenant_deliveries",
             "Messages delivered since the queue opened, to noisy tenants and to the others.",
@@ -323,6 +324,7 @@ class BrokerMetrics:
             for state in QUIET_STATES:
                 self.quiet.labels(name, state).set(getattr(stats, f"quiet_{state}"))
             self.quiet_age.labels(name).set(stats.quiet_oldest_age)
+            self.history.labels(name).set(stats.history_objects)
             self.classes.labels(name, "noisy").set(stats.deliveries_noisy)
             self.classes.labels(name, "quiet").set(stats.deliveries_quiet)
             self.batch.labels(name).set(stats.mean_ops_per_commit)
@@ -355,6 +357,7 @@ class BrokerMetrics:
                     self.buffered,
                     self.noisy,
                     self.quiet_age,
+                    self.history,
                     self.batch,
                     self.commit_seconds,
                     self.commit_ops,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -30,6 +31,7 @@ from ..config import MAX_WINDOW
 from ..errors import S3QError
 from ..prices import S3, named_prices
 from ..store import queue_url
+from . import history
 from .demo import run_demo
 from .errors import friendly_errors, one_line
 from .inputs import Item, parse_attributes, read_items
@@ -41,9 +43,11 @@ from .render import (
     show_deliveries,
     show_enqueued,
     show_lease_note,
+    show_life,
     show_messages,
     show_result,
     show_stats,
+    show_summary,
     watch_stats,
 )
 from .stores import (
@@ -531,6 +535,50 @@ def status(name: str, id: str, as_json: bool, store: str | None) -> None:
     with opened(url) as q:
         where = q.status(id)
     show_result(url, as_json, where.value, {"id": id, "status": where.value})
+
+
+@main.command("history")
+@click.argument("name")
+@click.option("--id", "mid", metavar="ID", help="Show the life of message ID.")
+@click.option(
+    "--since",
+    metavar="DURATION",
+    help="Sum up the history of the last DURATION (90s, 15m, 1h, 2d): events by kind, "
+    "dwell and processing p50/p99, top errors.",
+)
+@click.option(
+    "--scan",
+    type=click.IntRange(min=1),
+    default=history.SCAN,
+    show_default=True,
+    help="With --id: log objects read at most, from the one that enqueued the message.",
+)
+@json_option
+@store_option
+@friendly_errors
+def history_command(
+    name: str, mid: str | None, since: str | None, scan: int, as_json: bool, store: str | None
+) -> None:
+    """Show what happened to a message, or sum up a recent period, from the queue's log.
+
+    Reads the store directly, with no writer: the log holds every operation until garbage
+    collection deletes it, so set the queue's history_retention to keep a period readable.
+    """
+    if (mid is None) == (since is None):
+        raise click.UsageError("give one of --id ID and --since DURATION")
+    url = resolve(name, store)
+    if mid is not None:
+        events = history.life(url, mid, scan)
+        if not events:
+            raise click.ClickException(
+                f"no history of message {mid} in {shown(url)}: not a message of this queue, "
+                "or its log was collected (history_retention keeps it)"
+            )
+        show_life(url, mid, events, as_json)
+        return
+    period = history.seconds(since or "")
+    summary, objects = history.recent(url, period, time.time())
+    show_summary(url, period, summary, objects, as_json)
 
 
 @main.group()

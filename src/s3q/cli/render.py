@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import click
+import msgspec
 from rich.console import Console, Group
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TimeElapsedColumn
 from rich.table import Table
@@ -19,7 +20,9 @@ from rich.text import Text
 
 import s3q
 
+from .. import history
 from ..errors import S3QError
+from ..lives import Summary
 from .errors import one_line
 from .stores import opened, shown
 
@@ -27,6 +30,7 @@ console = Console()
 if not console.is_terminal:
     console = Console(width=160)  # piped output: do not squeeze tables to 80 columns
 
+TOP_ERRORS = 5  # error texts ``history --since`` shows
 SHOWN_PAYLOAD = 2000  # characters of a payload shown by the human-readable listings
 
 
@@ -191,6 +195,8 @@ def stats_table(stats: s3q.QueueStats, title: str, *, writer: bool = False) -> T
     table.add_row("total_enqueued", f"{stats.total_enqueued:,}", style="dim")
     if stats.noisy_tenants:  # their messages wait behind the other tenants'
         table.add_row("noisy_tenants", f"{stats.noisy_tenants:,}", style="yellow")
+    if stats.history_objects:  # kept by garbage collection for history_retention alone
+        table.add_row("history_objects", f"{stats.history_objects:,}", style="dim")
     if writer:
         table.add_row("commits", f"{stats.commits:,}", style="dim")
         table.add_row("mean_ops_per_commit", f"{stats.mean_ops_per_commit:,.1f}", style="dim")
@@ -268,3 +274,77 @@ def phase_progress(bar: Progress) -> Callable[[str, int, int], None]:
         bar.update(tasks[phase], completed=done)
 
     return progress
+
+
+# --------------------------------------------------------------------------- history
+
+
+def _when(at: float | None) -> str:
+    if at is None:
+        return ""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at)) + f".{int(at % 1 * 1000):03d}Z"
+
+
+def show_life(url: str, mid: str, events: list[history.Event], as_json: bool) -> None:
+    """One message's events: a table from its enqueue on, or ``{queue, id, events}``."""
+    if as_json:
+        emit_json({"queue": shown(url), "id": mid, "events": msgspec.to_builtins(events)})
+        return
+    table = Table(title=f"history of {mid} in {shown(url)}")
+    for column in ("log", "time (UTC)", "event", "attempt", "visible at", "details"):
+        table.add_column(column)
+    for e in events:
+        details = [
+            f"{name}={value}"
+            for name in ("priority", "tenant", "group", "dedup_id", "size", "error")
+            if (value := getattr(e, name)) is not None
+        ]
+        table.add_row(
+            f"{e.seq}:{e.op}",
+            _when(e.at),
+            e.kind,
+            "" if e.attempt is None else str(e.attempt),
+            _when(e.visible_at),
+            Text(" ".join(details)),
+        )
+    console.print(table)
+
+
+def show_summary(url: str, since: float, summary: Summary, objects: int, as_json: bool) -> None:
+    """What the last ``since`` seconds of history add up to."""
+    document = {
+        "queue": shown(url),
+        "since": since,
+        "objects": objects,
+        "first_at": summary.first_at,
+        "last_at": summary.last_at,
+        "events": dict(summary.kinds.most_common()),
+        "dwell": summary.quantiles("dwell"),
+        "processing": summary.quantiles("processing"),
+        "errors": summary.errors.most_common(TOP_ERRORS),
+    }
+    if as_json:
+        emit_json(document)
+        return
+    title = f"history of {shown(url)}: {objects:,} log objects, {_when(summary.first_at)} on"
+    kinds = Table(title=title)
+    kinds.add_column("event")
+    kinds.add_column("count", justify="right")
+    for kind, count in summary.kinds.most_common():
+        kinds.add_row(kind, f"{count:,}")
+    times = Table()
+    for column in ("seconds", "measured", "p50", "p99"):
+        times.add_column(column, justify="right")
+    for name in ("dwell", "processing"):
+        q = summary.quantiles(name)
+        cells = ["-" if v is None else f"{v:.3f}" for v in (q["p50"], q["p99"])]
+        times.add_row(name, f"{len(getattr(summary, name)):,}", *cells)
+    parts: list[Table] = [kinds, times]
+    if summary.errors:
+        errors = Table()
+        errors.add_column("top errors")
+        errors.add_column("count", justify="right")
+        for text, count in summary.errors.most_common(TOP_ERRORS):
+            errors.add_row(Text(text), f"{count:,}")
+        parts.append(errors)
+    console.print(Group(*parts))

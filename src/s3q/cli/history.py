@@ -1,0 +1,111 @@
+"""What ``s3q history`` reads: one message's events, or the events of a recent period, straight
+from the queue's log in its store (``s3q.history``; no writer is opened, nothing is written).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TypeVar
+
+import click
+
+from .. import history, horizon, ids
+from ..history import Event
+from ..lives import Summary, summarize
+from ..store import Store, open_store
+from .stores import local_path
+
+T = TypeVar("T")
+
+#: how many log objects ``--id`` reads from the one that enqueued the message, at most
+SCAN = 10_000
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+ENDS = frozenset({"completed", "discarded", "purged"})  # a message's life is over
+
+
+def seconds(text: str) -> float:
+    """``90``, ``90s``, ``15m``, ``1h``, ``2d`` as seconds; BadParameter otherwise."""
+    found = _DURATION.fullmatch(text.strip())
+    if not found or float(found[1]) <= 0:
+        raise click.BadParameter(
+            f"{text!r} is not a duration: a positive number with s, m, h or d (e.g. 1h)",
+            param_hint="--since",
+        )
+    return float(found[1]) * _UNITS[found[2]]
+
+
+def message_id(text: str) -> tuple[str, int]:
+    """The queue id and the log object an id names; BadParameter for a string no id is."""
+    seq = ids.enqueued_by(text)
+    if not seq:
+        raise click.BadParameter(
+            f"{text!r} is not a message id of this s3q (28 hexadecimal digits, as enqueue "
+            "prints them; ids of format-1 queues name no log object)",
+            param_hint="--id",
+        )
+    return text[: ids.QUEUE_DIGITS], seq
+
+
+@asynccontextmanager
+async def _store(url: str) -> AsyncIterator[Store]:
+    if "://" in url and url.split("://", 1)[0].lower() in ("http", "https"):
+        raise click.ClickException(
+            "history reads the queue's store directly: give the store's URL (file://, s3://, "
+            "gs://, az://), not a broker's"
+        )
+    path = local_path(url)
+    if path is not None and not os.path.isdir(path):
+        raise click.ClickException(f"no queue at {url}: check NAME and --store")
+    store = open_store(url)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+def _run(url: str, read: Callable[[Store], Awaitable[T]]) -> T:
+    async def main() -> T:
+        async with _store(url) as store:
+            return await read(store)
+
+    return asyncio.run(main())
+
+
+def life(url: str, mid: str, scan: int = SCAN) -> list[Event]:
+    """The events of message ``mid``, from the log object that enqueued it, reading at most
+    ``scan`` log objects and stopping at the end of its life."""
+    queue, seq = message_id(mid)
+
+    async def read(store: Store) -> list[Event]:
+        found: list[Event] = []
+        if queue != await history.queue_id(store):  # another queue's id
+            return found
+        async for e in history.read(store, seq, seq + scan - 1, queue):
+            if e.id == mid or (e.kind == "purged" and found):
+                found.append(e)
+                if e.kind in ENDS:
+                    break
+        return found
+
+    return _run(url, read)
+
+
+def recent(url: str, since: float, now: float) -> tuple[Summary, int]:
+    """What the log objects written in the last ``since`` seconds add up to, and how many
+    were read."""
+
+    async def read(store: Store) -> tuple[Summary, int]:
+        seqs = await history.seqs(store)
+        start = await horizon.first_after(store, seqs, now - since, {})
+        wanted = seqs[start:]
+        if not wanted:
+            return summarize([]), 0
+        events = [e async for e in history.read(store, wanted[0]) if e.at > now - since]
+        return summarize(events), len(wanted)
+
+    return _run(url, read)

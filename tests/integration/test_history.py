@@ -1,0 +1,162 @@
+"""Queue history: history retention keeps the log readable for its period, then lets it go."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from conftest import SUPPORT_DIR, FakeClock, StoreEnv
+
+from s3q import history
+from s3q.store import open_store
+
+
+def _work(q: object, rounds: int) -> list[str]:
+    """Messages enqueued, leased and completed, a log object or more each step: their ids."""
+    sent: list[str] = []
+    for r in range(rounds):
+        sent += q.enqueue_batch([b"p%d-%d" % (r, i) for i in range(20)])  # type: ignore[attr-defined]
+        q.complete_batch(q.dequeue(max_messages=20))  # type: ignore[attr-defined]
+    return sent
+
+
+def test_history_retention_keeps_log_objects_for_its_period_then_lets_them_go(
+    durable_env: StoreEnv, clock: FakeClock
+) -> None:
+    q = durable_env.open(
+        clock=clock, gc_grace=0.0, completed_retention=0.0, history_retention=3600.0
+    )
+    try:
+        _work(q, 10)
+        written = durable_env.log_seqs()
+        report = q.compact()
+        assert report.deleted_objects == 0 and report.history_objects >= len(written) - 2
+        assert set(written) <= set(durable_env.log_seqs())  # every one still readable
+        assert q.stats().history_objects == report.history_objects
+        clock.advance(1800)
+        written = durable_env.log_seqs()
+        _work(q, 2)  # younger objects, written half an hour later
+        younger = set(durable_env.log_seqs()) - set(written)
+        clock.advance(1801)  # the first ones are past retention, the younger ones are not
+        q.compact()
+        left = set(durable_env.log_seqs())
+        assert not left & set(written[:-2]), left
+        assert younger <= left
+        clock.advance(3601)
+        q.compact()
+        assert len(durable_env.log_seqs()) <= 3
+    finally:
+        q.close()
+
+
+def test_without_history_retention_collection_deletes_at_once(
+    durable_env: StoreEnv, clock: FakeClock
+) -> None:
+    """The default (0): garbage goes at the first pass, with no read of any log object."""
+    q = durable_env.open(clock=clock, gc_grace=0.0, completed_retention=0.0)
+    try:
+        _work(q, 10)
+        before = q.stats()
+        report = q.compact()
+        after = q.stats()
+        assert report.deleted_objects >= 10 and report.history_objects == 0
+        assert after.store_gets == before.store_gets
+        assert len(durable_env.log_seqs()) <= 3
+    finally:
+        q.close()
+
+
+async def _events(env: StoreEnv, first: int = 0) -> list[history.Event]:
+    store = open_store(env.url, dict(env.options))
+    try:
+        return [e async for e in history.read(store, first)]
+    finally:
+        await store.close()
+
+
+def test_history_tells_each_message_s_life(durable_env: StoreEnv, clock: FakeClock) -> None:
+    """Every kind of event, read straight from the log with no writer open."""
+    q = durable_env.open(clock=clock, max_attempts=2, retry_delay=5.0, retry_delay_max=5.0)
+    try:
+        a = q.enqueue(b"alpha", priority=7, tenant="t1", dedup_id="d-a")
+        b, c = q.enqueue_batch([b"bb", b"ccc"])
+        late = q.enqueue(b"later", delay=60.0, group="g")
+        first = q.dequeue(max_messages=3)
+        assert [m.id for m in first] == [a, b, c]
+        q.fail(first[0], "boom")
+        q.extend(first[1], 120.0)
+        q.release([first[2]])
+        clock.advance(10)
+        again = q.dequeue(max_messages=1)
+        assert again[0].id == a
+        q.fail(again[0], "boom again")  # the last attempt: dead
+        q.redrive([a])
+        q.complete_batch([*q.dequeue(max_messages=1), first[1]])
+        q.purge()
+    finally:
+        q.close()
+    events = asyncio.run(_events(durable_env))
+    life = [(e.kind, e.attempt, e.error) for e in events if e.id == a]
+    assert life == [
+        ("enqueued", None, None),
+        ("leased", 1, None),
+        ("failed", 1, "boom"),
+        ("retried", 2, None),
+        ("dead", 2, "boom again"),
+        ("redriven", None, None),
+        ("leased", 1, None),
+        ("completed", None, None),
+    ]
+    enqueued = {e.id: e for e in events if e.kind == "enqueued"}
+    assert (enqueued[a].priority, enqueued[a].tenant, enqueued[a].dedup_id) == (7, "t1", "d-a")
+    assert enqueued[c].size == 3 and enqueued[late].group == "g"
+    assert enqueued[late].visible_at == pytest.approx(enqueued[late].at + 60.0)
+    by = {(e.id, e.kind): e for e in events}
+    assert by[(b, "extended")].visible_at == pytest.approx(by[(b, "extended")].at + 120.0)
+    assert (c, "released") in by and (b, "completed") in by
+    assert by[(a, "failed")].visible_at == pytest.approx(by[(a, "failed")].at + 5.0)
+    assert [e.kind for e in events if e.id is None] == ["purged"]
+    positions = [(e.seq, e.op) for e in events]
+    assert positions == sorted(positions)
+    assert all(e.kind in history.KINDS for e in events)
+
+
+def test_history_reads_stretch_leases_and_a_range(durable_env: StoreEnv) -> None:
+    """Members of a run leased together (one stretch in the log) are each an event; a read
+    from a later log object sees only what followed."""
+    q = durable_env.open()
+    try:
+        sent = q.enqueue_batch([b"x%d" % i for i in range(50)])
+        start = q.stats().log_seq + 1
+        q.complete_batch(q.dequeue(max_messages=50))
+    finally:
+        q.close()
+    leased = [e.id for e in asyncio.run(_events(durable_env)) if e.kind == "leased"]
+    assert leased == sent
+    later = asyncio.run(_events(durable_env, start))
+    assert {e.kind for e in later} == {"leased", "completed"}
+    assert all(e.attempt is None for e in later)  # their enqueue lies before the range
+
+
+@pytest.mark.parametrize("build", ["1813867", "cd2f38b", "eaadc93"])
+def test_history_reads_logs_of_earlier_formats(build: str) -> None:
+    """Formats 1 to 3 (queues written by earlier builds) read as events like today's."""
+    root = SUPPORT_DIR / "fixtures" / f"queue-{build}"
+    manifest = json.loads(root.with_suffix(".json").read_text())
+
+    async def read() -> list[history.Event]:
+        store = open_store(f"file://{root}")
+        try:
+            return [e async for e in history.read(store)]
+        finally:
+            await store.close()
+
+    events = asyncio.run(read())
+    enqueued = {e.id for e in events if e.kind == "enqueued"}
+    assert enqueued == {
+        *manifest["ids"].values(),
+        *([manifest["big"]] if "big" in manifest else []),
+    }
+    assert set(manifest["completed"]) <= {e.id for e in events if e.kind == "completed"}
+    assert {e.kind for e in events} >= {"enqueued", "leased", "completed", "failed"}
