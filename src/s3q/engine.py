@@ -38,7 +38,7 @@ from .config import (
 )
 from .core import Core
 from .dead_letters import DeadLetters
-from .errors import S3QError, StoreError, WriterFenced
+from .errors import OutcomeUnknown, S3QError, StoreError, WriterFenced
 from .intake import Intake
 from .lease import WriterLease, describe_holder, writer_lease
 from .leasing import Leasing
@@ -65,12 +65,28 @@ R = TypeVar("R")
 def _counted(
     method: Callable[Concatenate[Engine, P], Awaitable[R]],
 ) -> Callable[Concatenate[Engine, P], Coroutine[Any, Any, R]]:
-    """An operation counted as a call under way while it runs (``Core.calling``)."""
+    """An operation that may change the queue, counted as a call under way while it runs
+    (``Core.calling``), and answered only while the writer's lease runs (``_still_leading``)."""
+    return _served(method, reads=False)
 
+
+def _read(
+    method: Callable[Concatenate[Engine, P], Awaitable[R]],
+) -> Callable[Concatenate[Engine, P], Coroutine[Any, Any, R]]:
+    """An operation that only reads the queue, counted and answered as ``_counted``."""
+    return _served(method, reads=True)
+
+
+def _served(
+    method: Callable[Concatenate[Engine, P], Awaitable[R]], *, reads: bool
+) -> Callable[Concatenate[Engine, P], Coroutine[Any, Any, R]]:
     @functools.wraps(method)
     async def counted(self: Engine, /, *args: P.args, **kwargs: P.kwargs) -> R:
         async with self._core.calling():
-            return await method(self, *args, **kwargs)
+            result = await method(self, *args, **kwargs)
+            if not self._lease.runs():
+                await self._still_leading(reads)
+            return result
 
     return counted
 
@@ -335,6 +351,33 @@ class Engine:
         await snapshot.replay(self.store, self.state, seq, data)
         self.checkpointer.objects_since += 1
 
+    async def _still_leading(self, reads: bool) -> None:
+        """Before answering a call while this writer's lease has run out by its clock (it was
+        paused, or its renewals stalled): renew the lease and check it is still ours. If another
+        writer took the queue meanwhile, this one stops, and the call is not answered as done:
+        a read raises WriterFenced (it changed nothing: ask the new writer), a change
+        OutcomeUnknown (its log object was written, but whether before the new writer read the
+        log is not known here)."""
+        try:
+            await self._lease.ensure()
+        except WriterFenced as exc:
+            self.commit.fail(exc, in_flight=False)
+            if reads:
+                raise
+            raise OutcomeUnknown(
+                f"queue {self.store.url}: this writer's lease ran out before the call was "
+                f"answered, and the queue has another writer now ({exc}); the call may or may "
+                "not have been applied: retry with the same dedup id or receipt"
+            ) from exc
+        except StoreError as exc:
+            if reads:
+                raise
+            raise OutcomeUnknown(
+                f"queue {self.store.url}: this writer's lease ran out before the call was "
+                f"answered and could not be renewed ({exc}); the call may or may not have been "
+                "applied: retry with the same dedup id or receipt"
+            ) from exc
+
     async def _renew_loop(self, every: float) -> None:
         """Renew every ``every`` seconds until closing. Stopped between renewals, never in
         the middle of one: a store request abandoned mid-flight outlives its event loop."""
@@ -404,7 +447,7 @@ class Engine:
         """Lease like ``dequeue``, each message with where its payload lies (``Leasing``)."""
         return await self._leasing.lease(max_messages, visibility_timeout)
 
-    @_counted
+    @_read
     async def locate(self, ids: list[str]) -> dict[str, Located]:
         """The messages named (not completed) and where their payloads lie now."""
         return await self._leasing.locate(ids)
@@ -429,19 +472,19 @@ class Engine:
         """Long polls end now with what is there, and later ones do not wait."""
         self._core.stop_waiting()
 
-    @_counted
+    @_read
     async def status(self, mid: str) -> MessageStatus:
         return await self._reads.status(mid)
 
-    @_counted
+    @_read
     async def stats(self) -> QueueStats:
         return await self._reads.stats()
 
-    @_counted
+    @_read
     async def peek(self, limit: int) -> list[Message]:
         return await self._reads.peek(limit)
 
-    @_counted
+    @_read
     async def dead_letters(self, limit: int) -> list[Message]:
         return await self._dead.listed(limit)
 

@@ -59,6 +59,11 @@ class WriterLease(abc.ABC):
     async def renew(self) -> None:  # noqa: B027 - only CAS leases need renewal
         """Prolong the lease; raise WriterFenced if it was lost."""
 
+    def runs(self) -> bool:
+        """Whether this writer holds the lease now, by its clock, as far as it knows without
+        asking the store (a lock held by the process always runs)."""
+        return True
+
     async def ensure(self) -> None:  # noqa: B027 - only CAS leases can lapse
         """Before a commit: renew now if renewal is overdue, so a writer whose lease lapsed
         (a long pause, a stalled renewal) finds out before writing, not after."""
@@ -239,6 +244,15 @@ class CasLease(WriterLease):
             expires_at=expires_at,
             address=other.address,
         )
+
+    def runs(self) -> bool:
+        if self.lost is not None:
+            return False
+        broker = self.broker
+        if broker is None:
+            return self.clock() < self.expires_at
+        # a broker lease that lapsed, even if renewed since, may have let another writer in
+        return broker.runs() and broker.lapses == self._lapses_seen
 
     def _overdue(self) -> bool:
         return self.clock() >= self.expires_at - 2 * self.ttl / 3

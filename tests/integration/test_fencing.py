@@ -173,6 +173,28 @@ def test_takeover_after_lease_lapsed_fences_old_writer(lease_env: StoreEnv) -> N
         assert q3.status(a) is S.COMPLETED
 
 
+@pytest.mark.parametrize("read", ["stats", "status", "peek"])
+def test_a_writer_whose_lease_ran_out_answers_no_read_from_its_stale_index(
+    lease_env: StoreEnv, read: str
+) -> None:
+    """A writer paused past its lease, whose queue was taken over meanwhile, is asked a read
+    first (no commit of its own to find the rival's log object): WriterFenced, not its stale
+    index's answer."""
+    clock = FakeClock()
+    q1 = lease_env.open(clock=clock, lease_ttl=BIG_TTL)
+    a = q1.enqueue(b"a")
+    clock.advance(BIG_TTL + 1)
+    with lease_env.open(clock=clock, lease_ttl=BIG_TTL) as q2:
+        q2.complete(q2.dequeue()[0])
+        calls = {"stats": q1.stats, "status": lambda: q1.status(a), "peek": q1.peek}
+        for call in (calls[read], *calls.values()):  # the first, and every one after it
+            with pytest.raises(s3q.WriterFenced):
+                call()
+        assert q2.status(a) is S.COMPLETED
+    with contextlib.suppress(s3q.S3QError):
+        q1.close()
+
+
 def test_takeover_with_short_lease_ttl(lease_env: StoreEnv) -> None:
     """A lapsed lease: lease_ttl=0.5 and a fake clock advanced past it.
 

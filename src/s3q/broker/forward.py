@@ -63,6 +63,7 @@ R = TypeVar("R")
 #: a header on calls one broker forwards to another: the receiver must lead the queue itself
 FORWARDED = "x-s3q-forwarded"
 RETRY_PAUSE = 0.2  # seconds between two attempts to reach a queue's leader
+LAPSED = 0.05  # seconds after a lease's end before looking again whether it lapsed
 WARN_EVERY = 60.0  # seconds between two warnings about one address that is not a peer
 
 log = logging.getLogger("s3q.broker")
@@ -125,7 +126,13 @@ class Peers:
             sign = None if self.token is None else functools.partial(peerauth.sign, self.token)
             # no retries of its own: a ForwardedQueue decides, knowing about leases
             client = AsyncClient(
-                address, None, self.timeout, retries=0, headers={FORWARDED: "1"}, sign=sign
+                address,
+                None,
+                self.timeout,
+                retries=0,
+                headers={FORWARDED: "1"},
+                sign=sign,
+                follow=False,  # to the leader only: the cluster's brokers are not its to try
             )
             self._clients[address] = client
         return client.queue(name)
@@ -281,7 +288,11 @@ class ForwardedQueue:
             while not task.done():
                 try:
                     await self._cluster.take_over(self.name)
-                except (QueueLocked, StoreError):  # its lease runs, or the store is away
+                except QueueLocked as exc:  # its lease runs: look again once it has lapsed
+                    left = ttl if exc.expires_at is None else exc.expires_at - time.time()
+                    await asyncio.wait([task], timeout=min(ttl / 6, max(left, 0.0) + LAPSED))
+                    continue
+                except StoreError:  # the store is away
                     await asyncio.wait([task], timeout=ttl / 6)
                     continue
                 raise OutcomeUnknown(

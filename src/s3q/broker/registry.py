@@ -19,6 +19,7 @@ from ..store.base import Counts
 from .forward import RETRY_PAUSE, ForwardedQueue, Peers
 from .lease import BrokerLease
 from .limits import DEFAULT_IDLE_CLOSE
+from .peerauth import normalize
 from .wire import QueueNotFound, check_name
 
 DEFAULT_LEASE_TTL = QueueConfig().lease_ttl
@@ -90,6 +91,12 @@ class QueueRegistry:
         self.address = address
         self.options["writer_address"] = address
         self.lease.address = address
+
+    def brokers(self) -> list[str]:
+        """The URLs of the brokers of the cluster, for clients to turn to when one cannot
+        answer: this one's (as advertised), then its configured peers (``--peer``)."""
+        own = [normalize(self.address)] if self.address is not None else []
+        return list(dict.fromkeys(own + sorted(self.peers.allowed or ())))
 
     def names(self) -> list[str]:
         """The names of the queues this broker leads now (idle ones being closed included:

@@ -118,6 +118,10 @@ async def list_queues(call: Call) -> Any:
     return {"queues": call.registry.names()}
 
 
+async def cluster(call: Call) -> Any:
+    return {"broker": call.registry.address, "brokers": call.registry.brokers()}
+
+
 async def enqueue(call: Call) -> Any:
     return {"id": await (await call.queue(create=True)).enqueue(**call.args)}
 
@@ -231,6 +235,16 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         list_queues,
         (),
         obj(queues=STRS),
+    ),
+    Endpoint(
+        "GET",
+        "/cluster",
+        "cluster",
+        "This broker's URL and those of the brokers of its cluster (itself and its peers): "
+        "a client given one broker turns to the others when it cannot answer",
+        cluster,
+        (),
+        obj(broker=STR_OR_NULL, brokers=STRS),
     ),
     Endpoint(
         "POST",

@@ -13,7 +13,15 @@ import msgspec
 import urllib3
 
 from ..broker.wire import BrokerError, BrokerUnreachable, exception_of
-from ..errors import InvalidArgument, QueueClosed, S3QError, StoreError, Unavailable
+from ..errors import (
+    InvalidArgument,
+    OutcomeUnknown,
+    QueueClosed,
+    S3QError,
+    StoreError,
+    Unavailable,
+)
+from .stalls import BrokerStalled
 
 T = TypeVar("T")
 
@@ -84,8 +92,8 @@ NOT_SENT = (
     aiohttp.ClientConnectorError,
     aiohttp.ConnectionTimeoutError,
 )
-#: failures of the transport: the request may or may not have been received
-TRANSPORT = (urllib3.exceptions.HTTPError, aiohttp.ClientError, asyncio.TimeoutError)
+#: failures of the transport: the request may or may not have been received (or acted on)
+TRANSPORT = (urllib3.exceptions.HTTPError, aiohttp.ClientError, asyncio.TimeoutError, BrokerStalled)
 
 
 def retryable(call: Call[Any], failure: Exception, status: int | None) -> bool:
@@ -100,4 +108,9 @@ def retryable(call: Call[Any], failure: Exception, status: int | None) -> bool:
 def transport_error(exc: Exception, url: str) -> StoreError:
     if isinstance(exc, NOT_SENT):
         return BrokerUnreachable(f"broker {url} unreachable: {type(exc).__name__}: {exc}")
+    if isinstance(exc, BrokerStalled):
+        return OutcomeUnknown(
+            f"broker {url} stopped answering while the call was in flight ({exc}); it may "
+            "have applied it, or may yet: the queue's calls go to the next broker now"
+        )
     return StoreError(f"broker {url} failed mid-request: {type(exc).__name__}: {exc}")

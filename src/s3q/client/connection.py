@@ -5,6 +5,7 @@ on to the next broker of the queue's order when one cannot serve it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import ssl
 import threading
@@ -23,7 +24,15 @@ from ..broker.wire import MSGPACK
 from .calls import RETRIES, TRANSPORT, Call, delay
 from .nodes import Nodes
 from .queues import AsyncRemoteQueue, RemoteQueue
-from .requests import list_queues
+from .requests import cluster, list_queues
+from .stalls import (
+    STALL_TIMEOUT,
+    BrokerStalled,
+    WatchedHTTPConnection,
+    WatchedHTTPSConnection,
+    awaited,
+    watching,
+)
 
 T = TypeVar("T")
 
@@ -87,19 +96,23 @@ class Client:
     def _run(self, call: Call[T]) -> T:
         content = call.content()
         path = call.path if not call.params else f"{call.path}?{urlencode(call.params)}"
+        if not self._nodes.asked:
+            self._learn()
         for attempt in range(self.retries + 1):
             node = self._nodes.url_for(call.queue)
+            probe = functools.partial(self._answers, node)
             try:
-                response = self._pool(node).urlopen(
-                    call.method,
-                    path,
-                    body=content,
-                    headers=_with(self._headers, tracing.headers()),
-                    timeout=_timeout(call, self.timeout),
-                    retries=False,
-                    redirect=False,
-                )
-            except urllib3.exceptions.HTTPError as exc:
+                with watching(probe) if self._nodes.several else contextlib.nullcontext():
+                    response = self._pool(node).urlopen(
+                        call.method,
+                        path,
+                        body=content,
+                        headers=_with(self._headers, tracing.headers()),
+                        timeout=_timeout(call, self.timeout),
+                        retries=False,
+                        redirect=False,
+                    )
+            except (urllib3.exceptions.HTTPError, BrokerStalled) as exc:
                 self._nodes.raise_or_move_on(call, node, None, exc, last=attempt == self.retries)
             else:
                 if response.status == 200:
@@ -109,12 +122,40 @@ class Client:
             time.sleep(delay(attempt))
         raise AssertionError("unreachable")
 
+    def _learn(self) -> None:
+        """Ask the given brokers for the cluster's (once one answers)."""
+        for node in self._nodes.urls:
+            try:
+                answer = self._get(node, cluster().path, self.timeout)
+            except urllib3.exceptions.HTTPError:
+                continue  # asked again before the next call
+            self._nodes.learn(answer)
+            return
+
+    def _answers(self, node: str) -> bool:
+        """Whether broker ``node`` answers a probe within ``STALL_TIMEOUT``."""
+        try:
+            self._get(node, cluster().path, STALL_TIMEOUT)
+        except urllib3.exceptions.HTTPError:
+            return False
+        return True
+
+    def _get(self, node: str, path: str, timeout: float) -> tuple[int, bytes]:
+        response = self._pool(node).urlopen(
+            "GET", path, headers=self._headers, timeout=timeout, retries=False, redirect=False
+        )
+        return response.status, response.data
+
     def _pool(self, node: str) -> urllib3.HTTPConnectionPool:
-        """The connections to broker ``node``."""
+        """The connections to broker ``node``, each of which may be watched (:mod:`.stalls`)."""
         pool = self._pools.get(node)
         if pool is None:
             with self._lock:
-                pool = self._pools[node] = self._http.connection_from_url(node)
+                pool = self._http.connection_from_url(node)
+                pool.ConnectionCls = (
+                    WatchedHTTPSConnection if node.startswith("https:") else WatchedHTTPConnection
+                )
+                self._pools[node] = pool
         return pool
 
     def close(self) -> None:
@@ -160,8 +201,9 @@ class AsyncClient:
         *,
         headers: Mapping[str, str] | None = None,
         sign: Signer | None = None,
+        follow: bool = True,
     ) -> None:
-        self._nodes = Nodes(url)
+        self._nodes = Nodes(url, follow=follow)
         self.timeout, self.retries = timeout, retries
         self._headers = {**_headers(token), **(headers or {})}
         self._sign = sign
@@ -187,10 +229,11 @@ class AsyncClient:
 
     async def _run(self, call: Call[T]) -> T:
         content = call.content()
-        session = self._session or self._open()
         timeout = aiohttp.ClientTimeout(
             connect=self.timeout, sock_read=self.timeout + call.extra_timeout
         )
+        if not self._nodes.asked:
+            await self._learn()
         for attempt in range(self.retries + 1):
             node = self._nodes.url_for(call.queue)
             extra: Mapping[str, str] | None = tracing.headers()
@@ -198,15 +241,12 @@ class AsyncClient:
                 signed = self._sign(node, call.method, call.path, call.params, content)
                 extra = {**signed, **extra} if extra else signed
             try:
-                async with session.request(
-                    call.method,
-                    node + call.path,
-                    data=content,
-                    params=call.params or None,
-                    headers=extra,
-                    timeout=timeout,
-                ) as response:
-                    status, body = response.status, await response.read()
+                sent = self._send(
+                    call.method, node + call.path, timeout, content, call.params, extra
+                )
+                if self._nodes.several:
+                    sent = awaited(sent, functools.partial(self._answers, node))
+                status, body = await sent
             except TRANSPORT as exc:
                 self._nodes.raise_or_move_on(call, node, None, exc, last=attempt == self.retries)
             else:
@@ -217,6 +257,40 @@ class AsyncClient:
                 )
             await asyncio.sleep(delay(attempt))
         raise AssertionError("unreachable")
+
+    async def _send(
+        self,
+        method: str,
+        url: str,
+        timeout: aiohttp.ClientTimeout,
+        content: bytes | None = None,
+        params: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> tuple[int, bytes]:
+        session = self._session or self._open()
+        async with session.request(
+            method, url, data=content, params=params or None, headers=headers, timeout=timeout
+        ) as response:
+            return response.status, await response.read()
+
+    async def _learn(self) -> None:
+        """Ask the given brokers for the cluster's (once one answers)."""
+        timeout = aiohttp.ClientTimeout(connect=self.timeout, sock_read=self.timeout)
+        for node in self._nodes.urls:
+            try:
+                answer = await self._send("GET", node + cluster().path, timeout)
+            except TRANSPORT:
+                continue  # asked again before the next call
+            self._nodes.learn(answer)
+            return
+
+    async def _answers(self, node: str) -> bool:
+        """Whether broker ``node`` answers a probe within ``STALL_TIMEOUT``."""
+        try:
+            await self._send("GET", node + cluster().path, aiohttp.ClientTimeout(STALL_TIMEOUT))
+        except TRANSPORT:
+            return False
+        return True
 
     async def close(self) -> None:
         if self._session is not None:

@@ -6,8 +6,10 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
+from ..broker.peerauth import normalize
 from ..errors import InvalidArgument, S3QError
 from .calls import Call, error_of, retryable, transport_error
+from .requests import cluster
 
 
 class Nodes:
@@ -22,11 +24,13 @@ class Nodes:
     the next one in its order.
     """
 
-    def __init__(self, url: str | Sequence[str]) -> None:
+    def __init__(self, url: str | Sequence[str], *, follow: bool = True) -> None:
         given = [url] if isinstance(url, str) else list(url)
         self.urls = [u.strip().rstrip("/") for part in given for u in part.split(",") if u.strip()]
         if not self.urls:
             raise InvalidArgument("no broker URL given")
+        self.learned: list[str] = []  # the cluster's other brokers, as the given ones list them
+        self.asked = not follow  # whether the cluster's brokers were asked for (or never are)
         self._orders: dict[str | None, list[str]] = {None: self.urls}
         self._moved: dict[str | None, int] = {}  # how often a queue's calls moved on
 
@@ -34,11 +38,32 @@ class Nodes:
     def url(self) -> str:
         return self.url_for(None)
 
+    @property
+    def several(self) -> bool:
+        """Whether a queue's calls have another broker to go to."""
+        return len(self.urls) + len(self.learned) > 1
+
+    def learn(self, answer: tuple[int, bytes]) -> None:
+        """A broker's ``answer`` (status, body) to ``GET /v1/cluster``: the brokers it lists
+        that were not given come after the given ones in every queue's order. An older broker
+        (404) lists none."""
+        self.asked = True
+        if answer[0] != 200:
+            return
+        given = {_same(u) for u in self.urls}
+        listed = cluster().result(answer[1])
+        self.learned = [u for u in dict.fromkeys(listed) if _same(u) not in given]
+        self._orders = {None: self.urls}
+
     def url_for(self, queue: str | None) -> str:
-        """The broker to send ``queue``'s calls to now."""
+        """The broker to send ``queue``'s calls to now: the given brokers in the queue's
+        order, then those learned from them."""
         order = self._orders.get(queue)
         if order is None:
-            order = self._orders[queue] = sorted(self.urls, key=lambda u: _rank(queue or "", u))
+            name = queue or ""
+            order = self._orders[queue] = sorted(self.urls, key=lambda u: _rank(name, u)) + sorted(
+                self.learned, key=lambda u: _rank(name, u)
+            )
         return order[self._moved.get(queue, 0) % len(order)]
 
     def raise_or_move_on(
@@ -61,10 +86,19 @@ class Nodes:
             assert answer is not None
             error = error_of(*answer)
             retry = retryable(call, error, answer[0])
+        # a broker that could not answer, or could not serve: the queue's calls move on
+        if (retry or exc is not None) and self.url_for(call.queue) == node:
+            self._moved[call.queue] = self._moved.get(call.queue, 0) + 1  # unless moved already
         if last or not retry:
             raise error from exc
-        if self.url_for(call.queue) == node:  # unless another caller moved on already
-            self._moved[call.queue] = self._moved.get(call.queue, 0) + 1
+
+
+def _same(url: str) -> str:
+    """``url`` as compared with another broker's."""
+    try:
+        return normalize(url)
+    except S3QError:
+        return url
 
 
 def _rank(queue: str, url: str) -> bytes:

@@ -71,6 +71,15 @@ def list_queues() -> Call[list[str]]:
     return Call("GET", f"{API_PREFIX}/queues", _Queues, lambda a: a.queues)
 
 
+class _Cluster(msgspec.Struct):
+    brokers: list[str]
+
+
+def cluster() -> Call[list[str]]:
+    """The request of the URLs of a broker's cluster (itself and its peers)."""
+    return Call("GET", f"{API_PREFIX}/cluster", _Cluster, lambda a: a.brokers)
+
+
 def queue_path(name: str) -> str:
     """Where queue ``name``'s calls go (below the broker's URL)."""
     return f"{API_PREFIX}/queues/{name}"
