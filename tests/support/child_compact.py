@@ -1,7 +1,8 @@
 """Child process: enqueue, complete and compact in a loop, printing what was acknowledged.
 
 Each line is JSON {"enqueued": [ids], "completed": [ids]}, printed (and flushed) only after the
-call returned, i.e. after it is durable. The writer checkpoints every few operations and
+call returned, i.e. after it is durable; a {"completing": [ids]} line comes before each
+completion is asked for. The writer checkpoints every few operations and
 collects garbage with no grace, so a SIGKILL from the parent lands mid-checkpoint or mid-GC often.
 
 usage: child_compact.py URL OPTIONS_JSON
@@ -33,6 +34,9 @@ def main() -> None:
         print(json.dumps({"enqueued": ids, "completed": []}), flush=True)
         if i % 3 == 2:
             msgs = q.dequeue(max_messages=2)
+            # said before the call: a kill between its commit and the next line leaves the
+            # parent knowing these may be completed, not that they are still pending
+            print(json.dumps({"completing": [m.id for m in msgs]}), flush=True)
             q.complete_batch(msgs)
             print(json.dumps({"enqueued": [], "completed": [m.id for m in msgs]}), flush=True)
         if i % 5 == 4:
