@@ -14,7 +14,6 @@ from __future__ import annotations
 import msgspec
 
 from . import log
-from .completed import ChunkSnap
 from .records import DEAD, DONE, LEASED, Record, Run, RunSnap
 from .state import QueueState, Settings
 from .tenants import TenantSnap
@@ -37,7 +36,9 @@ class Snapshot(msgspec.Struct, array_like=True):
     dead: list[str] | None = None  # dead letters in the order they died (None: older checkpoints)
     queue: str = ""  # the queue's id (format 2)
     runs: list[RunSnap] = []  # untouched messages (format 2), in arrival order
-    completed: list[ChunkSnap] = []  # completed messages with no record (format 2)
+    #: completed messages with no record (format 2): a list of ChunkSnap, kept encoded
+    #: (``Completed.to_raw``, ``Completed.from_raw``)
+    completed: msgspec.Raw = msgspec.Raw(b"\x90")
     shares: dict[int, float] = {}  # fair delivery: each priority's next start tag
     vtime: float = 0.0  # fair delivery: the start tag of the latest delivery
     tenants: list[TenantSnap] = []  # tenant fairness: what the messages do not tell
@@ -92,7 +93,7 @@ def take(state: QueueState) -> Snapshot:
         dead=list(state.dead),
         queue=state.queue,
         runs=[run.to_snap() for run in state.runs],
-        completed=state.retention.completed.to_snap(),
+        completed=state.retention.completed.to_raw(),
         shares=shares.tags,
         vtime=shares.vtime,
         tenants=state.tenants.to_snap(),

@@ -4,6 +4,10 @@ A completed message whose id names its place (``s3q.ids``) needs no record: ``st
 answer COMPLETED for it, and stats count it, until its retention passes, and nothing else is
 asked of it. Each completion keeps, for every log object its messages were enqueued by, the
 places it finished as sorted ranges, a few bytes for a stretch of messages completed together.
+
+Each chunk is encoded for checkpoints once, when it is added (``to_raw``): a checkpoint copies
+those bytes instead of encoding every chunk again, so single calls (a chunk each, kept for the
+retention) do not make every checkpoint cost more than the last.
 """
 
 from __future__ import annotations
@@ -54,6 +58,22 @@ class ChunkSnap(msgspec.Struct, array_like=True):
     count: int
 
 
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(list[ChunkSnap])
+
+#: pruned encodings are dropped from the front once this many are
+_COMPACT_AFTER = 4096
+
+
+def _array_header(n: int) -> bytes:
+    """The msgpack header of an array of ``n`` items, in the shortest form (as msgspec writes)."""
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 1 << 16:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
 class Completed:
     """Completed messages by log object, oldest completion first."""
 
@@ -61,6 +81,9 @@ class Completed:
         self.count = 0
         self._order: deque[Chunk] = deque()
         self._by_seq: dict[int, deque[Chunk]] = {}
+        self._encoded = bytearray()  # each chunk as a ChunkSnap, encoded, in _order's order
+        self._ends: array[int] = array("Q")  # where each encoding ends in _encoded
+        self._first = 0  # the index in _ends of _order[0]'s (those before it were pruned)
 
     def __len__(self) -> int:
         """Chunks held (what a checkpoint's size follows)."""
@@ -75,6 +98,9 @@ class Completed:
         self._order.append(chunk)
         self._by_seq.setdefault(chunk.seq, deque()).append(chunk)
         self.count += chunk.count
+        snap = ChunkSnap(chunk.seq, chunk.at, chunk.ranges.tobytes(), chunk.count)
+        _encoder.encode_into(snap, self._encoded, -1)
+        self._ends.append(len(self._encoded))
 
     def finished_at(self, seq: int, place: int) -> float | None:
         """When the message at ``place`` of log object ``seq`` was completed, if it was."""
@@ -106,11 +132,27 @@ class Completed:
             if not same:
                 del by_seq[chunk.seq]
             pruned += chunk.count
+            self._first += 1
         self.count -= pruned
+        if self._first >= _COMPACT_AFTER and 2 * self._first >= len(self._ends):
+            start = self._ends[self._first - 1]
+            del self._encoded[:start]
+            self._ends = array("Q", [end - start for end in self._ends[self._first :]])
+            self._first = 0
         return pruned
 
     def to_snap(self) -> list[ChunkSnap]:
-        return [ChunkSnap(c.seq, c.at, c.ranges.tobytes(), c.count) for c in self._order]
+        return _decoder.decode(self.to_raw())
+
+    def to_raw(self) -> msgspec.Raw:
+        """The chunks as a checkpoint holds them (a list of ChunkSnap), already encoded."""
+        start = self._ends[self._first - 1] if self._first else 0
+        return msgspec.Raw(_array_header(len(self._order)) + self._encoded[start:])
+
+    @classmethod
+    def from_raw(cls, raw: msgspec.Raw) -> Completed:
+        """``from_snap`` of the chunks ``to_raw`` encoded."""
+        return cls.from_snap(_decoder.decode(raw))
 
     @classmethod
     def from_snap(cls, snaps: list[ChunkSnap]) -> Completed:

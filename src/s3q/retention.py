@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-from .completed import ChunkSnap, Completed
+import msgspec
+
+from .completed import Completed
 from .records import DONE, Record
 
 MAX_TOKENS = 10_000  # commit tokens remembered (streaming sinks need only their last batches)
@@ -85,11 +87,12 @@ class Retention:
         dedup: Iterable[tuple[str, str, float]],
         tokens: Iterable[str],
         finished: list[tuple[float, str]],
-        completed: list[ChunkSnap],
+        completed: msgspec.Raw,
     ) -> None:
-        """As of a snapshot: ``finished`` the completed records, in any order."""
+        """As of a snapshot: ``finished`` the completed records, in any order; ``completed``
+        the chunks as ``Completed.to_raw`` encodes them."""
         self.tokens = dict.fromkeys(tokens)
-        self.completed = Completed.from_snap(completed)
+        self.completed = Completed.from_raw(completed)
         finished.sort()
         self._finished = deque(finished)
         for did, mid, at in sorted(dedup, key=lambda d: d[2]):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from s3q.completed import Chunk, Completed
+import msgspec
+
+from s3q.completed import Chunk, ChunkSnap, Completed
 
 
 def test_a_chunk_holds_ranges_of_places() -> None:
@@ -25,3 +27,32 @@ def test_completed_by_object_and_time_then_pruned() -> None:
     assert done.finished_at(1, 5) is None and done.finished_at(1, 2000) == 20.0
     again = Completed.from_snap(done.to_snap())
     assert again.count == 2 and again.finished_at(1, 2000) == 20.0
+
+
+def test_the_encoding_kept_for_checkpoints_is_the_chunks_encoded_now() -> None:
+    """What a checkpoint copies (``to_raw``) is byte for byte what encoding the chunks left
+    would give, through additions, prunes and the dropping of pruned encodings (past 4,096)."""
+    completed = Completed()
+    encoder = msgspec.msgpack.Encoder()
+
+    def expected() -> bytes:
+        return encoder.encode(
+            [
+                ChunkSnap(c.seq, c.at, c.ranges.tobytes(), c.count)
+                for c in completed._order  # (the chunks held, read directly)
+            ]
+        )
+
+    assert bytes(completed.to_raw()) == expected() == b"\x90"
+    at = 0.0
+    for seq in range(1, 12_000):
+        at += 1.0
+        completed.add(at, {seq: [0, 2, 3] if seq % 7 else list(range(seq % 50))})
+        if seq % 1_000 == 0:
+            completed.prune(at - 1_500.0)
+            assert bytes(completed.to_raw()) == expected()
+    assert len(completed) == 2_499  # the last 1,500 of the prune, and 999 since
+    assert len(completed._ends) < 6_000  # the pruned encodings were dropped (11,999 made)
+    again = Completed.from_raw(completed.to_raw())
+    assert (again.count, bytes(again.to_raw())) == (completed.count, bytes(completed.to_raw()))
+    assert again.finished_at(11_999, 2) == completed.finished_at(11_999, 2) == 11_999.0
