@@ -141,6 +141,39 @@ def test_async_handler_completes_messages_with_events() -> None:
     asyncio.run(main())
 
 
+def test_completions_ride_the_next_dequeue() -> None:
+    """Completions waiting for their acknowledgement go with the worker's next dequeue (one
+    commit for both), so they are durable long before ``ack_interval`` would flush them."""
+
+    async def main() -> None:
+        async with await s3q.open_async(memory_url()) as q:
+            ids = await q.enqueue_batch([f"m{i}".encode() for i in range(40)])
+
+            async def handle(msg: s3q.Message) -> None:
+                await asyncio.sleep(0)
+
+            events = Events()
+            worker = Worker(
+                q,
+                handle,
+                concurrency=2,
+                prefetch=4,
+                on_event=events,
+                poll_wait=0.05,
+                ack_interval=600.0,  # a flush on its own would come only at the stop
+            )
+            done = events.finished(40)
+            task = asyncio.create_task(worker.serve())
+            await asyncio.wait_for(done.wait(), 15)  # before any stop: they rode dequeues
+            stats = await q.stats()
+            assert (stats.completed, stats.processing) == (40, 0)
+            worker.stop()
+            await within(task)
+            assert sorted(e.id for e in events.of(Completed)) == sorted(ids)
+
+    asyncio.run(main())
+
+
 def test_sync_handler_runs_on_threads_of_a_sync_queue(tmp_path: Path) -> None:
     with s3q.open(f"file://{tmp_path}/q") as q:
         ids = q.enqueue_batch([b"a", b"b", b"c", b"d", b"e", b"f"])

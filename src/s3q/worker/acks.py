@@ -23,7 +23,8 @@ ACK_BATCH = 500  # acknowledgements that are flushed without waiting for ack_int
 
 class Acks:
     """Completions waiting for their acknowledgement, which one ``complete_batch`` makes durable
-    once ``interval`` seconds passed or ACK_BATCH gathered."""
+    once ``interval`` seconds passed or ACK_BATCH gathered, unless the next dequeue takes them
+    first (``ride``: they are completed in its commit)."""
 
     def __init__(
         self, aq: AsyncQueueSurface, interval: float, leases: Leases, hooks: Hooks, stop: Stop
@@ -44,6 +45,24 @@ class Acks:
         self._pending.set()
         if len(self._done) >= ACK_BATCH:
             self._now.set()
+
+    def ride(self) -> list[Done]:
+        """The completions waiting, taken to be acknowledged by a dequeue (``dequeue``'s
+        ``complete``); the caller reports its outcome with ``rode``."""
+        batch, self._done = self._done, []
+        self._leases.drop([msg for msg, _, _ in batch])
+        return batch
+
+    async def rode(self, batch: list[Done], error: BaseException | None) -> None:
+        """The dequeue that carried ``batch`` returned (``error`` None: the completions are
+        durable) or raised ``error`` (a stale receipt among them: nothing was done, so they
+        are acknowledged as a flush would)."""
+        if error is None:
+            self._hooks.completed(batch)
+        elif isinstance(error, ReceiptExpired):
+            await self._flush(batch)
+        else:
+            self._stop.fatal(error)
 
     def close(self) -> None:
         """Flush what is left at once; :meth:`run` then returns."""

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import time
 
+from ..errors import InvalidArgument, ReceiptExpired
 from ..message import Message
 from ..surface import AsyncQueueSurface
+from .acks import Acks
 from .hooks import Hooks
 from .leases import Leases
 from .stop import Stop
@@ -18,7 +20,8 @@ ADAPTIVE_PREFETCH_MAX = 1000  # the most an adaptive buffer holds
 
 class Prefetch:
     """Messages leased but not yet started, at most ``prefetch`` of them; None adapts the
-    window between ``2 * concurrency`` and ADAPTIVE_PREFETCH_MAX to keep the handlers busy."""
+    window between ``2 * concurrency`` and ADAPTIVE_PREFETCH_MAX to keep the handlers busy.
+    Each dequeue carries the completions waiting in ``acks``, if any: one commit for both."""
 
     def __init__(
         self,
@@ -26,6 +29,7 @@ class Prefetch:
         leases: Leases,
         hooks: Hooks,
         stop: Stop,
+        acks: Acks,
         *,
         prefetch: int | None,
         concurrency: int,
@@ -36,6 +40,8 @@ class Prefetch:
         self._leases = leases
         self._hooks = hooks
         self._stop = stop
+        self._acks = acks
+        self._ride = True  # whether dequeues carry the completions waiting
         self._concurrency = concurrency
         self._vt = visibility_timeout
         self._poll_wait = poll_wait
@@ -56,11 +62,27 @@ class Prefetch:
                 continue
             want = self.window - buffer.qsize()
             started = time.monotonic()
+            riding = self._acks.ride() if self._ride else []
             try:
-                msgs = await aq.dequeue(want, vt, self._poll_wait)
+                msgs = await aq.dequeue(
+                    want,
+                    vt,
+                    0.0 if riding else self._poll_wait,  # (acknowledged when it answers)
+                    complete=[msg for msg, _, _ in riding],
+                )
+            except (ReceiptExpired, InvalidArgument) as exc:
+                # nothing was done: they are acknowledged on their own instead (and by a
+                # broker too old to take them with a dequeue, from now on always)
+                self._ride = self._ride and not isinstance(exc, InvalidArgument)
+                if not riding:
+                    stop.fatal(exc)
+                    return
+                await self._acks.rode(riding, ReceiptExpired(str(exc)))
+                continue
             except Exception as exc:
-                stop.fatal(exc)
+                await self._acks.rode(riding, exc)
                 return
+            await self._acks.rode(riding, None)
             if not msgs:
                 continue
             self._leases.hold(msgs, started + vt)

@@ -70,17 +70,18 @@ class Session:
         self._hooks = hooks
         self.stop = Stop(aq.url, worker.grace)
         self._leases = Leases(aq, vt, hooks, self.stop)
+        self._acks = Acks(aq, worker.ack_interval, self._leases, hooks, self.stop)
         self._prefetch = Prefetch(
             aq,
             self._leases,
             hooks,
             self.stop,
+            self._acks,
             prefetch=worker.prefetch,
             concurrency=worker.concurrency,
             visibility_timeout=vt,
             poll_wait=worker.poll_wait,
         )
-        self._acks = Acks(aq, worker.ack_interval, self._leases, hooks, self.stop)
         self._threads = None if is_async(worker.handler) else Threads(worker.concurrency)
         self._traces = tracing.consumer(aq.url)
 
