@@ -236,7 +236,7 @@ class Leasing:
     async def fail(self, receipt: str, error: str | None) -> float | None:
         core = self.core
         core.check()
-        (rec,) = self._holders([receipt])
+        rec = self._holder(receipt)
         now = core.clock()
         retry_at = None
         if rec.attempts < core.config.max_attempts:
@@ -257,7 +257,7 @@ class Leasing:
     async def extend(self, receipt: str, seconds: float, revive: bool = False) -> None:
         core = self.core
         core.check()
-        (rec,) = self._holders([receipt])
+        rec = self._holder(receipt)
         now = core.clock()
         if rec.lease_until <= now and not revive:
             raise ReceiptExpired(f"the lease of message {rec.id} has already expired")
@@ -266,19 +266,17 @@ class Leasing:
             core.notify()
         await core.commit.durable_after(batch)
 
-    def _holders(self, receipts: Iterable[str]) -> list[Record]:
-        """The records of the messages ``receipts`` hold leases of (``ReceiptExpired`` if a
+    def _holder(self, receipt: str) -> Record:
+        """The record of the message ``receipt`` holds a lease of (``ReceiptExpired`` if that
         lease is not current)."""
-        recs = []
-        for receipt in receipts:
-            rec = self.core.state.receipt_holder(receipt)
-            if rec is None:
-                raise _stale(receipt)
-            recs.append(rec)
-        return recs
+        rec = self.core.state.receipt_holder(receipt)
+        if rec is None:
+            raise _stale(receipt)
+        return rec
 
     def _held(self, receipts: Iterable[str]) -> list[str]:
-        """``_holders``, as the messages' ids (making no record)."""
+        """The ids of the messages ``receipts`` hold leases of (as ``_holder``, making no
+        record; all or none)."""
         holder, mids = self.core.state.holder, []
         for receipt in receipts:
             mid = holder(receipt)

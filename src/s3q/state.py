@@ -480,19 +480,12 @@ class QueueState:
     def receipt_holder(self, receipt: str) -> Record | None:
         """The leased message ``receipt`` belongs to, if that lease is still its latest (a
         member of a stretch: a record made to be read)."""
-        mid, _, token = receipt.partition("~")
-        rec = self.messages.get(mid)
-        if rec is None:
-            stretch = self.stretches.by_token.get(token)
-            held = None if stretch is None else self.stretches.find(mid, self.queue)
-            return None if held is None or held[0] is not stretch else stretch.record(held[1])
-        if rec.state != LEASED or rec.receipt != receipt:
-            return None
-        return rec
+        mid = self.holder(receipt)
+        return None if mid is None else self.find(mid)
 
     def holder(self, receipt: str) -> str | None:
         """The id of the leased message ``receipt`` belongs to, if that lease is still its
-        latest (``receipt_holder``, making no record)."""
+        latest (as ``receipt_holder``, making no record)."""
         mid, _, token = receipt.partition("~")
         rec = self.messages.get(mid)
         if rec is None:

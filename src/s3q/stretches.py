@@ -90,9 +90,6 @@ class Stretch:
         k = index.get(mid)
         return k if k is not None and self.held[k] else None
 
-    def size(self, k: int) -> int:
-        return self.table.sizes[self.start + k]
-
     def sizes(self) -> array[int]:
         return self.table.sizes[self.start : self.start + self.count]
 
@@ -197,8 +194,8 @@ class Stretches:
         stretch = self.by_token.get(token)
         return stretch is not None and stretch.member_index(mid) is not None
 
-    def leave(self, stretch: Stretch, members: Iterable[int]) -> int:
-        """Members ``members`` (indexes, still leased here) leave the stretch; how many."""
+    def leave(self, stretch: Stretch, members: Iterable[int]) -> None:
+        """Members ``members`` (indexes, still leased here) leave the stretch."""
         held, gone = stretch.held, 0
         for k in members:
             held[k] = 0
@@ -207,7 +204,6 @@ class Stretches:
         self.members -= gone
         if not stretch.left:
             self.forget(stretch)
-        return gone
 
     def split(self, stretch: Stretch, k: int) -> Record:
         """Member ``k`` leaves ``stretch`` as a record of its own, leased as it was."""
