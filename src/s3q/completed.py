@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import bisect
 from array import array
-from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import msgspec
 
@@ -75,19 +74,30 @@ def _array_header(n: int) -> bytes:
 
 
 class Completed:
-    """Completed messages by log object, oldest completion first."""
+    """Completed messages by log object, oldest completion first.
+
+    Held as columns (one entry per chunk in arrays, the ranges of all chunks in one array), not
+    an object per chunk: a single call's completion costs about 150 bytes of memory, not the
+    kilobyte a chunk object, its array and its object's deque took, so an hour of retention
+    at hundreds of single completions a second stays in tens of megabytes."""
 
     def __init__(self) -> None:
         self.count = 0
-        self._order: deque[Chunk] = deque()
-        self._by_seq: dict[int, deque[Chunk]] = {}
-        self._encoded = bytearray()  # each chunk as a ChunkSnap, encoded, in _order's order
+        # chunk i (absolute: counted from the first ever added) is at position i - _base
+        self._seqs: array[int] = array("Q")
+        self._ats: array[float] = array("d")
+        self._counts: array[int] = array("I")
+        self._range_ends: array[int] = array("Q")  # where each chunk's ranges end in _ranges
+        self._ranges: array[int] = array("I")  # start, end, start, end, ...: per chunk sorted
+        self._by_seq: dict[int, int | list[int]] = {}  # seq -> its chunks, oldest first
+        self._base = 0  # the absolute index of position 0
+        self._first = 0  # the position of the oldest chunk held (those before were pruned)
+        self._encoded = bytearray()  # each chunk as a ChunkSnap, encoded, in order
         self._ends: array[int] = array("Q")  # where each encoding ends in _encoded
-        self._first = 0  # the index in _ends of _order[0]'s (those before it were pruned)
 
     def __len__(self) -> int:
         """Chunks held (what a checkpoint's size follows)."""
-        return len(self._order)
+        return len(self._seqs) - self._first
 
     def add(self, at: float, places: dict[int, list[int]]) -> None:
         """Messages completed at ``at``: their places, by the log object that enqueued them."""
@@ -95,51 +105,90 @@ class Completed:
             self._add(Chunk.of(seq, at, found))
 
     def _add(self, chunk: Chunk) -> None:
-        self._order.append(chunk)
-        self._by_seq.setdefault(chunk.seq, deque()).append(chunk)
+        index = self._base + len(self._seqs)
+        self._seqs.append(chunk.seq)
+        self._ats.append(chunk.at)
+        self._counts.append(chunk.count)
+        self._ranges.extend(chunk.ranges)
+        self._range_ends.append(len(self._ranges))
+        same = self._by_seq.get(chunk.seq)
+        if same is None:
+            self._by_seq[chunk.seq] = index
+        elif isinstance(same, int):
+            self._by_seq[chunk.seq] = [same, index]
+        else:
+            same.append(index)
         self.count += chunk.count
         snap = ChunkSnap(chunk.seq, chunk.at, chunk.ranges.tobytes(), chunk.count)
         _encoder.encode_into(snap, self._encoded, -1)
         self._ends.append(len(self._encoded))
 
+    def chunks(self) -> Iterator[Chunk]:
+        """The chunks held, oldest first."""
+        for pos in range(self._first, len(self._seqs)):
+            lo = self._range_ends[pos - 1] if pos else 0
+            ranges = self._ranges[lo : self._range_ends[pos]]
+            yield Chunk(self._seqs[pos], self._ats[pos], ranges, self._counts[pos])
+
     def finished_at(self, seq: int, place: int) -> float | None:
         """When the message at ``place`` of log object ``seq`` was completed, if it was."""
-        for chunk in self._by_seq.get(seq, ()):
-            if place in chunk:
-                return chunk.at
+        same = self._by_seq.get(seq)
+        if same is None:
+            return None
+        ranges, ends = self._ranges, self._range_ends
+        for index in (same,) if isinstance(same, int) else same:
+            pos = index - self._base
+            lo = ends[pos - 1] if pos else 0
+            # inside [start, end): after a start, before its end
+            if (bisect.bisect_right(ranges, place, lo, ends[pos]) - lo) % 2 == 1:
+                return self._ats[pos]
         return None
 
     def count_since(self, since: float) -> int:
         """How many were completed after ``since``."""
-        count = self.count
-        for chunk in self._order:
-            if chunk.at > since:
+        count, ats, counts = self.count, self._ats, self._counts
+        for pos in range(self._first, len(ats)):
+            if ats[pos] > since:
                 break
-            count -= chunk.count
+            count -= counts[pos]
         return count
 
     def prunable(self, before: float) -> bool:
-        return bool(self._order) and self._order[0].at <= before
+        return len(self) > 0 and self._ats[self._first] <= before
 
     def prune(self, before: float) -> int:
         """Forget completions at or before ``before``; how many messages that forgot."""
-        pruned = 0
-        order, by_seq = self._order, self._by_seq
-        while order and order[0].at <= before:
-            chunk = order.popleft()
-            same = by_seq[chunk.seq]
-            same.popleft()  # the oldest of its object too: both are in completion order
-            if not same:
-                del by_seq[chunk.seq]
-            pruned += chunk.count
-            self._first += 1
+        pruned, pos = 0, self._first
+        ats, seqs, counts, by_seq = self._ats, self._seqs, self._counts, self._by_seq
+        while pos < len(ats) and ats[pos] <= before:
+            seq = seqs[pos]
+            same = by_seq[seq]  # the oldest of its object is this one: both in completion order
+            if isinstance(same, int):
+                del by_seq[seq]
+            elif len(same) == 2:
+                by_seq[seq] = same[1]
+            else:
+                del same[0]
+            pruned += counts[pos]
+            pos += 1
+        self._first = pos
         self.count -= pruned
-        if self._first >= _COMPACT_AFTER and 2 * self._first >= len(self._ends):
-            start = self._ends[self._first - 1]
-            del self._encoded[:start]
-            self._ends = array("Q", [end - start for end in self._ends[self._first :]])
-            self._first = 0
+        if pos >= _COMPACT_AFTER and 2 * pos >= len(ats):
+            self._compact()
         return pruned
+
+    def _compact(self) -> None:
+        """Drop the columns and encodings of pruned chunks."""
+        first = self._first
+        start = self._ends[first - 1]
+        del self._encoded[:start]
+        self._ends = array("Q", [end - start for end in self._ends[first:]])
+        cut = self._range_ends[first - 1]
+        del self._ranges[:cut]
+        self._range_ends = array("Q", [end - cut for end in self._range_ends[first:]])
+        del self._seqs[:first], self._ats[:first], self._counts[:first]
+        self._base += first
+        self._first = 0
 
     def to_snap(self) -> list[ChunkSnap]:
         return _decoder.decode(self.to_raw())
@@ -147,7 +196,7 @@ class Completed:
     def to_raw(self) -> msgspec.Raw:
         """The chunks as a checkpoint holds them (a list of ChunkSnap), already encoded."""
         start = self._ends[self._first - 1] if self._first else 0
-        return msgspec.Raw(_array_header(len(self._order)) + self._encoded[start:])
+        return msgspec.Raw(_array_header(len(self)) + self._encoded[start:])
 
     @classmethod
     def from_raw(cls, raw: msgspec.Raw) -> Completed:

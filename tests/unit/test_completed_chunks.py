@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 import msgspec
 
 from s3q.completed import Chunk, ChunkSnap, Completed
@@ -39,7 +41,7 @@ def test_the_encoding_kept_for_checkpoints_is_the_chunks_encoded_now() -> None:
         return encoder.encode(
             [
                 ChunkSnap(c.seq, c.at, c.ranges.tobytes(), c.count)
-                for c in completed._order  # (the chunks held, read directly)
+                for c in completed.chunks()
             ]
         )
 
@@ -56,3 +58,25 @@ def test_the_encoding_kept_for_checkpoints_is_the_chunks_encoded_now() -> None:
     again = Completed.from_raw(completed.to_raw())
     assert (again.count, bytes(again.to_raw())) == (completed.count, bytes(completed.to_raw()))
     assert again.finished_at(11_999, 2) == completed.finished_at(11_999, 2) == 11_999.0
+
+
+def test_a_single_completion_costs_a_few_hundred_bytes_of_memory() -> None:
+    """Single calls complete one message per log object: an hour of them at hundreds a second
+    is held for ``completed_retention``, so each must cost bytes, not an object graph (a chunk
+    object, its array and a deque per log object took over a kilobyte each)."""
+    completed = Completed()
+    completed.add(0.0, {1: [0]})  # the containers exist before the measurement
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for seq in range(2, 20_002):
+            completed.add(float(seq), {3 * seq + 1_000: [0]})
+        per_completion = (tracemalloc.get_traced_memory()[0] - before) / 20_000
+    finally:
+        tracemalloc.stop()
+    assert per_completion < 300, per_completion
+    assert completed.finished_at(3 * 500 + 1_000, 0) == 500.0
+    assert completed.finished_at(3 * 500 + 1_000, 1) is None
+    assert completed.prune(10_000.0) == 9_999 + 1 and completed.count == 10_001
+    assert completed.finished_at(3 * 500 + 1_000, 0) is None
+    assert completed.finished_at(3 * 19_000 + 1_000, 0) == 19_000.0
