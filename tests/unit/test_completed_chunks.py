@@ -39,10 +39,7 @@ def test_the_encoding_kept_for_checkpoints_is_the_chunks_encoded_now() -> None:
 
     def expected() -> bytes:
         return encoder.encode(
-            [
-                ChunkSnap(c.seq, c.at, c.ranges.tobytes(), c.count)
-                for c in completed.chunks()
-            ]
+            [ChunkSnap(c.seq, c.at, c.ranges.tobytes(), c.count) for c in completed.chunks()]
         )
 
     assert bytes(completed.to_raw()) == expected() == b"\x90"
