@@ -14,6 +14,7 @@ from __future__ import annotations
 import msgspec
 
 from . import log
+from .garbage import Garbage
 from .records import DEAD, DONE, LEASED, Record, Run, RunSnap
 from .state import QueueState, Settings
 from .tenants import TenantSnap
@@ -30,7 +31,8 @@ class Snapshot(msgspec.Struct, array_like=True):
     messages: list[Record]
     dedup: list[tuple[str, str, float]]  # (dedup_id, message id, enqueued_at)
     written_bytes: dict[int, int]  # log seq -> payload bytes it was written with
-    garbage: list[tuple[int, str]]
+    #: (stamp, key) each: a list of pairs, kept encoded (``garbage.Garbage``)
+    garbage: msgspec.Raw
     settings: Settings = {}
     tokens: list[str] = []  # commit tokens, oldest first
     dead: list[str] | None = None  # dead letters in the order they died (None: older checkpoints)
@@ -87,7 +89,7 @@ def take(state: QueueState) -> Snapshot:
         messages=list(state.records()),  # (members of leased stretches as records)
         dedup=state.retention.dedup_snap(),
         written_bytes=state.payloads.written_bytes,
-        garbage=state.payloads.garbage,
+        garbage=state.payloads.garbage.to_raw(),
         settings=state.settings,
         tokens=list(state.retention.tokens),
         dead=list(state.dead),
@@ -105,7 +107,7 @@ def restore(snap: Snapshot) -> QueueState:
     """The index a snapshot describes, its delivery structures rebuilt."""
     state = QueueState()
     state.total_enqueued, state.arrivals = snap.total_enqueued, snap.arrivals
-    state.payloads.restore(snap.seq, snap.written_bytes, snap.garbage)
+    state.payloads.restore(snap.seq, snap.written_bytes, Garbage.from_raw(snap.garbage))
     state.settings = dict(snap.settings)
     state.queue = snap.queue
     delivery, tenants = state.delivery, state.tenants

@@ -188,7 +188,7 @@ async def _delete_orphans(writer: Writer, report: CompactionReport) -> None:
     keys = await store.keys(staging.PREFIX)
     if not keys:
         return
-    garbage, needed = state.payloads.garbage_keys(), state.payloads.staged_refs
+    garbage, needed = state.payloads.garbage_objects(), state.payloads.staged_refs
     limit = asyncio.Semaphore(DELETE_CONCURRENCY)
 
     async def delete(key: str) -> bool:

@@ -64,7 +64,7 @@ _decoder = msgspec.msgpack.Decoder(list[ChunkSnap])
 _COMPACT_AFTER = 4096
 
 
-def _array_header(n: int) -> bytes:
+def array_header(n: int) -> bytes:
     """The msgpack header of an array of ``n`` items, in the shortest form (as msgspec writes)."""
     if n < 16:
         return bytes((0x90 | n,))
@@ -196,7 +196,8 @@ class Completed:
     def to_raw(self) -> msgspec.Raw:
         """The chunks as a checkpoint holds them (a list of ChunkSnap), already encoded."""
         start = self._ends[self._first - 1] if self._first else 0
-        return msgspec.Raw(_array_header(len(self)) + self._encoded[start:])
+        with memoryview(self._encoded) as encoded:  # (released: the buffer grows later)
+            return msgspec.Raw(array_header(len(self)) + encoded[start:])
 
     @classmethod
     def from_raw(cls, raw: msgspec.Raw) -> Completed:

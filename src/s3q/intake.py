@@ -171,7 +171,7 @@ class Intake:
         for obj in objects:
             validate.staged(obj, core.config.max_message_size, core.config.max_delay)
         keys = [obj.key for obj in objects]
-        known = set(core.state.payloads.staged_refs) | core.state.payloads.garbage_keys()
+        known = set(core.state.payloads.staged_refs) | core.state.payloads.garbage_objects()
         reused = [key for key in keys if key in known or key in core.staged_claims]
         if reused or len(set(keys)) != len(keys):
             raise InvalidArgument(f"staged object(s) committed twice: {(reused or keys)[:3]}")

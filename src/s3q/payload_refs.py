@@ -10,9 +10,10 @@ mostly dead (``holding``). (Nothing to do with releasing a lease.)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, KeysView
 
 from . import log
+from .garbage import Garbage
 from .records import Record
 
 
@@ -30,7 +31,7 @@ class PayloadRefs:
         self.live_bytes: dict[int, int] = {}  # log seq -> bytes of those payloads
         self.written_bytes: dict[int, int] = {}  # log seq -> payload bytes it was written with
         self.staged_refs: dict[str, int] = {}  # staged object -> live messages it holds
-        self.garbage: list[tuple[int, str]] = []  # (seq it became garbage at, object key)
+        self.garbage = Garbage()  # (seq it became garbage at, object key), oldest first
 
     # -- folding ---------------------------------------------------------------------------------
 
@@ -55,7 +56,7 @@ class PayloadRefs:
     def drop(self, rec: Record) -> None:
         """``rec`` no longer needs its payload (completed, purged, or moved)."""
         if rec.stage is None and rec.offset < 0:
-            self.garbage.append((self.seq, blob_key(rec.id)))
+            self.garbage.add(self.seq, blob_key(rec.id))
             return
         self.drop_many(rec.payload_seq, rec.stage, 1, rec.size)
 
@@ -73,7 +74,7 @@ class PayloadRefs:
         del self.refs[seq], self.live_bytes[seq]
         self.written_bytes.pop(seq, None)
         if seq < self.seq:  # a closed object: garbage now; the open one is judged on closing
-            self.garbage.append((self.seq, log.key(seq)))
+            self.garbage.add(self.seq, log.key(seq))
 
     def drop_staged(self, key: str, count: int = 1) -> None:
         """``count`` live messages no longer need their payloads in staged object ``key``."""
@@ -82,13 +83,13 @@ class PayloadRefs:
             self.staged_refs[key] = left
         else:  # the staged object is garbage once its last message no longer needs it
             del self.staged_refs[key]
-            self.garbage.append((self.seq, key))
+            self.garbage.add(self.seq, key)
 
     def unneeded(self, seq: int, key: str) -> None:
         """Object ``key``, written with log object ``seq``, holds nothing anyone needs (every
         message in it was a duplicate), unless live messages already hold it."""
         if key not in self.staged_refs:
-            self.garbage.append((seq, key))
+            self.garbage.add(seq, key)
 
     def close(self, seq: int) -> None:
         """Folding moves on to log object ``seq``: the previous one is garbage if unreferenced."""
@@ -96,20 +97,21 @@ class PayloadRefs:
         self.seq = seq
         if previous and previous < seq and previous not in self.refs:
             self.written_bytes.pop(previous, None)
-            self.garbage.append((seq, log.key(previous)))
+            self.garbage.add(seq, log.key(previous))
 
     # -- for the collector -----------------------------------------------------------------------
 
     def doomed(self, stable: int) -> list[tuple[int, str]]:
         """The garbage stamped at or before log object ``stable``: ``(stamp, key)`` each."""
-        return [(stamp, key) for stamp, key in self.garbage if stamp <= stable]
+        return self.garbage.doomed(stable)
 
     def forget(self, gone: set[str]) -> None:
         """Objects ``gone`` were deleted."""
-        self.garbage = [(stamp, key) for stamp, key in self.garbage if key not in gone]
+        self.garbage.forget(gone)
 
-    def garbage_keys(self) -> set[str]:
-        return {key for _, key in self.garbage}
+    def garbage_objects(self) -> KeysView[str]:
+        """The garbage that is not a log object (staged objects, large payloads' objects)."""
+        return self.garbage.others()
 
     def holding(self) -> Iterator[tuple[int, int, int]]:
         """Each log object holding live payloads, oldest first: (seq, their bytes, the bytes it
@@ -118,8 +120,6 @@ class PayloadRefs:
             live = self.live_bytes[seq]
             yield seq, live, self.written_bytes.get(seq, live)
 
-    def restore(
-        self, seq: int, written_bytes: dict[int, int], garbage: Iterable[tuple[int, str]]
-    ) -> None:
+    def restore(self, seq: int, written_bytes: dict[int, int], garbage: Garbage) -> None:
         """As of a snapshot at log object ``seq`` (references come back with the messages)."""
-        self.seq, self.written_bytes, self.garbage = seq, dict(written_bytes), list(garbage)
+        self.seq, self.written_bytes, self.garbage = seq, dict(written_bytes), garbage
