@@ -277,12 +277,25 @@ class Leasing:
     def _held(self, receipts: Iterable[str]) -> list[str]:
         """The ids of the messages ``receipts`` hold leases of (as ``_holder``, making no
         record; all or none)."""
-        holder, mids = self.core.state.holder, []
-        for receipt in receipts:
+        state = self.core.state
+        holder, by_token, mids = state.holder, state.stretches.by_token, []
+        given = receipts if isinstance(receipts, list) else list(receipts)
+        i = 0
+        while i < len(given):
+            receipt = given[i]
             mid = holder(receipt)
             if mid is None:
                 raise _stale(receipt)
+            stretch = by_token.get(receipt.partition("~")[2])
+            if stretch is not None and (k := stretch.member_index(mid)) is not None:
+                # the receipts that follow are most often the stretch's next ones
+                m = stretch.run_of(given, i, k, stretch.receipts())
+                if m:
+                    mids += stretch.ids()[k : k + m]
+                    i += m
+                    continue
             mids.append(mid)
+            i += 1
         return mids
 
     def _backoff(self, attempts: int) -> float:

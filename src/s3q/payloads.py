@@ -117,7 +117,7 @@ def stretch_messages(stretch: Stretch, payloads: list[bytes]) -> list[Message]:
     """The answers that hand out the members of ``stretch`` still leased in it, with their
     ``payloads`` (one per member) and receipts."""
     none = itertools.repeat(None)
-    token, priority, at = stretch.token, stretch.priority, stretch.enqueued_at
+    priority, at = stretch.priority, stretch.enqueued_at
     first, tenant = stretch.at or None, stretch.tenant
     return [
         Message(
@@ -126,7 +126,7 @@ def stretch_messages(stretch: Stretch, payloads: list[bytes]) -> list[Message]:
             priority,
             1,
             at,
-            f"{mid}~{token}",
+            receipt,
             None,
             dedup,
             dict(attrs) if attrs else {},
@@ -134,8 +134,9 @@ def stretch_messages(stretch: Stretch, payloads: list[bytes]) -> list[Message]:
             first,
             tenant,
         )
-        for mid, payload, dedup, attrs, held in zip(
+        for mid, receipt, payload, dedup, attrs, held in zip(
             stretch.ids(),
+            stretch.receipts(),
             payloads,
             stretch.dedup_ids() or none,
             stretch.attributes() or none,

@@ -38,6 +38,7 @@ class Stretch:
         "place",
         "priority",
         "queue",
+        "receipts_",
         "seq",
         "stage",
         "start",
@@ -64,6 +65,7 @@ class Stretch:
         self.until = self.at = 0.0
         self.index: dict[str, int] | None = None  # member id -> its index (once asked for)
         self.ids_: list[str] | None = None  # (once asked for)
+        self.receipts_: list[str] | None = None  # (once asked for, after the lease)
 
     def __len__(self) -> int:
         """The members still leased as part of the stretch."""
@@ -80,6 +82,24 @@ class Stretch:
         """The member at ``place``, if it is still leased here."""
         k = place - self.place
         return k if 0 <= k < self.count and self.held[k] else None
+
+    def receipts(self) -> list[str]:
+        """Every member's receipt, first to last (once leased): the very strings handed out,
+        so the completion that gives them back is matched a whole run at a time."""
+        made = self.receipts_
+        if made is None:
+            suffix = "~" + self.token
+            made = self.receipts_ = [mid + suffix for mid in self.ids()]
+        return made
+
+    def run_of(self, given: list[str], i: int, k: int, mine: list[str]) -> int:
+        """How many of ``given`` from ``i`` on are ``mine`` (this stretch's ids or receipts)
+        from member ``k`` on, all still leased here: the whole rest, or 0 (then they are
+        looked at one by one)."""
+        m = min(len(given) - i, self.count - k)
+        if m > 1 and given[i : i + m] == mine[k : k + m] and 0 not in self.held[k : k + m]:
+            return m
+        return 0
 
     def member_index(self, mid: str) -> int | None:
         """Member ``mid``, if it is still leased here (by its id, parsing none: those that
