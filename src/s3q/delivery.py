@@ -15,7 +15,6 @@ what peek shows is what a dequeue would deliver, by the same code.
 from __future__ import annotations
 
 import heapq
-import itertools
 from collections import ChainMap, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from typing import cast
@@ -98,7 +97,7 @@ class DeliveryIndex:
 
     def leased_stretch(self, stretch: Stretch) -> None:
         """``stretch`` was leased: a delivery of its priority per member, and one timer."""
-        self.shares.served_all(itertools.repeat(stretch.priority, stretch.count))
+        self.shares.served_many(stretch.priority, stretch.count)
         heapq.heappush(self._stretch_timers, (stretch.until, stretch.arrival, stretch.token))
 
     def join(self, rec: Record) -> bool:

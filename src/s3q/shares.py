@@ -34,6 +34,19 @@ class Shares:
             vtime, tags[priority] = start, start + 1.0 / (priority + 1)
         self.vtime = vtime
 
+    def served_many(self, priority: int, count: int) -> None:
+        """``count`` deliveries of ``priority`` in a row (``served_all`` of it repeated, to the
+        same bits: each start is the tag the delivery before set)."""
+        if count <= 0:
+            return
+        tags, step = self.tags, 1.0 / (priority + 1)
+        start = tags.get(priority, 0.0)
+        if self.vtime > start:
+            start = self.vtime
+        for _ in range(count - 1):
+            start += step
+        self.vtime, tags[priority] = start, start + step
+
     def next(self, active: Iterable[int]) -> int:
         """Of the priorities ``active``, the one to deliver next (the higher on a tie)."""
         tags, vtime = self.tags, self.vtime
