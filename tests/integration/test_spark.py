@@ -850,3 +850,29 @@ def test_history_stream_refuses_a_bad_start(
         spark, file_env, tmp_path / "ck", tmp_path / "out", startingOffsets="yesterday"
     )
     assert "option startingOffsets must be 'earliest' or a log position" in str(query.exception())
+
+
+def test_the_queue_history_example_draws_its_chart(tmp_path: Path) -> None:
+    """examples/queue_history.py at a tiny size: a queue with tenants and failures, its
+    history read in Spark, a valid PNG."""
+    out = tmp_path / "history.png"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(SUPPORT_DIR.parent.parent / "examples" / "queue_history.py"),
+            (tmp_path / "store").as_uri() + "/orders",
+            "--minutes",
+            "8",
+            "--out",
+            str(out),
+        ],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "failed" in done.stdout and "payment gateway timeout" in done.stdout, done.stdout
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR" and len(data) > 20_000
+    assert data[-8:-4] == b"IEND"
