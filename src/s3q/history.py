@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
-from typing import TypeVar
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any, NamedTuple
 
 import msgspec
 
 from . import checkpoint, ids, log, tables
+from .errors import StoreError
 from .ops import (
     Append,
     Bury,
@@ -83,111 +84,226 @@ class Event(msgspec.Struct, frozen=True, omit_defaults=True):
     attributes: dict[str, str] | None = None
 
 
-T = TypeVar("T")
+class HistoryGap(StoreError):
+    """Log objects a reader of the history needed were collected before it read them."""
 
 
-def _column(values: list[T] | None, i: int, default: T) -> T:
-    return default if values is None else values[i]
+def gap(url: str, first: int, last: int, remedy: str = "") -> HistoryGap:
+    """The error for log objects ``first`` to ``last`` of queue ``url`` found collected."""
+    which = f"log object {first}" if first == last else f"log objects {first} to {last}"
+    return HistoryGap(
+        f"{which} of {url} were collected before this read reached them, so their events are "
+        "lost to it: the queue keeps its log only for history_retention seconds (set it "
+        "above the reader's lag)" + (f", {remedy}" if remedy else "")
+    )
+
+
+def missing(first: int, stop: int, found: list[int]) -> list[tuple[int, int]]:
+    """The ranges ``(low, high)`` of log objects from ``first`` to ``stop - 1`` absent from
+    ``found`` (ascending)."""
+    gaps: list[tuple[int, int]] = []
+    expected = first
+    for seq in [*(s for s in found if first <= s < stop), stop]:
+        if seq > expected:
+            gaps.append((expected, seq - 1))
+        expected = seq + 1
+    return gaps
+
+
+class Each(list[Any]):
+    """A field of a :class:`Block` with a value of its own for each row (else one for all)."""
+
+
+class Block(NamedTuple):
+    """The events of one operation, column by column: ``n`` rows, each field (``kind``, ``at``
+    and those of ``fields``, named as :class:`Event`'s) one value for every row or an
+    :class:`Each` of ``n``. The ``ids`` of messages an enqueue or a stretch made are an
+    ``ids.Ids`` over a range of places."""
+
+    seq: int
+    op: int
+    n: int
+    kind: str | Each
+    at: float | Each
+    ids: Sequence[str | None]
+    fields: dict[str, Any]
+
+    def events(self) -> Iterator[Event]:
+        names = list(self.fields)
+        columns = [_each(v, self.n) for v in self.fields.values()]
+        kinds, ats = _each(self.kind, self.n), _each(self.at, self.n)
+        for i, mid in enumerate(self.ids):
+            extra = {name: column[i] for name, column in zip(names, columns, strict=True)}
+            yield Event(self.seq, self.op, ats[i], kinds[i], mid, **extra)
+
+
+def _each(value: Any, n: int) -> Sequence[Any]:
+    return value if isinstance(value, Each) else [value] * n
+
+
+def _or(values: list[Any] | None, default: object) -> object:
+    """A field from a column an operation may leave out (None: ``default`` for every row)."""
+    return default if values is None else Each(values)
 
 
 class Reader:
     """Turns log objects, read in order, into events; counts the attempts of the messages it
-    saw enqueued."""
+    saw enqueued: by ranges of places for those enqueued and leased in bulk (runs, stretches),
+    by id for the others."""
 
     def __init__(self, queue: str) -> None:
         self.queue = queue  # the queue's id, which its message ids begin with
         self._attempts: dict[str, int] = {}
+        # log object -> (first place, end place, deliveries) of the runs it enqueued, ascending
+        self._runs: dict[int, list[tuple[int, int, int]]] = {}
 
     def events(self, header: log.Header) -> Iterator[Event]:
         """The events of one log object, in log order."""
+        for block in self.blocks(header):
+            yield from block.events()
+
+    def blocks(self, header: log.Header) -> Iterator[Block]:
+        """The events of one log object, in log order: a block per operation."""
         seq = header.seq
         for index, op in enumerate(header.ops):
             at = getattr(op, "at", 0.0) or header.at
             if isinstance(op, Open) and op.queue and not self.queue:
                 self.queue = op.queue
             elif isinstance(op, Append):
-                yield from self._appended(seq, index, op)
+                yield self._appended(seq, index, op)
             elif isinstance(op, Enqueue | EnqueueStaged):
-                for e in op.messages if isinstance(op, EnqueueStaged) else [op]:
-                    self._attempts[e.id] = 0
-                    yield Event(
-                        seq,
-                        index,
-                        e.enqueued_at,
-                        "enqueued",
-                        e.id,
-                        priority=e.priority,
-                        group=e.group,
-                        visible_at=e.visible_at,
-                        dedup_id=e.dedup_id,
-                        size=e.size,
-                        attributes=e.attributes,
-                    )
+                yield self._enqueued(seq, index, op)
             elif isinstance(op, Lease):
-                yield from self._leased(seq, index, at, op)
+                yield self._leased(seq, index, at, op)
             elif isinstance(op, Extend):
-                yield Event(seq, index, at, "extended", op.id, visible_at=op.until)
+                yield Block(seq, index, 1, "extended", at, [op.id], {"visible_at": op.until})
             elif isinstance(op, Release):
-                for mid in op.ids:
-                    yield Event(seq, index, at, "released", mid)
+                yield Block(seq, index, len(op.ids), "released", at, op.ids, {})
             elif isinstance(op, Complete):
                 for mid in op.ids:
                     self._attempts.pop(mid, None)
-                    yield Event(seq, index, at, "completed", mid)
+                yield Block(seq, index, len(op.ids), "completed", at, op.ids, {})
             elif isinstance(op, Fail):
                 kind = "dead" if op.retry_at is None else "failed"
-                attempt = self._attempts.get(op.id) or None
+                attempt = self._attempt(op.id) or None
                 if kind == "dead":
                     self._attempts.pop(op.id, None)
-                yield Event(
-                    seq, index, at, kind, op.id, attempt=attempt, visible_at=op.retry_at,
-                    error=op.error,
-                )  # fmt: skip
+                fields: dict[str, Any] = {
+                    "attempt": attempt,
+                    "visible_at": op.retry_at,
+                    "error": op.error,
+                }
+                yield Block(seq, index, 1, kind, at, [op.id], fields)
             elif isinstance(op, Bury):
+                attempts = Each(self._attempt(mid) or None for mid in op.ids)
                 for mid in op.ids:
-                    attempt = self._attempts.pop(mid, None) or None
-                    yield Event(seq, index, at, "dead", mid, attempt=attempt, error=op.error)
+                    self._attempts.pop(mid, None)
+                yield Block(
+                    seq, index, len(op.ids), "dead", at, op.ids,
+                    {"attempt": attempts, "error": op.error},
+                )  # fmt: skip
             elif isinstance(op, Redrive):
                 for mid in op.ids:
                     self._attempts[mid] = 0
-                    yield Event(seq, index, at, "redriven", mid)
+                yield Block(seq, index, len(op.ids), "redriven", at, op.ids, {})
             elif isinstance(op, Discard):
-                for mid in op.ids:
-                    yield Event(seq, index, at, "discarded", mid)
+                yield Block(seq, index, len(op.ids), "discarded", at, op.ids, {})
             elif isinstance(op, Purge):
                 self._attempts.clear()
-                yield Event(seq, index, at, "purged", None)
+                self._runs.clear()
+                yield Block(seq, index, 1, "purged", at, [None], {})
 
-    def _appended(self, seq: int, index: int, op: Append) -> Iterator[Event]:
-        for i, size in enumerate(op.sizes):
-            mid = ids.make(self.queue, seq, op.first + i)
-            self._attempts[mid] = 0
-            yield Event(
-                seq,
-                index,
-                op.enqueued_at,
-                "enqueued",
-                mid,
-                priority=_column(op.priorities, i, 0),
-                tenant=_column(op.tenants, i, None),
-                group=_column(op.groups, i, None),
-                visible_at=op.enqueued_at + _column(op.delays, i, 0.0),
-                dedup_id=_column(op.dedup_ids, i, None),
-                size=size,
-                attributes=_column(op.attributes, i, None) or None,
-            )
+    def _appended(self, seq: int, index: int, op: Append) -> Block:
+        n = len(op.sizes)
+        self._runs.setdefault(seq, []).append((op.first, op.first + n, 0))
+        at, delays, attributes = op.enqueued_at, op.delays, op.attributes
+        fields: dict[str, Any] = {
+            "priority": _or(op.priorities, 0),
+            "tenant": _or(op.tenants, None),
+            "group": _or(op.groups, None),
+            "visible_at": at if delays is None else Each(at + d for d in delays),
+            "dedup_id": _or(op.dedup_ids, None),
+            "size": Each(op.sizes),
+            "attributes": None if attributes is None else Each(a or None for a in attributes),
+        }
+        made = ids.Ids(self.queue, seq, range(op.first, op.first + n))
+        return Block(seq, index, n, "enqueued", at, made, fields)
 
-    def _leased(self, seq: int, index: int, at: float, op: Lease) -> Iterator[Event]:
-        leases = [(mid, until) for mid, _, until in op.leases]
-        for s, place, count, _, until in op.stretches or ():
-            leases += [(mid, until) for mid in ids.Ids(self.queue, s, range(place, place + count))]
-        for mid, until in leases:
-            known = self._attempts.get(mid)
+    def _enqueued(self, seq: int, index: int, op: Enqueue | EnqueueStaged) -> Block:
+        messages = op.messages if isinstance(op, EnqueueStaged) else [op]
+        for e in messages:
+            self._attempts[e.id] = 0
+        fields = {
+            name: Each(getattr(e, name) for e in messages)
+            for name in ("priority", "group", "visible_at", "dedup_id", "size", "attributes")
+        }
+        at = Each(e.enqueued_at for e in messages)
+        return Block(seq, index, len(messages), "enqueued", at, [e.id for e in messages], fields)
+
+    def _leased(self, seq: int, index: int, at: float, op: Lease) -> Block:
+        made: list[str] = []
+        attempts: list[int | None] = []
+        until: list[float] = []
+        for mid, _, end in op.leases:
+            known = self._attempt(mid)
             attempt = None if known is None else known + 1
             if attempt is not None:
                 self._attempts[mid] = attempt
-            kind = "retried" if (attempt or 0) > 1 else "leased"
-            yield Event(seq, index, at, kind, mid, attempt=attempt, visible_at=until)
+            made.append(mid)
+            attempts.append(attempt)
+            until.append(end)
+        stretches = op.stretches or []
+        for s, place, count, _, end in stretches:
+            attempts += self._stretch(s, place, place + count)
+            until += [end] * count
+            made += ids.Ids(self.queue, s, range(place, place + count))
+        leased: Sequence[str] = made
+        if not op.leases and len(stretches) == 1:  # the common case: one range of places
+            s, place, count, _, _ = stretches[0]
+            leased = ids.Ids(self.queue, s, range(place, place + count))
+        kind: str | Each = "leased"
+        if any(a is not None and a > 1 for a in attempts):
+            kind = Each("retried" if (a or 0) > 1 else "leased" for a in attempts)
+        fields: dict[str, Any] = {"attempt": Each(attempts), "visible_at": Each(until)}
+        return Block(seq, index, len(attempts), kind, at, leased, fields)
+
+    def _attempt(self, mid: str) -> int | None:
+        """Deliveries of ``mid`` so far, if its enqueue was read."""
+        known = self._attempts.get(mid)
+        if known is not None:
+            return known
+        where = ids.where(mid, self.queue)
+        if where is None:
+            return None
+        seq, place = where
+        for first, end, count in self._runs.get(seq, ()):
+            if first <= place < end:
+                return count
+        return None
+
+    def _stretch(self, seq: int, low: int, high: int) -> list[int | None]:
+        """Count a delivery of places ``low`` to ``high - 1`` of log object ``seq``'s runs;
+        the attempt each makes (None where its enqueue was not read)."""
+        runs = self._runs.get(seq)
+        if not runs:
+            return [None] * (high - low)
+        found: list[int | None] = []
+        kept: list[tuple[int, int, int]] = []
+        done = low
+        for first, end, count in runs:
+            if end <= low or first >= high:
+                kept.append((first, end, count))
+                continue
+            if first < low:
+                kept.append((first, low, count))
+            start, stop = max(first, low), min(end, high)
+            found += [None] * (start - done) + [count + 1] * (stop - start)
+            kept.append((start, stop, count + 1))
+            done = stop
+            if end > high:
+                kept.append((high, end, count))
+        self._runs[seq] = kept
+        return found + [None] * (high - done)
 
 
 def places(header: log.Header, queue: str) -> Iterator[tuple[str, str, int, int]]:
@@ -279,10 +395,11 @@ async def read(
 
 
 async def objects(
-    store: Store, wanted: list[int], *, whole: bool, concurrency: int = 32
+    store: Store, wanted: list[int], *, whole: bool, concurrency: int = 32, strict: bool = False
 ) -> AsyncIterator[tuple[int, bytes]]:
-    """The log objects ``wanted``, in order, skipping any gone since they were listed: all of
-    each (``whole``), or only the end that holds its header (``s3q.tables.tail``)."""
+    """The log objects ``wanted``, in order, skipping any gone since they were listed (with
+    ``strict``, raising :class:`HistoryGap` instead): all of each (``whole``), or only the end
+    that holds its header (``s3q.tables.tail``)."""
 
     async def tail(key: str) -> bytes:
         return await tables.tail(store, log.seq_of(key) or 0)
@@ -295,4 +412,6 @@ async def objects(
                 wanted = wanted[1:]
                 yield seq, data
         except NotFound:
+            if strict:
+                raise gap(store.url, wanted[0], wanted[0]) from None
             wanted = wanted[1:]  # the first one not yet yielded was collected

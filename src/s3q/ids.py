@@ -50,6 +50,14 @@ class Ids(Sequence[str]):
     def __len__(self) -> int:
         return len(self._places)
 
+    def span(self) -> tuple[str, range] | None:
+        """What every id here begins with and the range of places that ends them (the last
+        ``PLACE_DIGITS`` hexadecimal digits), for ids of consecutive places; else None."""
+        places = self._places
+        if isinstance(places, range) and places.step == 1:
+            return self._format.removesuffix("%08x"), places
+        return None
+
     @overload
     def __getitem__(self, index: int) -> str: ...
     @overload

@@ -749,3 +749,130 @@ def test_history_refuses_bad_options(spark: SparkSession, file_env: StoreEnv) ->
         reader.option("history", "lives").load(file_env.url).collect()
     with pytest.raises(Exception, match="option payloads must be true or false"):
         reader.option("history", "true").option("payloads", "yes").load(file_env.url).collect()
+
+
+def _history_stream(
+    spark: SparkSession, env: StoreEnv, checkpoint: Path, out: Path, **options: str
+) -> Any:
+    """The history as a stream into Parquet, one availableNow run: the stopped query."""
+    reader = with_store(spark.readStream.format("s3q").option("history", "true"), env)
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    query = (
+        reader.load(env.url)
+        .writeStream.format("parquet")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start(str(out))
+    )
+    with contextlib.suppress(Exception):  # a failed query raises here: its exception() tells
+        assert query.awaitTermination(180), "the availableNow query did not stop on its own"
+    return query
+
+
+def _events_once(spark: SparkSession, out: Path) -> list[tuple[int, int, str, str]]:
+    """The events a stream landed, each checked to be there once."""
+    landed = [(r.seq, r.op, r.id, r.kind) for r in spark.read.parquet(str(out)).collect()]
+    twice = {e for e in landed if landed.count(e) > 1}
+    assert not twice, f"landed more than once: {sorted(twice)[:5]}"
+    return sorted(landed)
+
+
+def test_history_stream_lands_each_event_once_across_runs(
+    spark: SparkSession, file_env: StoreEnv, tmp_path: Path
+) -> None:
+    """readStream over the history into Parquet with availableNow, in batches of a few log
+    objects; more work; the same checkpoint again: every event of the log exactly once, and
+    the offsets are log positions."""
+    clock, _ = _history_of_work(file_env)
+    checkpoint, out = tmp_path / "checkpoint", tmp_path / "events"
+    options = {"maxObjectsPerBatch": "7", "objectsPerPartition": "3"}
+    query = _history_stream(spark, file_env, checkpoint, out, **options)
+    assert query.exception() is None
+    assert len(query.recentProgress) >= 5, "batches of 7 of the 40 log objects or more"
+    first = _events_once(spark, out)
+    with file_env.open(clock=clock, history_retention=1e6) as q:
+        for _ in range(3):
+            q.enqueue_batch([{"payload": b"late", "tenant": "c"}] * 5)
+            q.complete_batch(q.dequeue(max_messages=5))
+    query = _history_stream(spark, file_env, checkpoint, out, **options)
+    assert query.exception() is None
+    landed = _events_once(spark, out)
+    every = with_store(spark.read.format("s3q").option("history", "true"), file_env)
+    expected = sorted((r.seq, r.op, r.id, r.kind) for r in every.load(file_env.url).collect())
+    assert landed == expected and len(landed) > len(first) + 30
+    batches = [int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()]
+    last = json.loads((checkpoint / "offsets" / str(max(batches))).read_text().splitlines()[-1])
+    assert last == {"seq": max(file_env.log_seqs()) + 1}
+
+
+def test_history_stream_names_a_gap_the_collector_made(
+    spark: SparkSession, file_env: StoreEnv, tmp_path: Path
+) -> None:
+    """Without history_retention the collector deletes log objects a stream has not read yet:
+    the next run fails naming them; with failOnDataLoss false it goes on past them."""
+    clock = FakeClock()
+    settings = {"clock": clock, "gc_grace": 0.0, "completed_retention": 0.0}
+
+    def work(q: Any) -> None:
+        for _ in range(6):
+            q.enqueue_batch([b"m"] * 4)
+            q.complete_batch(q.dequeue(max_messages=4))
+
+    with file_env.open(**settings) as q:
+        work(q)
+    checkpoint, out = tmp_path / "checkpoint", tmp_path / "events"
+    assert _history_stream(spark, file_env, checkpoint, out).exception() is None
+    read_to = max(file_env.log_seqs()) + 1
+    with file_env.open(**settings) as q:
+        work(q)
+        clock.advance(10)
+        assert q.compact().deleted_objects > 0
+        kept = q.enqueue_batch([b"kept"] * 3)
+    left = file_env.log_seqs()
+    assert read_to not in left and max(left) > read_to, (read_to, left)
+    failed = _history_stream(spark, file_env, checkpoint, out).exception()
+    assert failed is not None, "a stream past collected log objects went on silently"
+    assert f"log objects {read_to} to " in str(failed), str(failed)[-2000:]
+    assert "were collected before this read reached them" in str(failed)
+    assert "failOnDataLoss" in str(failed)
+    query = _history_stream(spark, file_env, checkpoint, out, failOnDataLoss="false")
+    assert query.exception() is None
+    landed = _events_once(spark, out)
+    assert {mid for _, _, mid, kind in landed if kind == "enqueued"} >= set(kept)
+
+
+def test_history_stream_refuses_a_bad_start(
+    spark: SparkSession, file_env: StoreEnv, tmp_path: Path
+) -> None:
+    _history_of_work(file_env)
+    query = _history_stream(
+        spark, file_env, tmp_path / "ck", tmp_path / "out", startingOffsets="yesterday"
+    )
+    assert "option startingOffsets must be 'earliest' or a log position" in str(query.exception())
+
+
+def test_the_queue_history_example_draws_its_chart(tmp_path: Path) -> None:
+    """examples/queue_history.py at a tiny size: a queue with tenants and failures, its
+    history read in Spark, a valid PNG."""
+    out = tmp_path / "history.png"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(SUPPORT_DIR.parent.parent / "examples" / "queue_history.py"),
+            (tmp_path / "store").as_uri() + "/orders",
+            "--minutes",
+            "8",
+            "--out",
+            str(out),
+        ],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "failed" in done.stdout and "payment gateway timeout" in done.stdout, done.stdout
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR" and len(data) > 20_000
+    assert data[-8:-4] == b"IEND"

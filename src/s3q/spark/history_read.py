@@ -17,10 +17,12 @@ lies; with it, whole log objects (and the staged or blob objects that hold other
 from __future__ import annotations
 
 import datetime
-from collections.abc import AsyncGenerator, Iterable, Iterator
+from collections.abc import AsyncGenerator, Iterable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSourceReader,
     EqualTo,
@@ -33,12 +35,12 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
-from .. import history, log, timeline
+from .. import history, ids, log, timeline
 from ..errors import InvalidConfig
-from ..history import Event
+from ..history import Block, Each
 from ..store import Store
 from .options import Options, run
-from .pieces import _loop, _optional
+from .pieces import _loop
 
 #: log objects one input partition reads, by default (option ``objectsPerPartition``)
 OBJECTS_PER_PARTITION = 64
@@ -134,13 +136,31 @@ class Window:
             None if self.high is None else (self.high + 1) / 1e6,
         )
 
-    def admits(self, e: Event) -> bool:
-        if self.kinds is not None and e.kind not in self.kinds:
+    def may_admit(self, block: Block) -> bool:
+        """Whether any event of ``block`` may be wanted (told row by row by :meth:`mask`)."""
+        if self.kinds is not None and isinstance(block.kind, str) and block.kind not in self.kinds:
             return False
-        if self.low is None and self.high is None:
+        if isinstance(block.at, Each):
             return True
-        at = _micros(e.at)
+        at = _micros(block.at)
         return (self.low is None or at >= self.low) and (self.high is None or at <= self.high)
+
+    def mask(self, batch: pa.RecordBatch) -> pa.Array | None:
+        """Which rows of ``batch`` are wanted; None: all of them."""
+        tests = []
+        if self.kinds is not None:
+            tests.append(pc.is_in(batch.column("kind"), pa.array(sorted(self.kinds), pa.string())))
+        at = batch.column("at").cast(pa.int64())
+        if self.low is not None:
+            tests.append(pc.greater_equal(at, self.low))
+        if self.high is not None:
+            tests.append(pc.less_equal(at, self.high))
+        if not tests:
+            return None
+        wanted = tests[0]
+        for test in tests[1:]:
+            wanted = pc.and_(wanted, test)
+        return wanted
 
     def payload_bytes(self) -> bool:
         """Whether any event wanted carries a payload."""
@@ -148,11 +168,14 @@ class Window:
 
 
 class LogRange(InputPartition):
-    """Consecutive log objects for one task to read."""
+    """Consecutive log objects for one task to read; ``strict``: one collected before it is
+    read is a :class:`s3q.history.HistoryGap`, not skipped."""
 
-    def __init__(self, index: int, queue: str, seqs: list[int], window: Window) -> None:
+    def __init__(
+        self, index: int, queue: str, seqs: list[int], window: Window, strict: bool = False
+    ) -> None:
         super().__init__(index)
-        self.queue, self.seqs, self.window = queue, seqs, window
+        self.queue, self.seqs, self.window, self.strict = queue, seqs, window, strict
 
 
 class HistoryReader(DataSourceReader):
@@ -197,8 +220,8 @@ def wanted(options: Options) -> bool:
     return flag(options, "history")
 
 
-def flag(options: Options, name: str) -> bool:
-    raw = (options.text(name) or "false").lower()
+def flag(options: Options, name: str, default: bool = False) -> bool:
+    raw = (options.text(name) or str(default)).lower()
     if raw not in ("true", "false"):
         raise InvalidConfig(f"option {name} must be true or false, got {raw!r}")
     return raw == "true"
@@ -238,15 +261,16 @@ async def _batches(
     reader = history.Reader(part.queue)
     window = part.window
     whole = payloads and window.payload_bytes()
-    rows = Rows(payloads)
+    rows = Rows(payloads, window)
     async for seq, data in history.objects(
-        store, part.seqs, whole=whole, concurrency=READ_CONCURRENCY
+        store, part.seqs, whole=whole, concurrency=READ_CONCURRENCY, strict=part.strict
     ):
         header = log.decode(data, log.key(seq))
-        wanted = [e for e in reader.events(header) if window.admits(e)]
+        blocks = [b for b in reader.blocks(header) if window.may_admit(b)]
         if payloads:
-            rows.payloads.update(await _payloads(store, header, part.queue, data, wanted, whole))
-        rows.add(wanted)
+            rows.payloads.update(await _payloads(store, header, part.queue, data, blocks, whole))
+        for block in blocks:
+            rows.add(block)
         if len(rows) >= ROWS_PER_BATCH:
             yield rows.batch()
     if len(rows):
@@ -254,58 +278,134 @@ async def _batches(
 
 
 async def _payloads(
-    store: Store, header: log.Header, queue: str, data: bytes, events: list[Event], whole: bool
+    store: Store, header: log.Header, queue: str, data: bytes, blocks: list[Block], whole: bool
 ) -> dict[str, bytes]:
-    """The payloads of the messages ``events`` enqueued, by id (missing: collected)."""
-    enqueued = {e.id for e in events if e.kind == "enqueued" and e.id}
+    """The payloads of the messages ``blocks`` enqueued, by id (missing: collected)."""
+    enqueued = {mid for b in blocks if b.kind == "enqueued" for mid in b.ids if mid}
     if not enqueued or not whole:
         return {}
     return await history.payloads(store, header, queue, data, enqueued)
 
 
-class Rows:
-    """Events gathered into the columns of one record batch."""
+#: a value repeated this many times or more is made by Arrow, not gathered in a list
+REPEATED = 256
+_HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
 
-    def __init__(self, payloads: bool) -> None:
-        self.with_payloads = payloads
-        self.events: list[Event] = []
+
+class Column:
+    """One column of the record batch being built, from the fields of blocks (``s3q.history``):
+    values of their own gathered in a list, long repeats and ranges of ids made by Arrow.
+    ``seconds``: a time column, its values seconds since the epoch."""
+
+    def __init__(self, kind: pa.DataType, seconds: bool = False) -> None:
+        self.type, self.seconds = kind, seconds
+        self.chunks: list[pa.Array] = []
+        self.values: list[Any] = []
+
+    def add(self, value: Any, n: int) -> None:
+        """``value`` for the next ``n`` rows (an ``Each``: a value each)."""
+        if isinstance(value, Each):
+            self.values += value
+        elif n < REPEATED:
+            self.values += [value] * n
+        else:
+            self.put(self._repeat(value, n))
+
+    def add_ids(self, made: Sequence[str | None]) -> None:
+        span = made.span() if isinstance(made, ids.Ids) else None
+        if span is None or len(made) < REPEATED:
+            self.values += made
+        else:
+            self.put(_id_array(*span))
+
+    def put(self, array: pa.Array) -> None:
+        self._gather()
+        self.chunks.append(array)
+
+    def finish(self) -> pa.Array:
+        self._gather()
+        chunks, self.chunks = self.chunks, []
+        if len(chunks) == 1:
+            return chunks[0]
+        return pa.concat_arrays(chunks) if chunks else pa.array([], self.type)
+
+    def _gather(self) -> None:
+        if self.values:
+            values, self.values = self.values, []
+            if self.seconds:
+                self.chunks.append(_times(pa.array(values, pa.float64())))
+            elif values.count(None) == len(values):
+                self.chunks.append(pa.nulls(len(values), self.type))
+            else:
+                self.chunks.append(pa.array(values, self.type))
+
+    def _repeat(self, value: Any, n: int) -> pa.Array:
+        if value is None:
+            return pa.nulls(n, self.type)
+        if self.seconds:
+            return pa.repeat(pa.scalar(_micros(value), pa.int64()), n).cast(TIME)
+        return pa.repeat(pa.scalar(value, self.type), n)
+
+
+def _times(seconds: pa.Array) -> pa.Array:
+    """Seconds since the epoch (float64) as the ``at`` column holds them (truncated)."""
+    return pc.cast(pc.multiply(seconds, 1e6), pa.int64(), safe=False).cast(TIME)
+
+
+def _id_array(prefix: str, places: range) -> pa.Array:
+    """The ids ``prefix`` followed by each place in 8 hexadecimal digits (``ids.make``), made
+    as Arrow's buffers: fixed-width strings."""
+    head = np.frombuffer(prefix.encode(), np.uint8)
+    n, width = len(places), len(head) + ids.PLACE_DIGITS
+    chars = np.empty((n, width), np.uint8)
+    chars[:, : len(head)] = head
+    numbers = np.arange(places.start, places.stop, dtype=np.int64)
+    for digit in range(ids.PLACE_DIGITS):
+        chars[:, width - 1 - digit] = _HEX[(numbers >> (4 * digit)) & 15]
+    offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(chars))
+
+
+class Rows:
+    """Blocks of events gathered into the columns of one record batch, those outside the
+    window dropped."""
+
+    def __init__(self, payloads: bool, window: Window) -> None:
+        self.with_payloads, self.window = payloads, window
         self.payloads: dict[str, bytes] = {}
+        self.count = 0
+        self.columns = {
+            name: Column(kind, seconds=kind == TIME)
+            for name, kind, _ in [*COLUMNS, *([PAYLOAD] if payloads else [])]
+        }
+        self.fields = [name for name, _, _ in COLUMNS[5:]]
 
     def __len__(self) -> int:
-        return len(self.events)
+        return self.count
 
-    def add(self, events: list[Event]) -> None:
-        self.events.extend(events)
+    def add(self, block: Block) -> None:
+        n, columns = block.n, self.columns
+        self.count += n
+        columns["seq"].add(block.seq, n)
+        columns["op"].add(block.op, n)
+        columns["at"].add(block.at, n)
+        columns["kind"].add(block.kind, n)
+        columns["id"].add_ids(block.ids)
+        fields = block.fields
+        for name in self.fields:
+            columns[name].add(fields.get(name), n)
+        if self.with_payloads:
+            found = self.payloads
+            if block.kind == "enqueued":
+                columns["payload"].add(
+                    Each(found.get(mid) if mid else None for mid in block.ids), n
+                )
+            else:
+                columns["payload"].add(None, n)
 
     def batch(self) -> pa.RecordBatch:
-        events, self.events = self.events, []
-        payloads, self.payloads = self.payloads, {}
-        columns = [
-            pa.array([e.seq for e in events], pa.int64()),
-            pa.array([e.op for e in events], pa.int32()),
-            pa.array([_micros(e.at) for e in events], TIME),
-            pa.array([e.kind for e in events], pa.string()),
-            _optional([e.id for e in events], pa.string()),
-            _optional([e.priority for e in events], pa.int32()),
-            _optional([e.tenant for e in events], pa.string()),
-            _optional([e.group for e in events], pa.string()),
-            _optional([e.attempt for e in events], pa.int32()),
-            _optional(
-                [None if e.visible_at is None else _micros(e.visible_at) for e in events], TIME
-            ),
-            _optional([e.error for e in events], pa.string()),
-            _optional([e.dedup_id for e in events], pa.string()),
-            _optional([e.size for e in events], pa.int64()),
-            _optional(
-                [None if e.attributes is None else list(e.attributes.items()) for e in events],
-                COLUMNS[-1][1],
-            ),
-        ]
-        if self.with_payloads:
-            columns.append(
-                _optional(
-                    [payloads.get(e.id) if e.kind == "enqueued" and e.id else None for e in events],
-                    pa.binary(),
-                )
-            )
-        return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(self.with_payloads))
+        self.count, self.payloads = 0, {}
+        arrays = [column.finish() for column in self.columns.values()]
+        batch = pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(self.with_payloads))
+        wanted = self.window.mask(batch)
+        return batch if wanted is None else batch.filter(wanted)

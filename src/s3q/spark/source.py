@@ -41,9 +41,14 @@ class S3QDataSource(DataSource):
         return BatchWriter(options.parse(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        parsed = options.parse(self.options)
+        if history_read.wanted(parsed):
+            from .history_stream import HistoryStreamReader
+
+            return HistoryStreamReader(parsed)
         from .stream_read import ConsumeReader
 
-        return ConsumeReader(options.parse(self.options))
+        return ConsumeReader(parsed)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from .stream_write import StreamWriter
