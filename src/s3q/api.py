@@ -18,6 +18,7 @@ from .config import MAX_VISIBILITY, PERSISTED, QueueConfig, Setting, split_optio
 from .engine import MAX_DEQUEUE, Engine
 from .errors import InvalidArgument, InvalidConfig, S3QError
 from .message import Message, MessageStatus, QueueStats
+from .pages import Pages
 from .snapshot import Located
 from .staging import StagedObject
 from .state import MAX_PER_GROUP
@@ -42,6 +43,22 @@ async def open_async(url: str, **options: Any) -> AsyncQueue:
     config, store_options, settings = split_options(options)
     store = open_store(url, store_options)
     return AsyncQueue(await Engine.open(store, config, settings))
+
+
+def _dequeue_args(
+    max_messages: int,
+    visibility_timeout: float | None,
+    wait: float,
+    per_group: int,
+    complete: Iterable[Target],
+) -> tuple[int, float | None, float, int, list[str]]:
+    """A dequeue's arguments, checked."""
+    validate.count("max_messages", max_messages, 1, MAX_DEQUEUE)
+    validate.count("per_group", per_group, 1, MAX_PER_GROUP)
+    if visibility_timeout is not None:
+        visibility_timeout = validate.visibility("visibility_timeout", visibility_timeout)
+    receipts = [validate.receipt_of(t) for t in complete]
+    return max_messages, visibility_timeout, validate.wait(wait), per_group, receipts
 
 
 @documented  # the docstrings of the queue's methods: s3q.surface
@@ -167,14 +184,23 @@ class AsyncQueue:
         per_group: int = 1,
         complete: Iterable[Target] = (),
     ) -> list[Message]:
-        validate.count("max_messages", max_messages, 1, MAX_DEQUEUE)
-        validate.count("per_group", per_group, 1, MAX_PER_GROUP)
-        if visibility_timeout is not None:
-            visibility_timeout = validate.visibility("visibility_timeout", visibility_timeout)
-        wait = validate.wait(wait)
-        receipts = [validate.receipt_of(t) for t in complete]
         return await self._engine.dequeue(
-            max_messages, visibility_timeout, wait, per_group, receipts
+            *_dequeue_args(max_messages, visibility_timeout, wait, per_group, complete)
+        )
+
+    async def dequeue_pages(
+        self,
+        max_messages: int = 1,
+        visibility_timeout: float | None = None,
+        wait: float = 0.0,
+        *,
+        per_group: int = 1,
+        complete: Iterable[Target] = (),
+    ) -> Pages:
+        """``dequeue``, with each stretch of consecutive messages as one page of payloads
+        (``s3q.pages``): what a broker answers with, without a Message per message."""
+        return await self._engine.dequeue_pages(
+            *_dequeue_args(max_messages, visibility_timeout, wait, per_group, complete)
         )
 
     async def complete(self, target: Target) -> None:

@@ -44,6 +44,7 @@ from .lease import WriterLease, describe_holder, writer_lease
 from .leasing import Leasing
 from .message import Message, MessageStatus, QueueStats
 from .ops import Configure, Open
+from .pages import Pages
 from .payloads import Payloads
 from .reads import Reads
 from .snapshot import Located
@@ -441,6 +442,19 @@ class Engine:
         complete: list[str] | None = None,
     ) -> list[Message]:
         return await self._leasing.dequeue(
+            max_messages, visibility_timeout, wait, per_group, complete
+        )
+
+    @_counted
+    async def dequeue_pages(
+        self,
+        max_messages: int,
+        visibility_timeout: float | None,
+        wait: float,
+        per_group: int = 1,
+        complete: list[str] | None = None,
+    ) -> Pages:
+        return await self._leasing.dequeue_pages(
             max_messages, visibility_timeout, wait, per_group, complete
         )
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import cast
 
-from . import snapshot, tables
+from . import pages, snapshot, tables
 from .commit import Batch
 from .config import BUFFERED
 from .core import Core
@@ -23,6 +23,7 @@ from .delivery import Chosen
 from .errors import ReceiptExpired
 from .message import Message
 from .ops import Bury, Complete, Extend, Fail, Lease, Release
+from .pages import Pages
 from .payloads import Payloads, message, stretch_messages
 from .records import DONE, Record
 from .snapshot import Located
@@ -83,6 +84,42 @@ class Leasing:
     ) -> list[Message]:
         """Lease up to ``max_messages``; with ``complete``, after completing those receipts'
         messages in the same commit (or in the one before, if this waits for messages)."""
+        leased = await self._next(max_messages, visibility_timeout, wait, per_group, complete)
+        if leased is None:
+            return []
+        chosen, lease, batch, completed = leased
+        answers = await self._answers(chosen, lease, batch)
+        await self.core.commit.durable_after(completed)  # (in that batch or before it)
+        return answers
+
+    async def dequeue_pages(
+        self,
+        max_messages: int,
+        visibility_timeout: float | None,
+        wait: float,
+        per_group: int = 1,
+        complete: list[str] | None = None,
+    ) -> Pages:
+        """``dequeue``, its stretches answered as pages (``s3q.pages``)."""
+        leased = await self._next(max_messages, visibility_timeout, wait, per_group, complete)
+        if leased is None:
+            return Pages([])
+        chosen, lease, batch, completed = leased
+        answer = await self._pages(chosen, lease, batch)
+        await self.core.commit.durable_after(completed)
+        return answer
+
+    async def _next(
+        self,
+        max_messages: int,
+        visibility_timeout: float | None,
+        wait: float,
+        per_group: int,
+        complete: list[str] | None,
+    ) -> tuple[list[Chosen], Lease, Batch, Batch | None] | None:
+        """The messages chosen and the lease of them logged (riding the batch given), after
+        the completions ``complete`` (riding the batch given last); None if none came within
+        ``wait`` (the completions durable by then)."""
         core = self.core
         core.check()
         timeout = self._timeout(visibility_timeout)
@@ -94,15 +131,12 @@ class Leasing:
             now = core.clock()
             if chosen:
                 lease = self._lease(chosen, now, now + timeout)
-                batch = core.commit.add(lease)
-                answers = await self._answers(chosen, lease, batch)
-                await core.commit.durable_after(completed)  # (in that batch or before it)
-                return answers
+                return chosen, lease, core.commit.add(lease), completed
             remaining = 0.0 if core.no_waits else deadline - time.monotonic()
             if remaining <= 0:
                 await core.commit.durable_after(buried)
                 await core.commit.durable_after(completed)
-                return []
+                return None
             upcoming = core.state.next_change()
             if upcoming is not None:
                 remaining = min(remaining, max(upcoming - now, 0.001))
@@ -157,6 +191,41 @@ class Leasing:
             elif (answer := next(by_record)) is not None:
                 answers.append(answer)
         return answers
+
+    async def _pages(self, chosen: list[Chosen], lease: Lease, batch: Batch) -> Pages:
+        """``_answers``, each stretch whose members are all still leased as one page."""
+        core = self.core
+        stretches = [item for item in chosen if type(item) is Stretch]
+        if not stretches:
+            return Pages(await self._answers(chosen, lease, batch))
+        records = [item for item in chosen if type(item) is Record]
+        payloads, blocks, _ = await asyncio.gather(
+            self.payloads.of(records),
+            asyncio.gather(*map(self.payloads.block_of, stretches)),
+            core.commit.durable_after(batch),
+        )
+        now = core.clock()
+        singles: list[Message] = []
+        paged: list[pages.Page] = []
+        placed = 0  # members of the pages so far
+        by_record = iter(zip(records, payloads, lease.leases, strict=True))
+        by_block = iter(blocks)
+        leased = core.state.stretches.by_token
+        for item in chosen:
+            if type(item) is Stretch:
+                block = next(by_block)
+                if leased.get(item.token) is not item or item.until <= now:
+                    continue
+                if block is not None and item.left == item.count:
+                    paged.append(pages.page(item, block, len(singles) + placed))
+                    placed += item.count
+                else:  # (some left it meanwhile, or their payloads are not side by side)
+                    singles += stretch_messages(item, await self.payloads.of_stretch(item))
+            else:
+                rec, payload, (_, receipt, _) = next(by_record)
+                if _still_held(rec, receipt, now):
+                    singles.append(message(rec, payload))
+        return Pages(singles, paged)
 
     async def select(
         self, limit: int, per_group: int = 1, stretches: bool = False

@@ -81,6 +81,22 @@ class Payloads:
             data = await self.core.store.get_range(log.key(seq), base, offsets[-1] + sizes[-1])
         return [data[at - base : at - base + size] for at, size in zip(offsets, sizes, strict=True)]
 
+    async def block_of(self, stretch: Stretch) -> bytes | memoryview | None:
+        """The payloads of every member of ``stretch``, back to back, as one block (a view of
+        the cached object if it is cached); None if they do not lie side by side or are not
+        in the log (then ``of_stretch`` reads them)."""
+        offsets, sizes = stretch.offsets, stretch.sizes()
+        start, end = offsets[0], offsets[-1] + sizes[-1]
+        if stretch.stage is not None or end - start != sum(sizes):
+            return None
+        seq = stretch.seq
+        if self.core.commit.held(seq) is not None:
+            return None
+        data = self.core.cache.get(seq)
+        if data is None:
+            return await self.core.store.get_range(log.key(seq), start, end)
+        return memoryview(data)[start:end]
+
     async def read(self, seq: int, spans: list[Span]) -> dict[str, bytes]:
         """Payloads by id, given ``(id, offset, size)`` in log object ``seq``, in one ranged
         read (``seq`` -1: each in an object of its own)."""

@@ -9,6 +9,7 @@ import msgspec
 from .. import __version__
 from ..collector import CompactionReport
 from ..message import Message, QueueStats
+from ..pages import Page
 from .routes import ENDPOINTS, Endpoint
 from .wire import API_PREFIX, JSON, MSGPACK
 
@@ -34,7 +35,7 @@ DESCRIPTION = (
 
 def _schemas() -> dict[str, Any]:
     _, components = msgspec.json.schema_components(
-        [Message, QueueStats, CompactionReport], ref_template="#/components/schemas/{name}"
+        [Message, Page, QueueStats, CompactionReport], ref_template="#/components/schemas/{name}"
     )
     components["Message"]["properties"]["payload"] = {
         "type": "string",

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import msgspec
 from starlette.requests import Request
 
-from .. import validate
+from .. import pages, validate
 from ..api import AsyncQueue
 from ..errors import InvalidArgument
 from ..staging import StagedObject
@@ -74,6 +74,7 @@ def obj(**props: dict[str, Any]) -> dict[str, Any]:
 
 STR = {"type": "string"}
 INT = {"type": "integer"}
+BOOL = {"type": "boolean"}
 NUM = {"type": "number"}
 STR_OR_NULL = {"type": ["string", "null"]}
 STRS = {"type": "array", "items": STR}
@@ -102,6 +103,14 @@ ITEM = {
     ]
 }
 MESSAGES = obj(messages={"type": "array", "items": ref("Message")})
+#: a dequeue asked for pages: its stretches as Pages (s3q.pages), each going at its ``at``
+PAGED = {
+    **MESSAGES,
+    "properties": {
+        **MESSAGES["properties"],
+        "pages": {"type": "array", "items": ref("Page")},
+    },
+}
 EMPTY: dict[str, Any] = {"type": "object"}
 
 NAME = Param("name", "path", {"type": "string", "pattern": QUEUE_NAME_PATTERN}, True)
@@ -150,6 +159,15 @@ async def dequeue(call: Call) -> Any:
         # queue is made for it
         await call.registry.pause(validate.wait(call.args.get("wait", 0.0)))
         return {"messages": []}
+    paged = call.args.pop("pages", False)
+    if not isinstance(paged, bool):
+        raise InvalidArgument(f"pages must be true or false, got {paged!r}")
+    if paged and isinstance(queue, AsyncQueue):  # (a queue led elsewhere answers messages)
+        answer = await queue.dequeue_pages(**call.args)
+        if (answer.messages or answer.pages) and await disconnected(call.request):
+            await queue.release(pages.merged(answer))
+            return {"messages": []}
+        return answer
     messages = await queue.dequeue(**call.args)
     if messages and await disconnected(call.request):
         # A long poll whose client left: give its leases back instead of stranding them.
@@ -304,8 +322,13 @@ ENDPOINTS: tuple[Endpoint, ...] = (
             body("wait", NUM, doc="seconds to wait for the first message"),
             body("per_group", INT, doc="a group's messages delivered together, in order (1-10)"),
             body("complete", STRS, doc="receipts to acknowledge first, in the same commit"),
+            body(
+                "pages",
+                BOOL,
+                doc="answer stretches of consecutive messages as pages (s3q.pages), not one by one",
+            ),
         ),
-        MESSAGES,
+        PAGED,
     ),
     Endpoint(
         "POST",

@@ -11,7 +11,7 @@ from .. import tracing
 from ..blocking import blocking, run_in_place
 from ..collector import CompactionReport
 from ..config import Setting
-from ..errors import QueueClosed
+from ..errors import InvalidArgument, QueueClosed
 from ..message import Message, MessageStatus, QueueStats
 from ..staging import StagedObject
 from ..surface import AsyncQueueSurface, Target, documented
@@ -122,7 +122,18 @@ class _RemoteQueueBase:
         per_group: int = 1,
         complete: Iterable[Target] = (),
     ) -> list[Message]:
-        call = self._requests.dequeue(max_messages, visibility_timeout, wait, per_group, complete)
+        complete = list(complete)
+        requests = self._requests
+        call = requests.dequeue(max_messages, visibility_timeout, wait, per_group, complete)
+        try:
+            return await self._run(call)
+        except InvalidArgument as exc:
+            if not requests.paged or "pages" not in str(exc):
+                raise
+        # A broker from before pages refused the request (and so did nothing): ask it for
+        # messages one by one from now on.
+        requests.paged = False
+        call = requests.dequeue(max_messages, visibility_timeout, wait, per_group, complete)
         return await self._run(call)
 
     async def complete(self, target: Target) -> None:

@@ -9,7 +9,7 @@ from urllib.parse import quote
 
 import msgspec
 
-from .. import validate
+from .. import pages, validate
 from ..broker.wire import API_PREFIX, check_name
 from ..collector import CompactionReport
 from ..config import Setting
@@ -97,6 +97,8 @@ class QueueRequests:
     def __init__(self, name: str) -> None:
         self.name = check_name(name)
         self.base = queue_path(self.name)
+        #: dequeues ask for pages (``s3q.pages``) until a broker from before them refuses one
+        self.paged = True
 
     def enqueue(
         self,
@@ -152,12 +154,14 @@ class QueueRequests:
         receipts = [validate.receipt_of(t) for t in complete]
         if receipts:  # (as per_group)
             body["complete"] = receipts
+        if self.paged:
+            body["pages"] = True
         extra = wait + WAIT_MARGIN if isinstance(wait, int | float) else 0.0
         return Call(
             "POST",
             f"{self.base}/dequeue",
-            _Messages,
-            lambda a: a.messages,
+            pages.Pages,
+            pages.merged,
             body,
             extra_timeout=max(0.0, extra),
         )

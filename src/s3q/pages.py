@@ -1,0 +1,125 @@
+"""Leased stretches answered as pages: a broker's dequeue answer without an object per message.
+
+A stretch (``s3q.stretches``) is consecutive members of a run, whose payloads lie side by side
+in one object. A :class:`Page` carries the stretch as it is: where its members were enqueued
+(their ids follow from it), its token (their receipts follow from it), what they share, their
+sizes and their payloads as one block of bytes. The broker encodes a page by copying that block;
+the client turns it into the same messages a dequeue would have answered (:func:`messages`),
+the same ids, payloads, receipts and fields, in the same order (:func:`merged`).
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from itertools import accumulate, repeat
+from typing import cast
+
+import msgspec
+
+from . import ids
+from .message import Message
+from .stretches import Stretch
+
+
+class Page(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """The members of one leased stretch, as a dequeue answers them."""
+
+    at: int  # where the first member goes among the answer's messages
+    queue: str
+    seq: int
+    place: int
+    count: int
+    token: str
+    priority: int
+    enqueued_at: float
+    first_delivered_at: float | None
+    tenant: str | None
+    sizes: bytes  # uint32 little-endian, one per member
+    payloads: bytes  # the members' payloads, first to last, back to back
+    dedup_ids: list[str | None] | None = None
+    attributes: list[dict[str, str] | None] | None = None
+
+
+class Pages(msgspec.Struct, frozen=True, gc=False):
+    """A dequeue's answer: messages one by one, and pages of stretches among them."""
+
+    messages: list[Message]
+    pages: list[Page] = []
+
+
+def page(stretch: Stretch, block: bytes | memoryview, at: int) -> Page:
+    """``stretch`` (every member still leased in it) with its payloads ``block``, going at
+    ``at``."""
+    sizes = stretch.sizes()
+    if sys.byteorder == "big":
+        sizes = array("I", sizes)
+        sizes.byteswap()
+    return Page(
+        at,
+        stretch.queue,
+        stretch.seq,
+        stretch.place,
+        stretch.count,
+        stretch.token,
+        stretch.priority,
+        stretch.enqueued_at,
+        stretch.at or None,
+        stretch.tenant,
+        sizes.tobytes(),
+        cast(bytes, block),  # (a view of the cached object: encoded without a copy first)
+        stretch.dedup_ids(),
+        stretch.attributes(),
+    )
+
+
+def messages(page: Page) -> list[Message]:
+    """The messages ``page`` stands for, first to last."""
+    sizes: array[int] = array("I")
+    sizes.frombytes(page.sizes)
+    if sys.byteorder == "big":
+        sizes.byteswap()
+    if len(sizes) != page.count or sum(sizes) != len(page.payloads):
+        raise ValueError(f"a page of {page.count} messages that does not add up")
+    block, token = page.payloads, "~" + page.token
+    priority, at, first = page.priority, page.enqueued_at, page.first_delivered_at
+    tenant = page.tenant
+    none = repeat(None)
+    return [
+        Message(
+            mid,
+            block[start:end],
+            priority,
+            1,
+            at,
+            mid + token,
+            None,
+            dedup,
+            dict(attrs) if attrs else {},
+            None,
+            first,
+            tenant,
+        )
+        for mid, start, end, dedup, attrs in zip(
+            ids.make_many(page.queue, page.seq, page.place, page.count),
+            accumulate(sizes, initial=0),
+            accumulate(sizes),
+            page.dedup_ids or none,
+            page.attributes or none,
+            strict=False,
+        )
+    ]
+
+
+def merged(answer: Pages) -> list[Message]:
+    """The messages of a dequeue's answer in the order the queue delivered them."""
+    if not answer.pages:
+        return answer.messages
+    out: list[Message] = []
+    singles = iter(answer.messages)
+    for page in answer.pages:
+        while len(out) < page.at:
+            out.append(next(singles))
+        out += messages(page)
+    out.extend(singles)
+    return out
