@@ -5,8 +5,8 @@ acknowledged write survives a process kill and an OS crash. Create-if-absent is 
 ``link`` of a fully written temporary file. A write that fails leaves nothing behind (no
 temporary file, no object): a full disk (ENOSPC, EDQUOT) raises :class:`StoreFull`, and the
 same write succeeds once space is freed. A small write (a single call's commit) blocks the
-event loop for its system calls rather than paying a thread's round trip; larger ones, and
-every read, run in a thread.
+event loop for its system calls rather than paying a thread's round trip, while the disk is
+quick (``Writes``); larger ones, and every read, run in a thread.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import errno
 import fcntl
 import hashlib
 import os
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -25,8 +26,12 @@ from ..errors import StoreError, StoreFull
 from .base import AlreadyExists, Conflict, NotFound, Store
 
 _TMP = ".tmp-"
-#: writes up to this size run on the caller's thread (see ``_blocking``)
+#: writes up to this size may run on the caller's thread (see ``Writes``)
 INLINE_WRITE_BYTES = 64 * 1024
+#: a write on the caller's thread that blocked it longer than this (a slow or busy disk) sends
+#: the next ``THREADED_AFTER_SLOW`` writes to a thread, so the event loop keeps serving
+SLOW_WRITE_SECONDS = 0.002
+THREADED_AFTER_SLOW = 256
 
 
 class LocalStore(Store):
@@ -36,6 +41,7 @@ class LocalStore(Store):
         super().__init__()
         self.root = Path(root).absolute()
         self._made_dirs: set[Path] = set()
+        self._writes = Writes()
 
     @property
     def url(self) -> str:
@@ -54,11 +60,11 @@ class LocalStore(Store):
 
     async def put_new(self, key: str, data: bytes | bytearray) -> None:
         self._wrote(data)
-        await _blocking(self._put_new, key, data)
+        await self._writes.run(self._put_new, key, data)
 
     async def put(self, key: str, data: bytes | bytearray) -> None:
         self._wrote(data)
-        await _blocking(self._replace, key, data)
+        await self._writes.run(self._replace, key, data)
 
     def _put_new(self, key: str, data: bytes | bytearray) -> None:
         path = self.path(key)
@@ -214,16 +220,30 @@ class LocalStore(Store):
             return fd
 
 
-async def _blocking(
-    write: Callable[[str, bytes | bytearray], None], key: str, data: bytes | bytearray
-) -> None:
-    """Run a blocking write of ``data``: on this thread when it is small (handing it to a
-    thread and back costs more CPU than its system calls: a single call's commit took 25-30 %
-    less CPU and time so), in a thread when copying it takes a while."""
-    if len(data) <= INLINE_WRITE_BYTES:
-        write(key, data)
-    else:
-        await asyncio.to_thread(write, key, data)
+class Writes:
+    """Where a local store's blocking writes run. A small one (a single call's commit) runs on
+    the caller's thread, blocking the event loop for its system calls: handing it to a thread
+    and back costs more CPU than they do (a single call's commit took 25-30 % less CPU and time
+    so). A large one runs in a thread, and so do small ones for a while after one blocked the
+    caller longer than ``SLOW_WRITE_SECONDS`` (a slow or busy disk, when the loop has other
+    callers, other queues, to serve meanwhile)."""
+
+    def __init__(self) -> None:
+        self.threaded = 0  # small writes left to send to a thread
+
+    async def run(
+        self, write: Callable[[str, bytes | bytearray], None], key: str, data: bytes | bytearray
+    ) -> None:
+        if len(data) > INLINE_WRITE_BYTES or self.threaded:
+            self.threaded = max(0, self.threaded - 1)
+            await asyncio.to_thread(write, key, data)
+            return
+        started = time.perf_counter()
+        try:
+            write(key, data)
+        finally:
+            if time.perf_counter() - started > SLOW_WRITE_SECONDS:
+                self.threaded = THREADED_AFTER_SLOW
 
 
 def _may_hold(directory: str, prefix: str) -> bool:
