@@ -17,6 +17,7 @@ from .collector import CompactionReport
 from .config import MAX_VISIBILITY, PERSISTED, QueueConfig, Setting, split_options
 from .engine import MAX_DEQUEUE, Engine
 from .errors import InvalidArgument, InvalidConfig, S3QError
+from .leasing import Take
 from .message import Message, MessageStatus, QueueStats
 from .pages import Pages
 from .snapshot import Located
@@ -51,14 +52,14 @@ def _dequeue_args(
     wait: float,
     per_group: int,
     complete: Iterable[Target],
-) -> tuple[int, float | None, float, int, list[str]]:
+) -> Take:
     """A dequeue's arguments, checked."""
     validate.count("max_messages", max_messages, 1, MAX_DEQUEUE)
     validate.count("per_group", per_group, 1, MAX_PER_GROUP)
     if visibility_timeout is not None:
         visibility_timeout = validate.visibility("visibility_timeout", visibility_timeout)
     receipts = [validate.receipt_of(t) for t in complete]
-    return max_messages, visibility_timeout, validate.wait(wait), per_group, receipts
+    return Take(max_messages, visibility_timeout, validate.wait(wait), per_group, receipts)
 
 
 @documented  # the docstrings of the queue's methods: s3q.surface
@@ -185,7 +186,7 @@ class AsyncQueue:
         complete: Iterable[Target] = (),
     ) -> list[Message]:
         return await self._engine.dequeue(
-            *_dequeue_args(max_messages, visibility_timeout, wait, per_group, complete)
+            _dequeue_args(max_messages, visibility_timeout, wait, per_group, complete)
         )
 
     async def dequeue_pages(
@@ -200,7 +201,7 @@ class AsyncQueue:
         """``dequeue``, with each stretch of consecutive messages as one page of payloads
         (``s3q.pages``): what a broker answers with, without a Message per message."""
         return await self._engine.dequeue_pages(
-            *_dequeue_args(max_messages, visibility_timeout, wait, per_group, complete)
+            _dequeue_args(max_messages, visibility_timeout, wait, per_group, complete)
         )
 
     async def complete(self, target: Target) -> None:

@@ -41,7 +41,7 @@ from .dead_letters import DeadLetters
 from .errors import OutcomeUnknown, S3QError, StoreError, WriterFenced
 from .intake import Intake
 from .lease import WriterLease, describe_holder, writer_lease
-from .leasing import Leasing
+from .leasing import Leasing, Take
 from .message import Message, MessageStatus, QueueStats
 from .ops import Configure, Open
 from .pages import Pages
@@ -433,30 +433,12 @@ class Engine:
         return await self._intake.enqueue_staged(objects, token)
 
     @_counted
-    async def dequeue(
-        self,
-        max_messages: int,
-        visibility_timeout: float | None,
-        wait: float,
-        per_group: int = 1,
-        complete: list[str] | None = None,
-    ) -> list[Message]:
-        return await self._leasing.dequeue(
-            max_messages, visibility_timeout, wait, per_group, complete
-        )
+    async def dequeue(self, take: Take) -> list[Message]:
+        return await self._leasing.dequeue(take)
 
     @_counted
-    async def dequeue_pages(
-        self,
-        max_messages: int,
-        visibility_timeout: float | None,
-        wait: float,
-        per_group: int = 1,
-        complete: list[str] | None = None,
-    ) -> Pages:
-        return await self._leasing.dequeue_pages(
-            max_messages, visibility_timeout, wait, per_group, complete
-        )
+    async def dequeue_pages(self, take: Take) -> Pages:
+        return await self._leasing.dequeue_pages(take)
 
     @_counted
     async def lease(self, max_messages: int, visibility_timeout: float | None) -> list[Located]:

@@ -13,6 +13,7 @@ import itertools
 import random
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import cast
 
 from . import pages, snapshot, tables
@@ -28,6 +29,17 @@ from .payloads import Payloads, message, stretch_messages
 from .records import DONE, Record
 from .snapshot import Located
 from .stretches import Stretch
+
+
+@dataclass(frozen=True, slots=True)
+class Take:
+    """What a dequeue asks for (checked by the API)."""
+
+    max_messages: int
+    visibility_timeout: float | None
+    wait: float
+    per_group: int = 1
+    complete: list[str] | None = None  # receipts to complete first, in the same commit
 
 
 class Leasing:
@@ -74,17 +86,10 @@ class Leasing:
         await commit.durable_after(commit.latest())  # a relocation may be on its way
         return found
 
-    async def dequeue(
-        self,
-        max_messages: int,
-        visibility_timeout: float | None,
-        wait: float,
-        per_group: int = 1,
-        complete: list[str] | None = None,
-    ) -> list[Message]:
-        """Lease up to ``max_messages``; with ``complete``, after completing those receipts'
-        messages in the same commit (or in the one before, if this waits for messages)."""
-        leased = await self._next(max_messages, visibility_timeout, wait, per_group, complete)
+    async def dequeue(self, take: Take) -> list[Message]:
+        """Lease up to ``take.max_messages``; with ``take.complete``, after completing those
+        receipts' messages in the same commit (or in the one before, if this waits)."""
+        leased = await self._next(take)
         if leased is None:
             return []
         chosen, lease, batch, completed = leased
@@ -92,16 +97,9 @@ class Leasing:
         await self.core.commit.durable_after(completed)  # (in that batch or before it)
         return answers
 
-    async def dequeue_pages(
-        self,
-        max_messages: int,
-        visibility_timeout: float | None,
-        wait: float,
-        per_group: int = 1,
-        complete: list[str] | None = None,
-    ) -> Pages:
+    async def dequeue_pages(self, take: Take) -> Pages:
         """``dequeue``, its stretches answered as pages (``s3q.pages``)."""
-        leased = await self._next(max_messages, visibility_timeout, wait, per_group, complete)
+        leased = await self._next(take)
         if leased is None:
             return Pages([])
         chosen, lease, batch, completed = leased
@@ -109,25 +107,18 @@ class Leasing:
         await self.core.commit.durable_after(completed)
         return answer
 
-    async def _next(
-        self,
-        max_messages: int,
-        visibility_timeout: float | None,
-        wait: float,
-        per_group: int,
-        complete: list[str] | None,
-    ) -> tuple[list[Chosen], Lease, Batch, Batch | None] | None:
+    async def _next(self, take: Take) -> tuple[list[Chosen], Lease, Batch, Batch | None] | None:
         """The messages chosen and the lease of them logged (riding the batch given), after
-        the completions ``complete`` (riding the batch given last); None if none came within
-        ``wait`` (the completions durable by then)."""
+        the completions ``take.complete`` (riding the batch given last); None if none came
+        within ``take.wait`` (the completions durable by then)."""
         core = self.core
         core.check()
-        timeout = self._timeout(visibility_timeout)
-        deadline = time.monotonic() + wait
-        completed = self._complete(complete) if complete else None
+        timeout = self._timeout(take.visibility_timeout)
+        deadline = time.monotonic() + take.wait
+        completed = self._complete(take.complete) if take.complete else None
         while True:
             core.check()
-            chosen, buried = await self.select(max_messages, per_group, stretches=True)
+            chosen, buried = await self.select(take.max_messages, take.per_group, stretches=True)
             now = core.clock()
             if chosen:
                 lease = self._lease(chosen, now, now + timeout)

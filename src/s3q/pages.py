@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 from array import array
-from itertools import accumulate, repeat
+from itertools import accumulate, pairwise, repeat
 from typing import cast
 
 import msgspec
@@ -82,17 +82,39 @@ def messages(page: Page) -> list[Message]:
     if len(sizes) != page.count or sum(sizes) != len(page.payloads):
         raise ValueError(f"a page of {page.count} messages that does not add up")
     block, token = page.payloads, "~" + page.token
-    priority, at, first = page.priority, page.enqueued_at, page.first_delivered_at
-    tenant = page.tenant
+    mids = ids.make_many(page.queue, page.seq, page.place, page.count)
+    return members(
+        mids,
+        [mid + token for mid in mids],
+        [block[a:b] for a, b in pairwise(accumulate(sizes, initial=0))],
+        page.dedup_ids,
+        page.attributes,
+        (page.priority, page.enqueued_at, page.first_delivered_at, page.tenant),
+    )
+
+
+def members(
+    mids: list[str],
+    receipts: list[str],
+    payloads: list[bytes],
+    dedup_ids: list[str | None] | None,
+    attributes: list[dict[str, str] | None] | None,
+    shared: tuple[int, float, float | None, str | None],
+    held: bytearray | None = None,
+) -> list[Message]:
+    """The messages of consecutive members of a run, leased together for the first time:
+    ``shared`` is their priority, enqueue time, first delivery and tenant; ``held`` (if given)
+    which of them to answer (1: still leased)."""
+    priority, at, first, tenant = shared
     none = repeat(None)
     return [
-        Message(
+        Message(  # (positional: the fields in Message's order, cheaper than keywords)
             mid,
-            block[start:end],
+            payload,
             priority,
             1,
             at,
-            mid + token,
+            receipt,
             None,
             dedup,
             dict(attrs) if attrs else {},
@@ -100,14 +122,16 @@ def messages(page: Page) -> list[Message]:
             first,
             tenant,
         )
-        for mid, start, end, dedup, attrs in zip(
-            ids.make_many(page.queue, page.seq, page.place, page.count),
-            accumulate(sizes, initial=0),
-            accumulate(sizes),
-            page.dedup_ids or none,
-            page.attributes or none,
+        for mid, receipt, payload, dedup, attrs, keep in zip(
+            mids,
+            receipts,
+            payloads,
+            dedup_ids or none,
+            attributes or none,
+            repeat(1) if held is None else held,
             strict=False,
         )
+        if keep
     ]
 
 

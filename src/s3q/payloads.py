@@ -9,11 +9,11 @@ read per object, however many payloads it holds.
 from __future__ import annotations
 
 import asyncio
-import itertools
 
 from . import log, snapshot
 from .core import Core
 from .message import Message
+from .pages import members
 from .records import Record
 from .state import blob_key
 from .stretches import Stretch
@@ -132,32 +132,12 @@ def message(rec: Record, payload: bytes, receipt: bool = True) -> Message:
 def stretch_messages(stretch: Stretch, payloads: list[bytes]) -> list[Message]:
     """The answers that hand out the members of ``stretch`` still leased in it, with their
     ``payloads`` (one per member) and receipts."""
-    none = itertools.repeat(None)
-    priority, at = stretch.priority, stretch.enqueued_at
-    first, tenant = stretch.at or None, stretch.tenant
-    return [
-        Message(
-            mid,
-            payload,
-            priority,
-            1,
-            at,
-            receipt,
-            None,
-            dedup,
-            dict(attrs) if attrs else {},
-            None,
-            first,
-            tenant,
-        )
-        for mid, receipt, payload, dedup, attrs, held in zip(
-            stretch.ids(),
-            stretch.receipts(),
-            payloads,
-            stretch.dedup_ids() or none,
-            stretch.attributes() or none,
-            stretch.held,
-            strict=False,
-        )
-        if held
-    ]
+    return members(
+        stretch.ids(),
+        stretch.receipts(),
+        payloads,
+        stretch.dedup_ids(),
+        stretch.attributes(),
+        (stretch.priority, stretch.enqueued_at, stretch.at or None, stretch.tenant),
+        stretch.held,
+    )
