@@ -124,19 +124,10 @@ async def read_bytes(root: Path, since: float | None, until: float | None) -> tu
 
 
 def session() -> Any:
-    from pyspark.sql import SparkSession
+    """Spark on local[2], with s3q's sources (``benchmarks/spark_bench.py``'s session)."""
+    from spark_bench import session as spark_session  # beside this script
 
-    import s3q.spark
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    s3q.spark.register(spark)
-    return spark
+    return spark_session("1g")
 
 
 def spark_reads(url: str, rounds: int) -> dict[str, float]:
