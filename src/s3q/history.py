@@ -358,7 +358,7 @@ async def queue_id(store: Store) -> str:
     """The queue's id (what its message ids begin with): from its first log object if it is
     still there, else from its newest checkpoint; "" for a queue with neither."""
     try:
-        first = log.decode(await store.get(log.key(1)), log.key(1))
+        first = await tables.header(store, 1)  # its end only: not the payloads it may hold
     except NotFound:
         pass
     else:
@@ -392,6 +392,66 @@ async def read(
     async for seq, data in objects(store, wanted, whole=False):
         for event in reader.events(log.decode(data, log.key(seq))):
             yield event
+
+
+#: what ends a message's life in its history: nothing more can happen to it (a dead letter
+#: may yet be redriven)
+ENDS = frozenset({"completed", "discarded", "purged"})
+#: how many log objects :func:`life` reads from the one that enqueued the message, at most
+SCAN = 10_000
+
+
+async def life(store: Store, mid: str, scan: int = SCAN) -> list[Event]:
+    """The events of message ``mid``, read from the log object its id names (``s3q.ids``) on,
+    until its life ends (:data:`ENDS`), the log ends, or ``scan`` log objects were read: the
+    log objects of its life and a few more, however long the log (:func:`onward`); none for
+    an id that names no log object of this queue."""
+    first = ids.enqueued_by(mid)
+    queue = mid[: ids.QUEUE_DIGITS]
+    found: list[Event] = []
+    if not first or queue != await queue_id(store):  # another queue's id, or an older format's
+        return found
+    reader = Reader(queue)
+    async for seq, data in onward(store, first, first + scan):
+        for e in reader.events(log.decode(data, log.key(seq))):
+            if e.id == mid or (e.kind == "purged" and found):
+                found.append(e)
+                if e.kind in ENDS:
+                    return found
+    return found
+
+
+async def onward(store: Store, first: int, stop: int) -> AsyncIterator[tuple[int, bytes]]:
+    """The ends (headers) of log objects ``first`` to ``stop - 1`` that the store holds, in
+    order, read 1, 2, 4, ... at a time (up to ``tables.CONCURRENCY``), so a reader that stops
+    early has read at most about twice what it used. Log objects are numbered consecutively,
+    so none is listed: a missing one is the log's end, unless collection took it out of the
+    middle, which one listing from there tells (and names the rest)."""
+    listed: list[int] | None = None  # the objects left, once a missing one made us list them
+    seq, ahead = first, 1
+    while True:
+        if listed is None:
+            chunk = list(range(seq, min(seq + ahead, stop)))
+        else:
+            chunk, listed = listed[:ahead], listed[ahead:]
+        if not chunk:
+            return
+        tails = await asyncio.gather(*(_tail(store, s) for s in chunk))
+        for s, data in zip(chunk, tails, strict=True):
+            if data is not None:
+                yield s, data
+            elif listed is None:  # the log's end, or a hole: from here on, what is listed
+                listed = await seqs(store, s, stop - 1)
+                break
+        seq, ahead = chunk[-1] + 1, min(2 * ahead, tables.CONCURRENCY)
+
+
+async def _tail(store: Store, seq: int) -> bytes | None:
+    """The end of log object ``seq`` that holds its header; None if there is none."""
+    try:
+        return await tables.tail(store, seq)
+    except NotFound:
+        return None
 
 
 async def objects(

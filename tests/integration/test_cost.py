@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from conftest import StoreEnv
+from conftest import FakeClock, StoreEnv
 
 import s3q
 from s3q.commit import FULL_WEIGHT, PROBE_EVERY
@@ -105,3 +105,64 @@ def test_long_polls_on_an_empty_queue_make_no_store_requests(durable_env: StoreE
             await q.close()
 
     asyncio.run(main())
+
+
+Counts = tuple[int, int, int, int]  # PUTs, GETs, LISTs, DELETEs
+
+
+def _requests(stats: s3q.QueueStats) -> Counts:
+    return stats.store_puts, stats.store_gets, stats.store_lists, stats.store_deletes
+
+
+def _history_work(env: StoreEnv, **options: Any) -> list[Counts]:
+    """The same calls on a fresh queue each time, by a fake clock: the requests of the calls,
+    of two collection passes, and of a writer recovering the queue. (No checkpoint falls due
+    by itself: its collection pass would run beside the calls, as timing has it.)"""
+    clock = FakeClock()
+    settings: dict[str, Any] = {
+        "gc_grace": 0.0,
+        "completed_retention": 0.0,
+        "checkpoint_interval": 1e6,
+        **options,
+    }
+    q = env.open(clock=clock, max_attempts=2, retry_delay=0.0, **settings)
+    try:
+        start = q.stats()
+        for r in range(8):
+            q.enqueue_batch([b"m%d-%d" % (r, i) for i in range(30)])
+            q.enqueue(b"single %d" % r, tenant="t")
+            got = q.dequeue(max_messages=31)
+            q.fail(got[0], "boom")
+            q.extend(got[1], 60.0)
+            q.complete_batch(got[1:])
+            clock.advance(10)
+        q.complete_batch(q.dequeue(max_messages=10))
+        worked = q.stats()
+        for _ in range(2):
+            clock.advance(600)
+            q.compact()
+            q.enqueue(b"between")
+        collected = q.stats()
+    finally:
+        q.close()
+    with env.open(clock=clock, **settings) as q:
+        recovered = q.stats()
+    return [
+        tuple(a - b for a, b in zip(_requests(end), _requests(begin), strict=True))  # type: ignore[misc]
+        for begin, end in ((start, worked), (worked, collected))
+    ] + [_requests(recovered)]
+
+
+def test_a_queue_without_history_costs_what_it_did(env: StoreEnv) -> None:
+    """``history_retention`` 0, given or by default, is today's queue: the same calls cost the
+    same PUTs, GETs, LISTs and DELETEs, collection and recovery included, and collection reads
+    no header to find a history horizon (no GET at all). A queue keeping history pays the same
+    for its calls and its recovery; only its collection differs: it reads the times of the
+    oldest objects and deletes none it keeps."""
+    default = _history_work(env)
+    calls, collection, recovery = default
+    assert collection[3] > 0, default
+    assert _history_work(env.sibling(), history_retention=0.0) == default
+    kept = _history_work(env.sibling(), history_retention=3600.0)
+    assert kept[0] == calls and kept[2] == recovery, (kept, default)
+    assert kept[1][1] > 0 and kept[1][3] < collection[3], (kept, default)

@@ -24,12 +24,10 @@ from .stores import local_path
 
 T = TypeVar("T")
 
-#: how many log objects ``--id`` reads from the one that enqueued the message, at most
-SCAN = 10_000
+SCAN = history.SCAN  # log objects ``--id`` reads, at most, from the one that enqueued it
 BATCH = 1000  # messages a replay enqueues with one call
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-ENDS = frozenset({"completed", "discarded", "purged"})  # a message's life is over
 
 
 def seconds(text: str) -> float:
@@ -100,21 +98,9 @@ def _run(url: str, read: Callable[[Store], Awaitable[T]]) -> T:
 
 def life(url: str, mid: str, scan: int = SCAN) -> list[Event]:
     """The events of message ``mid``, from the log object that enqueued it, reading at most
-    ``scan`` log objects and stopping at the end of its life."""
-    queue, seq = message_id(mid)
-
-    async def read(store: Store) -> list[Event]:
-        found: list[Event] = []
-        if queue != await history.queue_id(store):  # another queue's id
-            return found
-        async for e in history.read(store, seq, seq + scan - 1, queue):
-            if e.id == mid or (e.kind == "purged" and found):
-                found.append(e)
-                if e.kind in ENDS:
-                    break
-        return found
-
-    return _run(url, read)
+    ``scan`` log objects and stopping at the end of its life (``s3q.history.life``)."""
+    message_id(mid)  # BadParameter for a string no id of this s3q is
+    return _run(url, lambda store: history.life(store, mid, scan))
 
 
 def recent(url: str, since: float, now: float) -> tuple[Summary, int]:
