@@ -418,6 +418,7 @@ class Queue:
     lease = blocking(AsyncQueue.lease)
     locate = blocking(AsyncQueue.locate)
     dequeue = blocking(AsyncQueue.dequeue)
+    dequeue_pages = blocking(AsyncQueue.dequeue_pages)
     complete = blocking(AsyncQueue.complete)
     complete_batch = blocking(AsyncQueue.complete_batch)
     fail = blocking(AsyncQueue.fail)

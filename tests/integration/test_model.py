@@ -31,6 +31,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 import s3q
 import s3q.tenants
+from s3q import pages
 
 pytestmark = pytest.mark.slow
 
@@ -592,6 +593,15 @@ class QueueMachine(RuleBasedStateMachine):
     def dequeue(self, k: int, vt: float | None, per_group: int) -> None:
         self._dequeue(k, vt, per_group)
 
+    @rule(
+        k=st.sampled_from([1, 2, 5, 50]),
+        vt=st.sampled_from([None, 5.5]),
+        per_group=st.sampled_from([1, 3]),
+    )
+    def dequeue_pages(self, k: int, vt: float | None, per_group: int) -> None:
+        """As a broker dequeues: stretches as pages, made into messages as the client does."""
+        self._dequeue(k, vt, per_group, paged=True)
+
     @rule(error=st.sampled_from(["boom", "timeout"]))
     def dequeue_then_fail(self, error: str) -> None:
         """Drives messages towards the dead-letter list, which random rules rarely reach."""
@@ -599,14 +609,21 @@ class QueueMachine(RuleBasedStateMachine):
             self.q.fail(mm.message, error)
             self._failed(mm, error)
 
-    def _dequeue(self, k: int, vt: float | None, per_group: int = 1) -> list[MMsg]:
+    def _dequeue(
+        self, k: int, vt: float | None, per_group: int = 1, paged: bool = False
+    ) -> list[MMsg]:
         self.resolve_retries()
         expected = self.deliverable(k, per_group)
         if self.delivery == "strict":
             plain = sorted(self.deliverable(k, per_group, tenants=False), key=lambda mm: mm.seq)
             if plain != sorted(expected, key=lambda mm: mm.seq):
                 event("quiet tenants went ahead")
-        got = self.q.dequeue(max_messages=k, visibility_timeout=vt, per_group=per_group)
+        if paged:
+            answer = self.q.dequeue_pages(k, visibility_timeout=vt, per_group=per_group)
+            event(f"dequeue answered {min(len(answer.pages), 2)}+ pages")
+            got = pages.merged(answer)
+        else:
+            got = self.q.dequeue(max_messages=k, visibility_timeout=vt, per_group=per_group)
         event(f"dequeue delivered {min(len(got), 2)}+")
         assert [m.id for m in got] == [mm.id for mm in expected], (
             f"delivered {[m.payload[:20] for m in got]}, model expected "
