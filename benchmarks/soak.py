@@ -89,7 +89,8 @@ def main() -> None:
     print(
         f"{data['calls']} calls in {data['seconds']:.0f} s, faults injected "
         f"{data['faults_injected']}, {data['partitions']} partitions, "
-        f"dead letters {data['dead_letters']}, worker restarts {data['worker_stops']}"
+        f"dead letters {data['dead_letters']}, worker restarts {data['worker_stops']}, "
+        f"samples missed {data['sample_failures']}"
     )
     print(table_of(data))
     print(f"wrote {args.out}.json and {args.out}.png")

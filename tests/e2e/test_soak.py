@@ -73,7 +73,7 @@ def test_a_short_soak_keeps_every_promise_through_a_kill_and_a_stall(
         again = served_again(run, d)
         assert again is not None and again <= TTL + 2, (d.kind, served_again_by_queue(run, d))
     assert availability(run.samples, outages(run), run.seconds) >= 0.999
-    assert len(run.points) >= 9
+    assert len(run.points) >= 8, run.sample_failures
     objects = found["store objects bounded (late peak within 10 % of early peak)"]
     assert objects.passed, objects.figure
     assert (tmp_path / "soak.png").stat().st_size > 10_000

@@ -112,6 +112,10 @@ def intervals(run: SoakRun) -> list[dict[str, Any]]:
             if s.error is not None:
                 errors[s.error] = errors.get(s.error, 0) + 1
         clipped = [(max(a, lo), min(b, hi)) for a, b in windows if a < hi and b > lo]
+        disrupted = any(
+            d.started < hi and d.started + (served_again(run, d) or 0.0) > lo
+            for d in run.disruptions
+        )
         rows.append(
             {
                 "start": round(begin, 1),
@@ -125,7 +129,7 @@ def intervals(run: SoakRun) -> list[dict[str, Any]]:
                 "errors": errors,
                 "calls": len(inside),
                 "availability": availability(inside, clipped, span),
-                "disturbed": bool(clipped),
+                "disturbed": disrupted,  # by a kill or a stall (partitions come and go)
                 "checkpointed": previous is not None and point.checkpoint != previous.checkpoint,
                 "collected": previous is not None
                 and any(point.garbage[q] < previous.garbage.get(q, 0) for q in point.garbage),
@@ -302,6 +306,7 @@ def report(run: SoakRun, command: str) -> dict[str, Any]:
         },
         "worker_stops": run.worker_stops,
         "dead_letters": run.dead_letters,
+        "sample_failures": run.sample_failures,
         "intervals": rows,
         "targets": [asdict(t) for t in targets(run, rows)],
     }

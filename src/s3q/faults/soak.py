@@ -170,6 +170,7 @@ class SoakRun:
     injected: dict[str, int]
     worker_stops: list[str] = field(default_factory=list)
     dead_letters: int = 0
+    sample_failures: list[str] = field(default_factory=list)
 
 
 class _Recorder:
@@ -238,6 +239,7 @@ async def run_soak(
     disruptions: list[Disruption] = []
     points: list[Point] = []
     worker_stops: list[str] = []
+    sample_failures: list[str] = []
     dead = [0]
     with contextlib.ExitStack() as stack:
         for proxy in proxies:
@@ -286,13 +288,15 @@ async def run_soak(
                     client,
                     store_pid,
                     points,
+                    sample_failures,
                     stop_sampling,
                 )
             )
             nemesis = asyncio.ensure_future(
                 _disrupt(plan, brokers, raw, disruptions, stop_producers)
             )
-            await asyncio.wait([nemesis], timeout=plan.seconds)
+            # the nemesis ends once no disruption fits before the end: the run does not
+            await _paced(stop_producers, started + plan.seconds)
             stop_producers.set()
             threads_stop.set()
             await asyncio.gather(nemesis, *producers, *sqs)
@@ -328,6 +332,7 @@ async def run_soak(
         injected,
         worker_stops,
         dead[0],
+        sample_failures,
     )
 
 
@@ -707,17 +712,20 @@ async def _sample_every(
     client: Any,
     store_pid: int | None,
     points: list[Point],
+    failures: list[str],
     stop: asyncio.Event,
 ) -> None:
     due = started
     while not stop.is_set():
         due = await _paced(stop, due + plan.sample_every)
-        with contextlib.suppress(S3QError, OSError):
+        try:
             points.append(
                 await _point(
                     time.monotonic() - started, brokers, proxies, whole, raw, client, store_pid
                 )
             )
+        except Exception as exc:  # a point missed is reported, not fatal
+            failures.append(f"{type(exc).__name__}: {exc}"[:200])
 
 
 async def _point(
@@ -747,7 +755,7 @@ async def _point(
         newest[name] = max(ckpts, default=-1)
         unchecked[name] = sum(1 for s in seqs if s > newest[name])
         garbage[name] = sum(1 for s in seqs if s < newest[name])
-        with contextlib.suppress(S3QError):
+        with contextlib.suppress(S3QError, TimeoutError):  # its leader stalled, say
             stats = await asyncio.wait_for(client.queue(name).stats(), 5)
             backlog[name] = stats.pending + stats.delayed + stats.processing + stats.retry
             dead[name] = stats.dead
