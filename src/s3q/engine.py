@@ -24,7 +24,7 @@ import secrets
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from . import collector, ids, log, snapshot, validate
+from . import collector, ids, log, snapshot, stamps, validate
 from .checkpointer import Checkpointer
 from .commit import COMMIT_BACKOFF, GroupCommit
 from .config import (
@@ -97,7 +97,8 @@ class Engine:
     def __init__(self, store: Store, config: QueueConfig) -> None:
         self.store = store
         self.clock = config.clock
-        self.token = secrets.token_hex(8)
+        self.token = secrets.token_hex(8) + stamps.MARK
+        self.stamps = stamps.Stamps(self.clock)  # log objects' times, never going back
         self.holder = describe_holder(config.writer_address)
         self._lease: WriterLease = writer_lease(
             store,
@@ -112,7 +113,7 @@ class Engine:
             store,
             self._lease,
             self.token,
-            self.clock,
+            self.stamps,
             lambda op, seq: self.state.apply(op, seq),
             config.commit_timeout,
             window=commit_window(store, config.commit_window),
@@ -261,10 +262,11 @@ class Engine:
             self.state, loaded.checkpoints, loaded.first_at, loaded.replayed
         )
         durable = loaded.seq
+        self.stamps.after(loaded.last_at)
         # Fence: the first record of this writer, at the first free sequence number.
         while True:
             seq = durable + 1
-            now = self.clock()
+            now = self.stamps()
             fence = Open(self.holder, now, None if self.state.queue else ids.new_queue())
             try:
                 await self.store.put_new(
@@ -348,7 +350,7 @@ class Engine:
         self._opened_with = self.config
 
     async def _replay(self, seq: int, data: bytes) -> None:
-        await snapshot.replay(self.store, self.state, seq, data)
+        self.stamps.after(await snapshot.replay(self.store, self.state, seq, data))
         self.checkpointer.objects_since += 1
 
     async def _still_leading(self, reads: bool) -> None:

@@ -7,7 +7,8 @@ written. Every log format is read (format 1 enqueued with one operation per mess
 
 Kinds, and the fields each fills beyond ``seq``, ``op``, ``at``, ``kind`` and ``id``:
 
-- ``enqueued``: priority, tenant, group, visible_at (enqueue time plus delay), dedup_id, size
+- ``enqueued``: priority, tenant, group, visible_at (enqueue time plus delay), dedup_id, size,
+  attributes; where its payload lies is told by :func:`places`
 - ``leased``: visible_at (the lease's end), attempt (where the enqueue was read: 1 first)
 - ``retried``: a lease of a message leased before (a redelivery), the same fields
 - ``extended``: visible_at (the lease's new end; at or before ``at``: visible again)
@@ -21,12 +22,14 @@ Kinds, and the fields each fills beyond ``seq``, ``op``, ``at``, ``kind`` and ``
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Iterator
 from typing import TypeVar
 
 import msgspec
 
-from . import checkpoint, ids, log
+from . import checkpoint, ids, log, tables
 from .ops import (
     Append,
     Bury,
@@ -42,6 +45,7 @@ from .ops import (
     Redrive,
     Release,
 )
+from .payload_refs import blob_key
 from .snapshot import fetch_in_order
 from .store import NotFound, Store
 
@@ -76,6 +80,7 @@ class Event(msgspec.Struct, frozen=True, omit_defaults=True):
     error: str | None = None
     dedup_id: str | None = None
     size: int | None = None
+    attributes: dict[str, str] | None = None
 
 
 T = TypeVar("T")
@@ -116,6 +121,7 @@ class Reader:
                         visible_at=e.visible_at,
                         dedup_id=e.dedup_id,
                         size=e.size,
+                        attributes=e.attributes,
                     )
             elif isinstance(op, Lease):
                 yield from self._leased(seq, index, at, op)
@@ -168,6 +174,7 @@ class Reader:
                 visible_at=op.enqueued_at + _column(op.delays, i, 0.0),
                 dedup_id=_column(op.dedup_ids, i, None),
                 size=size,
+                attributes=_column(op.attributes, i, None) or None,
             )
 
     def _leased(self, seq: int, index: int, at: float, op: Lease) -> Iterator[Event]:
@@ -181,6 +188,54 @@ class Reader:
                 self._attempts[mid] = attempt
             kind = "retried" if (attempt or 0) > 1 else "leased"
             yield Event(seq, index, at, kind, mid, attempt=attempt, visible_at=until)
+
+
+def places(header: log.Header, queue: str) -> Iterator[tuple[str, str, int, int]]:
+    """Where the payload of each message log object ``header`` enqueued lies, in the order of
+    its ``enqueued`` events: ``(id, object key, offset, size)``."""
+    here = log.key(header.seq)
+    for op in header.ops:
+        if isinstance(op, Append):
+            offset = op.offset
+            blobs = op.blobs or {}
+            for i, size in enumerate(op.sizes):
+                mid = ids.make(queue, header.seq, op.first + i)
+                if i in blobs:
+                    yield mid, blobs[i], 0, size
+                elif op.key is not None and op.offsets is not None:
+                    yield mid, op.key, op.offsets[i], size
+                else:
+                    yield mid, here, offset, size
+                    offset += size
+        elif isinstance(op, Enqueue):
+            yield op.id, blob_key(op.id) if op.offset < 0 else here, max(op.offset, 0), op.size
+        elif isinstance(op, EnqueueStaged):
+            for e in op.messages:
+                yield e.id, op.key, e.offset, e.size
+
+
+async def payloads(
+    store: Store, header: log.Header, queue: str, data: bytes, wanted: set[str]
+) -> dict[str, bytes]:
+    """The payloads of the messages ``wanted`` that log object ``header`` (whose bytes are
+    ``data``) enqueued, by id; those in other objects (staged, blobs) read with a ranged GET
+    each; a payload collected meanwhile is left out."""
+    here = log.key(header.seq)
+    found: dict[str, bytes] = {}
+    elsewhere: list[tuple[str, str, int, int]] = []
+    for mid, key, offset, size in places(header, queue):
+        if mid in wanted:
+            if key == here:
+                found[mid] = data[offset : offset + size]
+            else:
+                elsewhere.append((mid, key, offset, size))
+
+    async def one(mid: str, key: str, offset: int, size: int) -> None:
+        with contextlib.suppress(NotFound):
+            found[mid] = await store.get_range(key, offset, offset + size) if size else b""
+
+    await asyncio.gather(*(one(*place) for place in elsewhere))
+    return found
 
 
 async def queue_id(store: Store) -> str:
@@ -218,16 +273,25 @@ async def read(
     collected meanwhile are skipped."""
     reader = Reader(await queue_id(store) if queue is None else queue)
     wanted = await seqs(store, first, last)
-    async for seq, data in _fetch(store, wanted):
+    async for seq, data in objects(store, wanted, whole=False):
         for event in reader.events(log.decode(data, log.key(seq))):
             yield event
 
 
-async def _fetch(store: Store, wanted: list[int]) -> AsyncIterator[tuple[int, bytes]]:
-    """The log objects ``wanted``, in order, skipping any gone since they were listed."""
+async def objects(
+    store: Store, wanted: list[int], *, whole: bool, concurrency: int = 32
+) -> AsyncIterator[tuple[int, bytes]]:
+    """The log objects ``wanted``, in order, skipping any gone since they were listed: all of
+    each (``whole``), or only the end that holds its header (``s3q.tables.tail``)."""
+
+    async def tail(key: str) -> bytes:
+        return await tables.tail(store, log.seq_of(key) or 0)
+
+    get = None if whole else tail
     while wanted:
         try:
-            async for seq, data in fetch_in_order(store, list(map(log.key, wanted)), wanted):
+            keys = list(map(log.key, wanted))
+            async for seq, data in fetch_in_order(store, keys, wanted, concurrency, get):
                 wanted = wanted[1:]
                 yield seq, data
         except NotFound:

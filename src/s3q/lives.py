@@ -16,6 +16,19 @@ from dataclasses import dataclass, field
 from .history import Event
 
 LEASES = frozenset({"leased", "retried"})
+#: where a message stands after an event of each kind (``purged`` names no message)
+STATUS_AFTER = {
+    "enqueued": "pending",
+    "released": "pending",
+    "redriven": "pending",
+    "leased": "processing",
+    "retried": "processing",
+    "extended": "processing",
+    "failed": "retry",
+    "dead": "dead",
+    "completed": "completed",
+    "discarded": "discarded",
+}
 
 
 def percentile(ordered: list[float], q: float) -> float:

@@ -39,12 +39,21 @@ class Header(msgspec.Struct, array_like=True):
     ops: list[AnyOp]
 
 
+class Stamp(msgspec.Struct, array_like=True):
+    """The start of a header: which object, who wrote it, when (its operations not decoded)."""
+
+    seq: int
+    writer: str
+    at: float
+
+
 class Corrupt(StoreError):
     """The bytes read are not a sealed s3q object: a foreign object, or a checksum mismatch."""
 
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Header)
+_stamp_decoder = msgspec.msgpack.Decoder(Stamp)
 
 
 def key(seq: int, prefix: str = PREFIX) -> str:
@@ -108,3 +117,8 @@ def encode(header: Header, payloads: list[bytes]) -> bytes:
 def decode(data: bytes, where: str) -> Header:
     """The header of a log object (payloads stay where they are)."""
     return _decoder.decode(unseal(data, where))
+
+
+def stamp(data: bytes, where: str) -> Stamp:
+    """The stamp of a log object, from its bytes or its tail (its operations skipped)."""
+    return _stamp_decoder.decode(unseal(data, where))

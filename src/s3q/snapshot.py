@@ -13,7 +13,7 @@ import asyncio
 import itertools
 import logging
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple, TypeVar
 
@@ -46,6 +46,7 @@ class Loaded:
     checkpoints: dict[int, float] = field(default_factory=dict)
     replayed: int = 0  # log objects folded in after the checkpoint
     first_at: float | None = None  # when the first of them was written
+    last_at: float = 0.0  # when the last of them was written (else the checkpoint was)
 
 
 class Location(NamedTuple):
@@ -116,26 +117,32 @@ async def _load_once(store: Store) -> Loaded:
         at = await replay(store, loaded.state, seq, data)
         if loaded.first_at is None:
             loaded.first_at = at
-        loaded.seq = seq
+        loaded.seq, loaded.last_at = seq, at
         loaded.replayed += 1
     return loaded
 
 
 async def fetch_in_order(
-    store: Store, keys: list[str], tags: list[T], concurrency: int = REPLAY_CONCURRENCY
+    store: Store,
+    keys: list[str],
+    tags: list[T],
+    concurrency: int = REPLAY_CONCURRENCY,
+    get: Callable[[str], Awaitable[bytes]] | None = None,
 ) -> AsyncIterator[tuple[T, bytes]]:
     """The objects at ``keys`` in order, each with its tag, with up to ``concurrency`` GETs
-    in flight: a slow object holds back only what follows it, never a whole window."""
+    in flight: a slow object holds back only what follows it, never a whole window.
+    ``get`` reads one (by default ``store.get``: all of it)."""
+    get = get or store.get
     pending: deque[tuple[T, asyncio.Task[bytes]]] = deque()
     upcoming = iter(zip(tags, keys, strict=True))
     try:
         for tag, key in itertools.islice(upcoming, concurrency):
-            pending.append((tag, asyncio.ensure_future(store.get(key))))
+            pending.append((tag, asyncio.ensure_future(get(key))))
         while pending:
             tag, task = pending.popleft()
             data = await task
             for next_tag, key in itertools.islice(upcoming, 1):
-                pending.append((next_tag, asyncio.ensure_future(store.get(key))))
+                pending.append((next_tag, asyncio.ensure_future(get(key))))
             yield tag, data
     finally:
         for _, task in pending:
@@ -155,7 +162,7 @@ async def _load_checkpoint(store: Store) -> Loaded:
         except (StoreError, msgspec.DecodeError, NotFound) as exc:
             logger.warning("skipping unreadable checkpoint %s of %s: %s", seq, store.url, exc)
             continue
-        return Loaded(checkpoint.restore(ck.snapshot), seq, {seq: ck.at})
+        return Loaded(checkpoint.restore(ck.snapshot), seq, {seq: ck.at}, last_at=ck.at)
     return Loaded(QueueState(), 0)
 
 

@@ -27,14 +27,20 @@ class TableMissing(NotFound):
     """The log object holding untouched messages' table is gone."""
 
 
+async def tail(store: Store, seq: int) -> bytes:
+    """The end of log object ``seq`` that holds its header, at least (NotFound if it is gone):
+    one ranged GET, two when the header is longer than ``TAIL_GUESS``."""
+    key = log.key(seq)
+    found = await store.get_tail(key, TAIL_GUESS)
+    need = log.sealed_size(found, key)
+    if need > len(found):
+        found = await store.get_tail(key, need)
+    return found
+
+
 async def header(store: Store, seq: int) -> log.Header:
     """The header of log object ``seq``, read from its end (NotFound if it is gone)."""
-    key = log.key(seq)
-    tail = await store.get_tail(key, TAIL_GUESS)
-    need = log.sealed_size(tail, key)
-    if need > len(tail):
-        tail = await store.get_tail(key, need)
-    return log.decode(tail, key)
+    return log.decode(await tail(store, seq), log.key(seq))
 
 
 async def appends(store: Store, seq: int) -> list[Append]:

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
+import math
+from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
-from conftest import SUPPORT_DIR, FakeClock, StoreEnv
+from click.testing import CliRunner
+from conftest import SUPPORT_DIR, T0, FakeClock, StoreEnv
 
-from s3q import history
+import s3q
+from s3q import history, log, stamps, tables, timeline
+from s3q.cli import main
 from s3q.store import open_store
 
 
@@ -160,3 +167,106 @@ def test_history_reads_logs_of_earlier_formats(build: str) -> None:
     }
     assert set(manifest["completed"]) <= {e.id for e in events if e.kind == "completed"}
     assert {e.kind for e in events} >= {"enqueued", "leased", "completed", "failed"}
+
+
+async def _stamps(env: StoreEnv) -> list[log.Stamp]:
+    store = open_store(env.url, dict(env.options))
+    try:
+        return [
+            log.stamp(await tables.tail(store, seq), log.key(seq))
+            for seq in await history.seqs(store)
+        ]
+    finally:
+        await store.close()
+
+
+def test_stamps_never_go_back_across_writers(durable_env: StoreEnv) -> None:
+    """A writer whose clock runs behind the log's last stamp stamps no object before it, and
+    says it keeps that rule (its token's mark)."""
+    ahead = FakeClock(2_000_000_000.0)
+    with durable_env.open(clock=ahead) as q:
+        q.enqueue_batch([b"a", b"b"])
+    with durable_env.open(clock=FakeClock(1_900_000_000.0)) as q:  # a slower host
+        q.enqueue_batch([b"c"])
+        q.complete_batch(q.dequeue(max_messages=3))
+    found = asyncio.run(_stamps(durable_env))
+    times = [s.at for s in found]
+    assert times == sorted(times) and times[-1] >= 2_000_000_000.0
+    assert all(stamps.marked(s.writer) for s in found)
+
+
+def _spread(env: StoreEnv, clock: FakeClock, rounds: int) -> None:
+    """``rounds`` log objects or more, ten seconds apart."""
+    with env.open(clock=clock) as q:
+        for r in range(rounds):
+            q.enqueue_batch([b"r%d-%d" % (r, i) for i in range(5)], durability="durable")
+            clock.advance(10)
+
+
+def test_a_time_window_finds_its_log_objects_by_binary_search(
+    durable_env: StoreEnv, clock: FakeClock
+) -> None:
+    """The log objects of a window hold every event in it, and finding them reads a few
+    headers, not every object: the rest are skipped whole."""
+    _spread(durable_env, clock, 120)
+    since, until = T0 + 300, T0 + 400
+
+    async def main() -> tuple[list[int], int, int]:
+        store = open_store(durable_env.url, dict(durable_env.options))
+        try:
+            seqs = await history.seqs(store)
+            before = store.counts.gets
+            chosen, _ = await timeline.window(store, seqs, since, until)
+            return chosen, store.counts.gets - before, len(seqs)
+        finally:
+            await store.close()
+
+    chosen, gets, total = asyncio.run(main())
+    assert len(chosen) <= 14 and total >= 120, (chosen, total)
+    assert gets <= 3 * math.ceil(math.log2(total)) + 2, gets
+    events = asyncio.run(_events(durable_env))
+    inside = {(e.seq, e.op, e.id) for e in events if since <= e.at <= until}
+    assert len(inside) >= 50 and {seq for seq, _, _ in inside} <= set(chosen)
+
+
+def test_replay_enqueues_a_period_s_messages_once(
+    durable_env: StoreEnv, clock: FakeClock, tmp_path: Path
+) -> None:
+    """``s3q replay``: the messages enqueued in the period, of the tenant asked for, copied
+    into another queue with their payloads and fields; run again, nothing doubles."""
+    with durable_env.open(clock=clock) as q:
+        q.enqueue_batch([{"payload": b"early", "tenant": "a"}])
+        clock.advance(100)
+        q.enqueue_batch(
+            [
+                {"payload": b"one", "tenant": "a", "priority": 7, "attributes": {"k": "v"}},
+                {"payload": b"two", "tenant": "b"},
+                {"payload": b"x" * 300_000, "tenant": "a"},  # an object of its own
+            ]
+        )
+        q.complete_batch(q.dequeue(max_messages=10))
+    target = (tmp_path / "target").as_uri()
+    start = datetime.datetime.fromtimestamp(T0 + 50, datetime.UTC).isoformat()
+    query = urlencode(
+        {k: str(v).lower() if v is True else v for k, v in durable_env.options.items()}
+    )
+    source = f"{durable_env.url}?{query}" if query else durable_env.url
+    args = ["replay", source, "--into", target, "--since", start, "--tenant", "a", "--json"]
+    for _ in range(2):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output)["replayed"] == 2
+    with s3q.open(target) as q:
+        got = q.dequeue(max_messages=10)
+    assert sorted(m.payload[:3] for m in got) == [b"one", b"xxx"]
+    one = next(m for m in got if m.payload == b"one")
+    assert (one.priority, one.tenant, one.attributes) == (7, "a", {"k": "v"})
+    assert one.dedup_id is not None and one.dedup_id.startswith("replay:")
+
+
+def test_replay_refuses_a_bad_time_without_a_traceback(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        main, ["replay", "q", "--into", "t", "--since", "yesterday", "--store", str(tmp_path)]
+    )
+    assert result.exit_code == 2 and "'yesterday' is neither a duration" in result.output
+    assert "Traceback" not in result.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import os
 import shutil
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SUPPORT_DIR, FileEnv, StoreEnv, child_env
+from conftest import SUPPORT_DIR, T0, FakeClock, FileEnv, StoreEnv, child_env
 
 import s3q
 
@@ -643,7 +644,108 @@ def test_the_data_source_under_spark_connect(tmp_path: Path) -> None:
     assert seen["snapshot"] == expected and seen["snapshot_status"] == ["pending"]
     assert seen["stopped"] and seen["failure"] is None
     assert sorted(seen["drained"]) == expected
+    assert seen["history_enqueued"] == rows and seen["lives"] == {"completed": rows}
     assert max(seen["batches"]) <= batch and len([b for b in seen["batches"] if b]) >= 3
     with s3q.open(url) as q:
         after = q.stats()
         assert (after.pending, after.processing, after.completed) == (0, 0, rows)
+
+
+def _history_of_work(env: StoreEnv) -> tuple[FakeClock, list[str]]:
+    """A queue with 40 log objects or more, ten seconds apart: enqueues of two tenants,
+    leases, completions, and a failure that dies."""
+    clock = FakeClock()
+    sent: list[str] = []
+    with env.open(clock=clock, max_attempts=1, history_retention=1e6) as q:
+        for r in range(20):
+            sent += q.enqueue_batch(
+                [{"payload": b"m%d-%d" % (r, i), "tenant": "ab"[i % 2]} for i in range(4)]
+            )
+            clock.advance(10)
+            got = q.dequeue(max_messages=4)
+            q.complete_batch(got[:3])
+            q.fail(got[3], "boom")
+            clock.advance(10)
+    return clock, sent
+
+
+def test_history_read_one_row_per_event_with_time_and_kind_pushed_down(
+    spark: SparkSession, file_env: StoreEnv
+) -> None:
+    """Every event, payloads on request; a time filter plans only the log objects of its
+    window (one partition each here), and a kind filter keeps only that kind."""
+    _, sent = _history_of_work(file_env)
+    base = with_store(spark.read.format("s3q").option("history", "true"), file_env)
+    events = base.load(file_env.url)
+    kinds = dict(events.groupBy("kind").count().collect())
+    assert (kinds["enqueued"], kinds["leased"], kinds["completed"], kinds["dead"]) == (
+        80,
+        80,
+        60,
+        20,
+    )
+    with_payloads = base.option("payloads", "true").load(file_env.url)
+    enq = (
+        with_payloads.where(F.col("kind") == "enqueued").select("id", "payload", "tenant").collect()
+    )
+    assert sorted(r.id for r in enq) == sorted(sent)
+    assert {bytes(r.payload)[:1] for r in enq} == {b"m"} and {r.tenant for r in enq} == {"a", "b"}
+    every = base.option("objectsPerPartition", "1").load(file_env.url)
+    since = datetime.datetime.fromtimestamp(T0 + 100, datetime.UTC)
+    until = datetime.datetime.fromtimestamp(T0 + 140, datetime.UTC)
+    window = every.where((F.col("at") >= F.lit(since)) & (F.col("at") < F.lit(until)))
+    all_parts = every.rdd.getNumPartitions()
+    parts = window.rdd.getNumPartitions()
+    assert parts <= 12 and 6 * parts < all_parts, (parts, all_parts)
+    rows = window.collect()
+    expected = [r for r in events.collect() if since <= r.at.astimezone(datetime.UTC) < until]
+    assert sorted((r.seq, r.op, r.id) for r in rows) == sorted(
+        (r.seq, r.op, r.id) for r in expected
+    )
+    dead = every.where(F.col("kind") == "dead").select("error", "attempt").collect()
+    assert len(dead) == 20 and {r.error for r in dead} == {"boom"}
+
+
+def test_history_lives_and_a_replay_through_the_sink(
+    spark: SparkSession, file_env: StoreEnv, tmp_path: Path
+) -> None:
+    """``s3q.spark.lives``: one row per message with its times and final status; and the
+    documented replay: history with payloads written to the sink with dedup ids, twice, once."""
+    _history_of_work(file_env)
+    events = with_store(spark.read.format("s3q").option("history", "true"), file_env)
+    lives = s3q.spark.lives(events.load(file_env.url)).collect()
+    assert len(lives) == 80
+    by_status: dict[str, int] = {}
+    for life in lives:
+        by_status[life.status] = by_status.get(life.status, 0) + 1
+        assert life.attempts == 1 and life.dwell == 10.0 and life.tenant in ("a", "b")
+        if life.status == "completed":
+            assert life.processing == 0.0 and life.latency == 10.0 and life.dead_at is None
+        else:
+            assert life.last_error == "boom" and life.dead_at is not None
+    assert by_status == {"completed": 60, "dead": 20}
+    target = (tmp_path / "again").as_uri()
+    replay = (
+        events.option("payloads", "true")
+        .load(file_env.url)
+        .where((F.col("kind") == "enqueued") & (F.col("tenant") == "a"))
+        .select(
+            "payload",
+            "priority",
+            "tenant",
+            F.concat(F.lit("replay:"), F.col("id")).alias("dedup_id"),
+        )
+    )
+    for _ in range(2):
+        replay.write.format("s3q").mode("append").save(target)
+    with s3q.open(target) as q:
+        assert q.stats().pending == 40
+
+
+def test_history_refuses_bad_options(spark: SparkSession, file_env: StoreEnv) -> None:
+    _history_of_work(file_env)
+    reader = with_store(spark.read.format("s3q"), file_env)
+    with pytest.raises(Exception, match=r"s3q\.spark\.lives"):
+        reader.option("history", "lives").load(file_env.url).collect()
+    with pytest.raises(Exception, match="option payloads must be true or false"):
+        reader.option("history", "true").option("payloads", "yes").load(file_env.url).collect()

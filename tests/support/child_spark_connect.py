@@ -5,7 +5,8 @@ Usage: child_spark_connect.py URL ROWS BATCH
 Starts a local Spark Connect server (``SparkSession.builder.remote("local[2]")``, as on
 Databricks serverless the client holds no SparkContext), bulk-enqueues ROWS messages with a
 DataFrame write, reads them back as a snapshot, then drains the queue with
-``trigger(availableNow=True)`` in batches of BATCH into a memory sink. Prints one JSON line
+``trigger(availableNow=True)`` in batches of BATCH into a memory sink, then reads its history
+(events, and each message's life). Prints one JSON line
 with what it saw; the test asserts on it and on the queue. Its own process, because a Connect
 server cannot share a JVM with the test process's classic session.
 """
@@ -55,6 +56,9 @@ def main() -> None:
     sink = spark.sql("SELECT payload FROM drained").collect()
     drained = [bytes(r.payload).decode() for r in sink]
     batches = [p.numInputRows for p in query.recentProgress]
+    events = spark.read.format("s3q").option("history", "true").load(url)
+    enqueued = events.where(F.col("kind") == "enqueued").count()
+    lives = s3q.spark.lives(events).groupBy("status").count().collect()
     print(
         json.dumps(
             {
@@ -65,6 +69,8 @@ def main() -> None:
                 "failure": None if failure is None else str(failure),
                 "drained": drained,
                 "batches": batches,
+                "history_enqueued": enqueued,
+                "lives": {r["status"]: r["count"] for r in lives},
             }
         ),
         flush=True,

@@ -5,17 +5,20 @@ from the queue's log in its store (``s3q.history``; no writer is opened, nothing
 from __future__ import annotations
 
 import asyncio
+import datetime
 import os
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import click
 
 from .. import history, horizon, ids
+from .. import replay as replaying
 from ..history import Event
 from ..lives import Summary, summarize
+from ..replay import Tally
 from ..store import Store, open_store
 from .stores import local_path
 
@@ -23,6 +26,7 @@ T = TypeVar("T")
 
 #: how many log objects ``--id`` reads from the one that enqueued the message, at most
 SCAN = 10_000
+BATCH = 1000  # messages a replay enqueues with one call
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 ENDS = frozenset({"completed", "discarded", "purged"})  # a message's life is over
@@ -37,6 +41,24 @@ def seconds(text: str) -> float:
             param_hint="--since",
         )
     return float(found[1]) * _UNITS[found[2]]
+
+
+def moment(text: str, now: float, hint: str) -> float:
+    """A point in time: a DURATION ago (``1h``: ``seconds``), or an ISO 8601 time (UTC unless
+    it names its zone); BadParameter otherwise."""
+    if _DURATION.fullmatch(text.strip()):
+        return now - seconds(text)
+    try:
+        when = datetime.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r} is neither a duration ago (90s, 15m, 1h, 2d) nor an ISO 8601 time "
+            "(2025-06-01T12:00:00Z)",
+            param_hint=hint,
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return when.timestamp()
 
 
 def message_id(text: str) -> tuple[str, int]:
@@ -107,5 +129,23 @@ def recent(url: str, since: float, now: float) -> tuple[Summary, int]:
             return summarize([]), 0
         events = [e async for e in history.read(store, wanted[0]) if e.at > now - since]
         return summarize(events), len(wanted)
+
+    return _run(url, read)
+
+
+def replay(url: str, chosen: replaying.Selection, into: Callable[[list[Any]], object]) -> Tally:
+    """Hand the messages ``chosen`` of the queue at ``url`` to ``into``, BATCH at a time."""
+
+    async def read(store: Store) -> Tally:
+        tally = Tally()
+        batch: list[Any] = []
+        async for item in replaying.items(store, chosen, tally):
+            batch.append(item)
+            if len(batch) >= BATCH:
+                await asyncio.to_thread(into, batch)
+                batch = []
+        if batch:
+            await asyncio.to_thread(into, batch)
+        return tally
 
     return _run(url, read)

@@ -11,7 +11,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from . import options, pieces
+from . import history_read, options, pieces
 
 
 class S3QDataSource(DataSource):
@@ -22,12 +22,18 @@ class S3QDataSource(DataSource):
         return "s3q"
 
     def schema(self) -> str:
+        parsed = options.parse(self.options)
+        if history_read.wanted(parsed):
+            return history_read.schema(history_read.flag(parsed, "payloads"))
         return pieces.SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        parsed = options.parse(self.options)
+        if history_read.wanted(parsed):
+            return history_read.HistoryReader(parsed)
         from .snapshot_read import SnapshotReader
 
-        return SnapshotReader(options.parse(self.options))
+        return SnapshotReader(parsed)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from .batch_write import BatchWriter
