@@ -81,7 +81,9 @@ def main() -> None:
         print(
             f"{d['kind']} of {d['broker']} (led {', '.join(d['queues'])}) at "
             f"{d['started']:.1f} s: served again after {d['served_again']} s "
-            f"{d['served_again_by_queue']}"
+            f"{d['served_again_by_queue']}, taken over by {d['takers']}, a possible taker's "
+            f"store partitioned meanwhile {d['takers_partitioned']} s: recovered in "
+            f"{d['recovered']} s"
         )
     for queue, found in data["violations"].items():
         for v in found[:10]:
@@ -89,7 +91,7 @@ def main() -> None:
     print(
         f"{data['calls']} calls in {data['seconds']:.0f} s, faults injected "
         f"{data['faults_injected']}, {data['partitions']} partitions, "
-        f"dead letters {data['dead_letters']}, worker restarts {data['worker_stops']}, "
+        f"dead letters {data['dead_letters']}, worker stopped by {data['worker_stops']}, "
         f"samples missed {data['sample_failures']}"
     )
     print(table_of(data))

@@ -1,6 +1,7 @@
 """A short soak (benchmarks/soak.py at small numbers): three brokers over S3 through the fault
 proxy under a mixed load, a leader killed and another stalled; every promise kept, each
-disruption recovered within lease ttl + 2 s, the queues available, the store bounded."""
+disruption recovered within lease ttl + 2 s (the time a broker that could take over had its
+store partitioned apart), the worker never stopped, the queues available, the store bounded."""
 
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ from s3q.faults.series import (
     availability,
     outages,
     plot,
+    recovered,
     report,
-    served_again,
     served_again_by_queue,
+    takers_partitioned,
     targets,
+    timeline,
 )
 from s3q.faults.soak import SoakPlan, run_soak
 
@@ -60,6 +63,8 @@ def test_a_short_soak_keeps_every_promise_through_a_kill_and_a_stall(
     plot(data, tmp_path / "soak.png")
     found = {t.name: t for t in targets(run)}
     print("\n" + "\n".join(f"{t.name}: {t.passed} {t.figure}" for t in found.values()))
+    for d in run.disruptions:
+        print("\n".join(timeline(run, d)))
 
     assert {q: v for q, v in run.violations.items() if v} == {}
     for queue, history in run.histories.items():  # each kind of client made its calls
@@ -69,9 +74,16 @@ def test_a_short_soak_keeps_every_promise_through_a_kill_and_a_stall(
     assert run.dead_letters > 0  # the worker's always-failing messages died
     kinds = sorted(d.kind for d in run.disruptions)
     assert kinds == ["kill", "stall"], kinds
+    assert run.worker_stops == []  # the worker rode out every takeover
     for d in run.disruptions:
-        again = served_again(run, d)
-        assert again is not None and again <= TTL + 2, (d.kind, served_again_by_queue(run, d))
+        # a broker whose store is partitioned cannot take a queue over: that time is the
+        # partition's, not the takeover's (a call reaching such a broker waits it out)
+        again = recovered(run, d)
+        assert again is not None and again <= TTL + 2, (
+            d.kind,
+            served_again_by_queue(run, d),
+            takers_partitioned(run, d),
+        )
     assert availability(run.samples, outages(run), run.seconds) >= 0.999
     assert len(run.points) >= 8, run.sample_failures
     objects = found["store objects bounded (late peak within 10 % of early peak)"]

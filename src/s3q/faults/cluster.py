@@ -174,6 +174,10 @@ class Brokers:
     def urls(self) -> list[str]:
         return list(self.children)
 
+    def proxy_of(self, url: str) -> FaultProxy:
+        """The proxy the broker at ``url`` reaches the store through."""
+        return self._proxy[url]
+
     def _options(self, proxy: FaultProxy) -> dict[str, Any]:
         return {**self.options, "endpoint_url": proxy.endpoint}
 

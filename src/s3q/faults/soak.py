@@ -8,7 +8,8 @@ reaching the S3 server through its own :class:`~s3q.faults.proxy.FaultProxy`, an
   a tenant) and batch consumers (``dequeue`` then ``complete_batch``), through s3q's client
   given every broker;
 - ``sqs.fifo``: single-message SQS clients through boto3 (send with a dedup id and a group,
-  receive, delete), each given one broker and moving to the next when it cannot reach it;
+  receive, delete), each given one broker and moving to the next when it cannot reach it or
+  it answers that it cannot serve;
 - ``jobs``: a producer of single messages and a :class:`~s3q.worker.Worker` whose handler fails
   some once (retried) and some always (dead letters).
 
@@ -56,6 +57,7 @@ from .workload import KNOWN_FAILURES, read_back
 T = TypeVar("T")
 
 NATIVE, SQS, JOBS = "native", "sqs.fifo", "jobs"
+SQS_WAIT = 1  # seconds an SQS receive waits for a message
 QUEUES = (NATIVE, SQS, JOBS)
 
 
@@ -133,6 +135,9 @@ class Disruption:
     queues: list[str]
     started: float
     ended: float = 0.0  # killed: started again; stalled: woken
+    #: queue -> (the broker that led it next, when its lease first named that broker); the
+    #: broker is None if none had by ``started`` + 4 ttl
+    takers: dict[str, tuple[str | None, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -168,9 +173,11 @@ class SoakRun:
     histories: dict[str, History]
     violations: dict[str, list[Violation]]
     injected: dict[str, int]
-    worker_stops: list[str] = field(default_factory=list)
+    worker_stops: list[str] = field(default_factory=list)  # what ended the worker early
     dead_letters: int = 0
     sample_failures: list[str] = field(default_factory=list)
+    #: broker URL -> the partitions of its store (its proxy's), (start, end) monotonic
+    partitions_of: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
 
 class _Recorder:
@@ -310,6 +317,9 @@ async def run_soak(
             await client.close()
         for proxy in proxies:
             proxy.schedule.enabled = False
+        partitions_of = {
+            url: list(brokers.proxy_of(url).schedule.partitions.spans) for url in brokers.urls
+        }
     # the brokers closed their queues on SIGTERM: read what they left
     violations: dict[str, list[Violation]] = {}
     for name, store in raw.items():
@@ -333,6 +343,7 @@ async def run_soak(
         worker_stops,
         dead[0],
         sample_failures,
+        partitions_of,
     )
 
 
@@ -466,10 +477,10 @@ async def _work(
     dead: list[int],
 ) -> None:
     """A worker over ``jobs`` whose handler fails some messages once (retried) and some always
-    (dead letters); started again if anything but a stop request ends it. A handler's return
-    is recorded as a completion of unknown outcome (its acknowledgement is batched, and may
-    never land), the worker's ``Completed`` event, which comes once it is durable, as one that
-    is done."""
+    (dead letters), serving until ``stop``; what else ends it is put in ``stops``. A handler's
+    return is recorded as a completion of unknown outcome (its acknowledgement is batched, and
+    may never land), the worker's ``Completed`` event, which comes once it is durable, as one
+    that is done."""
     history = rec.histories[JOBS]
 
     async def handle(message: Message) -> None:
@@ -486,26 +497,25 @@ async def _work(
         elif isinstance(event, Dead):
             dead[0] += 1
 
-    while not stop.is_set():
-        worker = Worker(
-            queue,
-            handle,
-            concurrency=plan.worker_concurrency,
-            visibility_timeout=plan.visibility_timeout,
-            grace=plan.commit_timeout,
-            on_event=on_event,
-        )
-        serving = asyncio.ensure_future(worker.serve())
-        stopping = asyncio.ensure_future(stop.wait())
-        await asyncio.wait([serving, stopping], return_when=asyncio.FIRST_COMPLETED)
-        if stop.is_set():
-            worker.stop()
-        else:
-            stopping.cancel()
-        try:
-            await serving
-        except S3QError as exc:
-            stops.append(type(exc).__name__)
+    worker = Worker(
+        queue,
+        handle,
+        concurrency=plan.worker_concurrency,
+        visibility_timeout=plan.visibility_timeout,
+        grace=plan.commit_timeout,
+        on_event=on_event,
+    )
+    serving = asyncio.ensure_future(worker.serve())
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([serving, stopping], return_when=asyncio.FIRST_COMPLETED)
+    if stop.is_set():
+        worker.stop()
+    else:
+        stopping.cancel()
+    try:
+        await serving
+    except S3QError as exc:
+        stops.append(f"{type(exc).__name__}: {exc}"[:200])
 
 
 def _sqs(url: str, plan: SoakPlan) -> Any:
@@ -518,10 +528,14 @@ def _sqs(url: str, plan: SoakPlan) -> Any:
         region_name="us-east-1",
         aws_access_key_id="soak",
         aws_secret_access_key="soak",
+        # one attempt, and a read timeout that tells a stalled broker well within the lease
+        # ttl (a receive waits 1 s): the caller moves to the next broker. (botocore's legacy
+        # mode counts max_attempts as retries: a second attempt doubled the time spent on a
+        # stalled broker, and the queue served again only after 2 * (ttl + 1) s.)
         config=Config(
-            retries={"max_attempts": 1},
-            connect_timeout=2,
-            read_timeout=plan.lease_ttl + 1,
+            retries={"total_max_attempts": 1, "mode": "standard"},
+            connect_timeout=1,
+            read_timeout=SQS_WAIT + plan.lease_ttl / 2,
         ),
     )
 
@@ -544,6 +558,14 @@ def _sqs_error(exc: Exception) -> str:
     return type(exc).__name__
 
 
+def _sqs_status(exc: Exception) -> int:
+    """The HTTP status of an SQS client's error answer (0 if it has none)."""
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        return int(response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+    return 0
+
+
 def _sqs_client(
     index: int,
     urls: list[str],
@@ -553,7 +575,7 @@ def _sqs_client(
     stop: threading.Event,
 ) -> None:
     """Send, receive, delete, one message at a time, through broker ``urls[index]`` until it
-    cannot be reached (then the next)."""
+    cannot be reached or answers a 5xx (its store cut off, say): then the next."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     history = rec.histories[SQS]
@@ -571,8 +593,8 @@ def _sqs_client(
             result = getattr(sqs, kind)(QueueUrl=queue, **kw)
         except (BotoCoreError, ClientError) as exc:
             error = _sqs_error(exc)
-            if not isinstance(exc, ClientError):
-                at += 1  # that broker cannot be reached: the next one
+            if not isinstance(exc, ClientError) or _sqs_status(exc) >= 500:
+                at += 1  # that broker cannot be reached, or cannot serve now: the next one
         returned = time.monotonic()
         moved = 1 if error is None else 0
         if kind == "receive_message" and result is not None:
@@ -615,7 +637,7 @@ def _sqs_client(
         outcome, _, got, _, invoked, returned = call(
             "receive_message",
             MaxNumberOfMessages=1,
-            WaitTimeSeconds=1,
+            WaitTimeSeconds=SQS_WAIT,
             AttributeNames=["MessageDeduplicationId"],
         )
         for m in (got or {}).get("Messages", []):
@@ -660,10 +682,11 @@ async def _disrupt(
         return
     end = time.monotonic() + plan.seconds
     turn = 0
+    watchers: list[asyncio.Future[None]] = []
     while time.monotonic() + plan.disrupt_every < end - 2 * plan.lease_ttl:
         await _paced(stop, time.monotonic() + plan.disrupt_every)
         if stop.is_set():
-            return
+            break
         target = QUEUES[turn % len(QUEUES)]
         kind = ("kill", "stall")[turn % 2]
         turn += 1
@@ -674,6 +697,7 @@ async def _disrupt(
         led = [q for q, u in leaders.items() if u == url]
         disruption = Disruption(kind, url, led, time.monotonic())
         disruptions.append(disruption)
+        watchers.append(asyncio.ensure_future(_watch_takers(plan, raw, disruption)))
         if kind == "kill":
             brokers.kill(url)
             # started again once another broker serves its queues
@@ -687,6 +711,23 @@ async def _disrupt(
             finally:
                 os.kill(pid, signal.SIGCONT)
         disruption.ended = time.monotonic()
+    await asyncio.gather(*watchers)
+
+
+async def _watch_takers(plan: SoakPlan, raw: dict[str, Store], d: Disruption) -> None:
+    """Read the writer lease of each queue ``d``'s broker led until it names another broker
+    (or ``4 * lease_ttl`` passed): ``d.takers``."""
+    left = set(d.queues)
+    give_up = d.started + 4 * plan.lease_ttl
+    while left and time.monotonic() < give_up:
+        for q in sorted(left):
+            now = await leader(raw[q])
+            if now is not None and now != d.broker:
+                d.takers[q] = (now, time.monotonic())
+                left.discard(q)
+        await asyncio.sleep(0.05)  # polling the store: the lease has no event to await
+    for q in left:
+        d.takers[q] = (None, give_up)
 
 
 def _proc(pid: int) -> tuple[int | None, int | None]:
