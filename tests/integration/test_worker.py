@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import selectors
@@ -12,7 +13,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -598,3 +599,145 @@ def test_worker_on_a_broker_queue_retries_and_dead_letters(tmp_path: Path) -> No
                 assert (stats.completed, stats.dead, stats.processing) == (3, 1, 0)
 
         asyncio.run(main())
+
+
+# --------------------------------------------------------------------------- riding out faults
+
+
+class Retrying(logging.Handler):
+    """Sets ``seen`` (from any thread) once the worker logs that it will try a call again after
+    an error whose text has ``needle``."""
+
+    def __init__(self, needle: str) -> None:
+        super().__init__(logging.WARNING)
+        self.needle = needle
+        self.loop = asyncio.get_running_loop()
+        self.seen = asyncio.Event()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if "trying again" in text:
+            self.messages.append(text)
+            if self.needle in text:
+                self.loop.call_soon_threadsafe(self.seen.set)
+
+
+@contextlib.contextmanager
+def retries_watched(needle: str = "") -> Iterator[Retrying]:
+    handler = Retrying(needle)
+    log = logging.getLogger("s3q.worker")
+    log.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        log.removeHandler(handler)
+
+
+def test_worker_rides_out_acknowledgements_whose_outcome_is_unknown() -> None:
+    """The store stops answering for longer than commit_timeout while completions are being
+    acknowledged: they end in OutcomeUnknown (the writer goes on trying them), the worker tries
+    them again and goes on serving; every message is handled (again, if a dequeue whose outcome
+    was unknown leased it) and ends completed, each Completed once."""
+    from s3q.config import QueueConfig
+    from s3q.engine import Engine
+    from s3q.faults import FaultProfile, FaultyStore
+    from s3q.store import RetryingStore, open_store
+
+    async def main() -> None:
+        raw = open_store(memory_url())
+        assert isinstance(raw, RetryingStore)
+        faulty = FaultyStore(raw.inner, FaultProfile(), seed=1, timeout=0.3)
+        config = QueueConfig(lease_ttl=10.0, commit_timeout=0.5)
+        q = s3q.AsyncQueue(await Engine.open(RetryingStore(faulty, patience=3.0), config))
+        ids = await q.enqueue_batch([b"%d" % i for i in range(20)])
+        handled: list[str] = []
+
+        async def handle(msg: s3q.Message) -> None:
+            handled.append(msg.id)
+            if len(handled) == 5:  # the acknowledgement of these waits on a silent store
+                faulty.partitions.cut(1.5)
+
+        events = Events()
+        # a lease taken by a dequeue whose answer was OutcomeUnknown lapses soon: redelivered
+        worker = Worker(
+            q,
+            handle,
+            concurrency=2,
+            prefetch=4,
+            visibility_timeout=2.0,
+            on_event=events,
+            poll_wait=0.05,
+        )
+        with retries_watched() as retrying:
+            await serving(worker, events.finished(20))
+        assert any("OutcomeUnknown" in m for m in retrying.messages), retrying.messages
+        assert set(handled) == set(ids)
+        completed = [e.id for e in events.of(Completed)]
+        assert sorted(completed) == sorted(ids)
+        stats = await q.stats()
+        assert (stats.completed, stats.processing, stats.pending) == (20, 0, 0)
+        stopped = events.all[-1]
+        assert isinstance(stopped, WorkerStopped) and stopped.error is None
+        await q.close()
+
+    asyncio.run(main())
+
+
+def test_worker_through_a_broker_rides_out_the_broker_restarting(tmp_path: Path) -> None:
+    """The broker dies while handlers run: their completions cannot reach it (BrokerUnreachable
+    once the client's own retries are spent), the worker tries again until the broker is back
+    on its port, then acknowledges them; every message is handled and completed."""
+    from s3q.broker.server import spawn
+    from s3q.client import connect_async
+
+    store = f"file://{tmp_path}/store"
+    options = {"lease_ttl": 1.0}
+    child, url = spawn(store, None, options)
+    try:
+
+        async def main() -> None:
+            nonlocal child
+            async with connect_async(url) as client:
+                q = client.queue("jobs")
+                ids = await q.enqueue_batch([b"%d" % i for i in range(8)])
+                gate, running = asyncio.Event(), asyncio.Event()
+                handled: list[str] = []
+
+                async def handle(msg: s3q.Message) -> None:
+                    handled.append(msg.id)
+                    if len(handled) == 4:
+                        running.set()
+                    await gate.wait()
+
+                events = Events()
+                worker = Worker(q, handle, concurrency=4, prefetch=4, on_event=events)
+                with retries_watched("BrokerUnreachable") as retrying:
+                    task = asyncio.create_task(worker.serve())
+                    await within(running.wait())
+                    child.kill()
+                    child.wait(10)
+                    gate.set()  # four completions for a broker that is gone
+                    await within(retrying.seen.wait(), 30)  # the client's retries are spent
+                    assert not task.done()
+                    child, _ = await asyncio.to_thread(
+                        spawn, store, int(url.rsplit(":", 1)[1]), options
+                    )
+                    finished = events.finished(8)
+                    done, _ = await asyncio.wait(
+                        {task, asyncio.create_task(finished.wait())},
+                        timeout=60,
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                    assert finished.is_set(), task.result() if task in done else "timed out"
+                    worker.stop()
+                    await within(task)
+                assert set(handled) == set(ids)
+                assert sorted(e.id for e in events.of(Completed)) == sorted(ids)
+                stats = await q.stats()
+                assert (stats.completed, stats.processing, stats.pending) == (8, 0, 0)
+
+        asyncio.run(main())
+    finally:
+        child.kill()
+        child.wait(10)

@@ -279,8 +279,9 @@ class ForwardedQueue:
     async def _watched(self, call: Awaitable[T]) -> T:
         """A call sent to the leader, watched: if it stays unanswered while the leader's lease
         lapses (a leader paused, or cut off from the store, stops renewing it), this broker
-        takes the queue over, and the call ends in OutcomeUnknown (the leader may have
-        applied it before it stopped), instead of waiting out the peer timeout."""
+        takes the queue over, or finds that another broker did, and the call ends in
+        OutcomeUnknown (the leader may have applied it before it stopped), instead of waiting
+        out the peer timeout."""
         task = asyncio.ensure_future(call)
         ttl = self._cluster.lease_ttl
         try:
@@ -288,7 +289,10 @@ class ForwardedQueue:
             while not task.done():
                 try:
                     await self._cluster.take_over(self.name)
-                except QueueLocked as exc:  # its lease runs: look again once it has lapsed
+                except QueueLocked as exc:
+                    if exc.address is not None and exc.address != self.leader:
+                        break  # another broker took the queue over: the leader lost it
+                    # its lease runs: look again once it has lapsed
                     left = ttl if exc.expires_at is None else exc.expires_at - time.time()
                     await asyncio.wait([task], timeout=min(ttl / 6, max(left, 0.0) + LAPSED))
                     continue
@@ -299,6 +303,12 @@ class ForwardedQueue:
                     f"queue {self.name}: its leader {self.leader} stopped answering and lost "
                     "its lease while this call was in flight; it may have applied it. This "
                     "broker leads the queue now: retry with a dedup id"
+                )
+            if not task.done():
+                raise OutcomeUnknown(
+                    f"queue {self.name}: its leader {self.leader} stopped answering and lost "
+                    "its lease to another broker while this call was in flight; it may have "
+                    "applied it: retry with a dedup id"
                 )
             return task.result()
         finally:

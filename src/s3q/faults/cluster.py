@@ -24,7 +24,6 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,10 +98,10 @@ async def run_cluster(
     with contextlib.ExitStack() as stack:
         for proxy in proxies:
             stack.enter_context(proxy)
-        children = dict(stack.enter_context(_brokers(root, proxies, options, plan)))
+        children = stack.enter_context(Brokers(root, proxies, broker_options(plan, options)))
         # Half the callers know every broker (and call the leader first), half know only
         # the last broker (whose calls it forwards to the leader).
-        urls = list(children)
+        urls = children.urls
         clients = [
             connect_async(urls, timeout=plan.commit_timeout + 5),
             connect_async(urls[-1], timeout=plan.commit_timeout + 5),
@@ -117,7 +116,7 @@ async def run_cluster(
                 )
             )
             nemesis = asyncio.ensure_future(
-                _pause_leaders(raw, children, plan, pause_every, pauses, calls)
+                _pause_leaders(raw, children.children, plan, pause_every, pauses, calls)
             )
             await calls
             seconds = time.monotonic() - started
@@ -144,34 +143,75 @@ async def run_cluster(
     )
 
 
-@contextlib.contextmanager
-def _brokers(
-    root: str, proxies: list[FaultProxy], options: dict[str, Any], plan: Plan
-) -> Iterator[list[tuple[str, subprocess.Popen[bytes]]]]:
-    """One broker per proxy, serving ``root``; stopped (SIGTERM, then SIGKILL) at the end."""
-    started: list[tuple[str, subprocess.Popen[bytes]]] = []
-    try:
-        for proxy in proxies:
-            broker_options = {
-                **options,
-                **queue_options(plan),
-                "endpoint_url": proxy.endpoint,
-                "store_timeout": plan.store_timeout,
-            }
-            child, url = spawn(root, None, broker_options, log_level="critical")
-            started.append((url, child))
-        yield started
-    finally:
-        for _, child in started:
+class Brokers:
+    """One broker (``s3q serve`` in a child process) per proxy, serving ``root`` with
+    ``options`` (how to reach the store, and queue settings), each reaching the store through
+    its own proxy; a context manager that stops every one at the end (SIGCONT, SIGTERM, then
+    SIGKILL). A broker killed can be started again on its own port."""
+
+    def __init__(self, root: str, proxies: list[FaultProxy], options: dict[str, Any]) -> None:
+        self.root, self.proxies, self.options = root, proxies, options
+        self.children: dict[str, subprocess.Popen[bytes]] = {}
+        self._ports: dict[str, int] = {}
+        self._proxy: dict[str, FaultProxy] = {}
+
+    def __enter__(self) -> Brokers:
+        try:
+            for proxy in self.proxies:
+                child, url = spawn(self.root, None, self._options(proxy), log_level="critical")
+                self.children[url] = child
+                self._ports[url] = int(url.rsplit(":", 1)[1])
+                self._proxy[url] = proxy
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def urls(self) -> list[str]:
+        return list(self.children)
+
+    def proxy_of(self, url: str) -> FaultProxy:
+        """The proxy the broker at ``url`` reaches the store through."""
+        return self._proxy[url]
+
+    def _options(self, proxy: FaultProxy) -> dict[str, Any]:
+        return {**self.options, "endpoint_url": proxy.endpoint}
+
+    def kill(self, url: str) -> None:
+        """SIGKILL the broker at ``url`` and reap it."""
+        child = self.children[url]
+        child.kill()
+        child.wait(30)
+
+    def restart(self, url: str) -> None:
+        """Start the broker at ``url`` again (after :meth:`kill`), on the same port."""
+        child, _ = spawn(
+            self.root, self._ports[url], self._options(self._proxy[url]), log_level="critical"
+        )
+        self.children[url] = child
+
+    def stop(self) -> None:
+        for child in self.children.values():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child.pid, signal.SIGCONT)
-            child.terminate()
-        for _, child in started:
+            if child.poll() is None:
+                child.terminate()
+        for child in self.children.values():
             try:
                 child.wait(30)
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait(30)
+
+
+def broker_options(plan: Plan, options: dict[str, Any]) -> dict[str, Any]:
+    """What a broker of a run over ``options`` (how to reach the store) is given, besides the
+    endpoint of its proxy: the plan's queue settings and store timeout."""
+    return {**options, **queue_options(plan), "store_timeout": plan.store_timeout}
 
 
 async def _pause_leaders(
@@ -191,8 +231,8 @@ async def _pause_leaders(
         await asyncio.wait([calls], timeout=rng.expovariate(1 / every))
         if calls.done():
             return
-        leader = await _leader(raw)
-        child = children.get(leader or "")
+        led_by = await leader(raw)
+        child = children.get(led_by or "")
         if child is None:
             continue
         started = time.monotonic()
@@ -201,10 +241,10 @@ async def _pause_leaders(
             await asyncio.wait([calls], timeout=plan.lease_ttl + 1.5)
         finally:
             os.kill(child.pid, signal.SIGCONT)
-        pauses.append(Pause(leader or "", started, time.monotonic()))
+        pauses.append(Pause(led_by or "", started, time.monotonic()))
 
 
-async def _leader(raw: Store) -> str | None:
+async def leader(raw: Store) -> str | None:
     """The address of the broker holding the queue's writer lease, if any."""
     with contextlib.suppress(Exception):
         current = await read_record(raw)

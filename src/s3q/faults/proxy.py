@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from types import TracebackType
 from urllib.parse import urlsplit
 
@@ -58,6 +59,9 @@ class FaultProxy:
         self.hang = hang
         self.endpoint = ""
         self.forwarded = 0  # requests that reached the upstream server
+        #: seconds each forwarded request took the upstream server to answer (the store's own
+        #: time, apart from the faults'); whoever reads it may empty it
+        self.upstream_seconds: list[float] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
@@ -161,12 +165,14 @@ class FaultProxy:
         assert self._session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         url = self.upstream + request.rel_url.raw_path_qs
+        started = time.monotonic()
         async with self._session.request(
             request.method, url, data=body, headers=headers, allow_redirects=False
         ) as answer:
             data = await answer.read()
             out = {k: v for k, v in answer.headers.items() if k.lower() not in HOP_BY_HOP}
             self.forwarded += 1
+            self.upstream_seconds.append(time.monotonic() - started)
             return answer.status, out, data
 
 

@@ -11,6 +11,7 @@ from ..errors import ReceiptExpired
 from ..message import Message
 from ..surface import AsyncQueueSurface
 from .hooks import Hooks
+from .retry import rides_out
 from .stop import Stop
 
 __all__ = ["Held", "Leases"]
@@ -30,12 +31,20 @@ class Held:
 
 class Leases:
     """The leases held, by receipt: messages buffered, running, or awaiting their ack.
-    ``visibility_timeout``: the lease taken and renewed."""
+    ``visibility_timeout``: the lease taken and renewed. A renewal that fails on an error the
+    worker rides out (:func:`.retry.rides_out`; ``remote``: through a broker) is tried again
+    at the next tick, while the lease has a third or more of its time left."""
 
     def __init__(
-        self, aq: AsyncQueueSurface, visibility_timeout: float, hooks: Hooks, stop: Stop
+        self,
+        aq: AsyncQueueSurface,
+        visibility_timeout: float,
+        hooks: Hooks,
+        stop: Stop,
+        remote: bool = False,
     ) -> None:
         self._aq = aq
+        self._remote = remote
         self._vt = visibility_timeout
         self._hooks = hooks
         self._stop = stop
@@ -85,7 +94,16 @@ class Leases:
                 logger.warning("lease of message %s was lost: %s", held.msg.id, exc)
             return
         except Exception as exc:
-            self._stop.fatal(exc)
+            if not rides_out(exc, self._remote):
+                self._stop.fatal(exc)
+            else:
+                logger.warning(
+                    "renewing the lease of message %s failed, trying again in %.1f s: %s: %s",
+                    held.msg.id,
+                    self._vt / 3,
+                    type(exc).__name__,
+                    exc,
+                )
             return
         held.deadline = started + self._vt
         self._hooks.extended()

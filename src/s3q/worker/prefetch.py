@@ -11,6 +11,7 @@ from ..surface import AsyncQueueSurface
 from .acks import Acks
 from .hooks import Hooks
 from .leases import Leases
+from .retry import Backoff, rides_out
 from .stop import Stop
 
 __all__ = ["ADAPTIVE_PREFETCH_MAX", "Prefetch"]
@@ -21,7 +22,9 @@ ADAPTIVE_PREFETCH_MAX = 1000  # the most an adaptive buffer holds
 class Prefetch:
     """Messages leased but not yet started, at most ``prefetch`` of them; None adapts the
     window between ``2 * concurrency`` and ADAPTIVE_PREFETCH_MAX to keep the handlers busy.
-    Each dequeue carries the completions waiting in ``acks``, if any: one commit for both."""
+    Each dequeue carries the completions waiting in ``acks``, if any: one commit for both. A
+    dequeue that fails on an error the worker rides out (:func:`.retry.rides_out`; ``remote``:
+    through a broker) is sent again after a pause."""
 
     def __init__(
         self,
@@ -35,8 +38,10 @@ class Prefetch:
         concurrency: int,
         visibility_timeout: float,
         poll_wait: float,
+        remote: bool = False,
     ) -> None:
         self._aq = aq
+        self._remote = remote
         self._leases = leases
         self._hooks = hooks
         self._stop = stop
@@ -55,6 +60,7 @@ class Prefetch:
     async def fill(self) -> None:
         """Lease messages into the buffer until the stop, keeping it above half the window."""
         aq, buffer, vt, stop = self._aq, self._buffer, self._vt, self._stop
+        backoff = Backoff("dequeue", stop.queue)
         while not stop.stopping:
             if buffer.qsize() > self.window // 2:
                 self._space.clear()
@@ -81,7 +87,11 @@ class Prefetch:
                 continue
             except Exception as exc:
                 await self._acks.rode(riding, exc)
-                return
+                if not rides_out(exc, self._remote):
+                    return
+                await backoff.pause(exc, wake=stop.requested)
+                continue
+            backoff.reset()
             await self._acks.rode(riding, None)
             if not msgs:
                 continue

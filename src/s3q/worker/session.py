@@ -22,6 +22,7 @@ from .hooks import Fanout, Hooks, OnEvent, Tally
 from .leases import Leases
 from .prefetch import Prefetch
 from .prometheus import MetricsHooks
+from .retry import Backoff, rides_out
 from .stop import Stop
 from .threads import Threads
 
@@ -69,8 +70,9 @@ class Session:
         hooks = subscribers[0] if len(subscribers) == 1 else Fanout(subscribers)
         self._hooks = hooks
         self.stop = Stop(aq.url, worker.grace)
-        self._leases = Leases(aq, vt, hooks, self.stop)
-        self._acks = Acks(aq, worker.ack_interval, self._leases, hooks, self.stop)
+        self._remote = remote = not isinstance(aq, AsyncQueue)  # through a broker
+        self._leases = Leases(aq, vt, hooks, self.stop, remote)
+        self._acks = Acks(aq, worker.ack_interval, self._leases, hooks, self.stop, remote)
         self._prefetch = Prefetch(
             aq,
             self._leases,
@@ -81,6 +83,7 @@ class Session:
             concurrency=worker.concurrency,
             visibility_timeout=vt,
             poll_wait=worker.poll_wait,
+            remote=remote,
         )
         self._threads = None if is_async(worker.handler) else Threads(worker.concurrency)
         self._traces = tracing.consumer(aq.url)
@@ -198,14 +201,28 @@ class Session:
         """Fail ``msg``: the outcome, ``retried`` or ``dead`` (None if the failure was lost)."""
         error = f"{type(exc).__name__}: {exc}"
         self._leases.drop((msg,))
-        try:
-            retry_at = await self._aq.fail(msg, error)
-        except ReceiptExpired as lost:
-            logger.warning("lease of message %s was lost before its failure: %s", msg.id, lost)
-            return None
-        except Exception as fatal:
-            self.stop.fatal(fatal)
-            return None
+        backoff = Backoff(f"failing message {msg.id}", self.stop.queue)
+        while True:
+            try:
+                retry_at = await self._aq.fail(msg, error)
+                break
+            except ReceiptExpired as lost:
+                # (after a try whose outcome was unknown, that try may have recorded it)
+                logger.warning("lease of message %s was lost before its failure: %s", msg.id, lost)
+                return None
+            except Exception as failure:
+                stop = self.stop
+                if not rides_out(failure, self._remote):
+                    stop.fatal(failure)
+                    return None
+                if stop.stopping and time.monotonic() >= stop.deadline:
+                    logger.warning(
+                        "the failure of message %s was not recorded before the grace ran "
+                        "out: it will be delivered again once its lease ends",
+                        msg.id,
+                    )
+                    return None
+                await backoff.pause(failure, until=stop.deadline if stop.stopping else None)
         dead = retry_at is None
         of = "" if self._max_attempts is None else f" of {self._max_attempts}"
         logger.log(

@@ -1,0 +1,91 @@
+"""A short soak (benchmarks/soak.py at small numbers): three brokers over S3 through the fault
+proxy under a mixed load, a leader killed and another stalled; every promise kept, each
+disruption recovered within lease ttl + 2 s (the time a broker that could take over had its
+store partitioned apart), the worker never stopped, the queues available, the store bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from conftest import MotoServer
+
+from s3q.faults.series import (
+    availability,
+    outages,
+    plot,
+    recovered,
+    report,
+    served_again_by_queue,
+    takers_partitioned,
+    targets,
+    timeline,
+)
+from s3q.faults.soak import SoakPlan, run_soak
+
+pytestmark = pytest.mark.xdist_group("soak")  # three brokers and a steady load: alone
+
+TTL = 3.0
+
+
+@pytest.mark.timeout(420)
+def test_a_short_soak_keeps_every_promise_through_a_kill_and_a_stall(
+    moto_server: MotoServer, s3_bucket: str, tmp_path: Path
+) -> None:
+    plan = SoakPlan(
+        seconds=100,
+        seed=3,
+        rate=60,
+        batch=10,
+        sqs_rate=2,
+        job_rate=5,
+        disrupt_every=30,
+        sample_every=10,
+        lease_ttl=TTL,
+        visibility_timeout=10,
+        gc_grace=20,
+        checkpoint_interval=10,
+        drain=5,
+    )
+    run = asyncio.run(
+        run_soak(
+            plan,
+            moto_server.endpoint,
+            s3_bucket,
+            moto_server.store_options(),
+            store_pid=moto_server.proc.pid,
+        )
+    )
+    data = report(run, "tests/e2e/test_soak.py")
+    (tmp_path / "soak.json").write_text(json.dumps(data, default=str))
+    plot(data, tmp_path / "soak.png")
+    found = {t.name: t for t in targets(run)}
+    print("\n" + "\n".join(f"{t.name}: {t.passed} {t.figure}" for t in found.values()))
+    for d in run.disruptions:
+        print("\n".join(timeline(run, d)))
+
+    assert {q: v for q, v in run.violations.items() if v} == {}
+    for queue, history in run.histories.items():  # each kind of client made its calls
+        acked = [c for c in history.calls if c.kind == "enqueue" and c.outcome == "ok"]
+        done = [c for c in history.calls if c.kind == "complete" and c.outcome == "ok"]
+        assert len(acked) > 50 and done, queue
+    assert run.dead_letters > 0  # the worker's always-failing messages died
+    kinds = sorted(d.kind for d in run.disruptions)
+    assert kinds == ["kill", "stall"], kinds
+    assert run.worker_stops == []  # the worker rode out every takeover
+    for d in run.disruptions:
+        # a broker whose store is partitioned cannot take a queue over: that time is the
+        # partition's, not the takeover's (a call reaching such a broker waits it out)
+        again = recovered(run, d)
+        assert again is not None and again <= TTL + 2, (
+            d.kind,
+            served_again_by_queue(run, d),
+            takers_partitioned(run, d),
+        )
+    assert availability(run.samples, outages(run), run.seconds) >= 0.999
+    assert len(run.points) >= 8, run.sample_failures
+    objects = found["store objects bounded (late peak within 10 % of early peak)"]
+    assert objects.passed, objects.figure
+    assert (tmp_path / "soak.png").stat().st_size > 10_000
