@@ -14,6 +14,7 @@ from conftest import MotoServer
 
 from s3q.faults.series import (
     availability,
+    intervals,
     outages,
     plot,
     recovered,
@@ -35,18 +36,18 @@ def test_a_short_soak_keeps_every_promise_through_a_kill_and_a_stall(
     moto_server: MotoServer, s3_bucket: str, tmp_path: Path
 ) -> None:
     plan = SoakPlan(
-        seconds=100,
+        seconds=120,
         seed=3,
         rate=60,
         batch=10,
         sqs_rate=2,
         job_rate=5,
-        disrupt_every=30,
+        disrupt_every=40,
         sample_every=10,
         lease_ttl=TTL,
         visibility_timeout=10,
-        gc_grace=20,
-        checkpoint_interval=10,
+        gc_grace=10,
+        checkpoint_interval=5,
         drain=5,
     )
     run = asyncio.run(
@@ -86,6 +87,12 @@ def test_a_short_soak_keeps_every_promise_through_a_kill_and_a_stall(
         )
     assert availability(run.samples, outages(run), run.seconds) >= 0.999
     assert len(run.points) >= 8, run.sample_failures
-    objects = found["store objects bounded (late peak within 10 % of early peak)"]
-    assert objects.passed, objects.figure
+    # Storage is given back: garbage a takeover left waits out gc_grace after the new leader's
+    # first checkpoint, then goes, so by the end the store holds about what it held in the
+    # steady state before the first disruption. (The hour's soak compares late with early
+    # peaks; two minutes hold no late window clear of the disruptions.)
+    first = min(d.started for d in run.disruptions) - run.started  # (seconds into the run)
+    rows = intervals(run)
+    steady = max(r["objects"] for r in rows if r["end"] <= first)
+    assert rows[-1]["objects"] <= 1.25 * steady, ([r["objects"] for r in rows], steady)
     assert (tmp_path / "soak.png").stat().st_size > 10_000
