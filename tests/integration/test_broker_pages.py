@@ -16,7 +16,8 @@ import msgspec
 import pytest
 from broker_harness import Broker
 
-from s3q import Message
+import s3q
+from s3q import Message, pages
 from s3q.client import Client, InvalidArgument, connect
 from s3q.pages import Pages
 
@@ -155,3 +156,18 @@ def test_a_refusal_that_is_not_about_pages_is_raised(client: Client) -> None:
         q.dequeue(10**7)
     assert q._aq._requests.paged  # (still asking for pages)
     assert [m.payload for m in q.dequeue(5)] == [b"x"]
+
+
+def test_pages_made_in_process_give_bytes(tmp_path: Path) -> None:
+    """An embedded queue's pages hold a view of its cache; the messages made of them hold
+    bytes, as any message does."""
+    with s3q.open(f"file://{tmp_path}/q") as q:
+        q.enqueue_batch([b"ab", b"cde", b""])
+        answer = q.dequeue_pages(10)
+        got = pages.merged(answer)
+    assert len(answer.pages) == 1
+    assert [(type(m.payload), m.payload) for m in got] == [
+        (bytes, b"ab"),
+        (bytes, b"cde"),
+        (bytes, b""),
+    ]
