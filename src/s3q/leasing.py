@@ -343,17 +343,17 @@ class Leasing:
         i = 0
         while i < len(given):
             receipt = given[i]
-            mid = holder(receipt)
-            if mid is None:
-                raise _stale(receipt)
-            stretch = by_token.get(receipt.partition("~")[2])
+            mid, _, token = receipt.partition("~")
+            stretch = by_token.get(token)
             if stretch is not None and (k := stretch.member_index(mid)) is not None:
-                # the receipts that follow are most often the stretch's next ones
-                m = stretch.run_of(given, i, k, stretch.receipts())
-                if m:
-                    mids += stretch.ids()[k : k + m]
-                    i += m
-                    continue
+                # a member still leased in its stretch (so it has no record of its own); the
+                # receipts that follow are most often the stretch's next ones
+                m = stretch.run_of(given, i, k, stretch.receipts()) or 1
+                mids += stretch.ids()[k : k + m]
+                i += m
+                continue
+            if holder(receipt) is None:
+                raise _stale(receipt)
             mids.append(mid)
             i += 1
         return mids
