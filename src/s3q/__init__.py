@@ -25,6 +25,7 @@ from .errors import (
     WriterFenced,
 )
 from .message import Message, MessageStatus, QueueStats
+from .partitions import PartitionedQueue
 
 if TYPE_CHECKING:
     from .worker import Worker, handler
@@ -42,6 +43,7 @@ __all__ = [
     "MessageStatus",
     "MessageTooLarge",
     "OutcomeUnknown",
+    "PartitionedQueue",
     "Queue",
     "QueueClosed",
     "QueueConfig",

@@ -9,9 +9,9 @@ import threading
 import weakref
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from . import tracing, validate
+from . import partitions, tracing, validate
 from .blocking import blocking
 from .collector import CompactionReport
 from .config import MAX_VISIBILITY, PERSISTED, QueueConfig, Setting, split_options
@@ -20,6 +20,7 @@ from .errors import InvalidArgument, InvalidConfig, S3QError
 from .leasing import Take
 from .message import Message, MessageStatus, QueueStats
 from .pages import Pages
+from .partitions import PartitionedQueue
 from .snapshot import Located
 from .staging import StagedObject
 from .state import MAX_PER_GROUP
@@ -30,7 +31,7 @@ from .surface import AsyncQueueSurface, Target, documented
 T = TypeVar("T")
 
 
-async def open_async(url: str, **options: Any) -> AsyncQueue:
+async def open_async(url: str, **options: Any) -> AsyncQueue | PartitionedQueue:
     """Open the queue at ``url`` as its writer, in the running event loop.
 
     ``url``: ``memory://NAME``, ``file:///path`` or a path, ``s3://bucket/prefix``, ``gs://…``,
@@ -39,11 +40,48 @@ async def open_async(url: str, **options: Any) -> AsyncQueue:
     ``session_token``, ``allow_http``; Azure: ``endpoint_url``, ``allow_http``; GCS:
     ``allow_http``; credentials otherwise from the environment). Queue settings given here
     (``max_attempts``, ``visibility_timeout``, …) are saved with the queue and stay in force for
-    later opens that do not give them.
+    later opens that do not give them. ``partitions=N``, given before the queue's first
+    message, spreads it over N logs, each with a writer of its own: it opens as a
+    :class:`~s3q.partitions.PartitionedQueue`, which offers what an AsyncQueue does.
     """
+    first = await open_log(url, **options)
+    count = first.config.partitions
+    if count == 1:
+        return first
+    return await _open_partitions(first, url, options, count)
+
+
+async def open_log(url: str, **options: Any) -> AsyncQueue:
+    """The one log at ``url``, opened as its writer, as :func:`open_async` does: partition 0
+    alone, for a queue of several partitions (a broker opens each where it leads it)."""
     config, store_options, settings = split_options(options)
     store = open_store(url, store_options)
     return AsyncQueue(await Engine.open(store, config, settings))
+
+
+async def _open_partitions(
+    first: AsyncQueue, url: str, options: dict[str, Any], count: int
+) -> PartitionedQueue:
+    """The partitions of the queue at ``url`` (``first``: partition 0), each opened as its
+    writer, served as one queue; every one closed again if one cannot be opened."""
+    rest = {k: v for k, v in options.items() if k != "partitions"}
+    opened = await asyncio.gather(
+        *(open_log(partitions.url_of(url, i), **rest) for i in range(1, count)),
+        return_exceptions=True,
+    )
+    queues = [first, *(q for q in opened if isinstance(q, AsyncQueue))]
+    failure = next((e for e in opened if isinstance(e, BaseException)), None)
+    if failure is None:
+        queue = PartitionedQueue(url, queues)
+        try:
+            await queue.settle()  # the partitions of a queue behave alike
+            return queue
+        except BaseException as exc:
+            failure = exc
+    for each in queues:
+        with contextlib.suppress(Exception):
+            await each.close()
+    raise failure
 
 
 def _dequeue_args(
@@ -226,6 +264,17 @@ class AsyncQueue:
         limit = validate.seconds("seconds", seconds, MAX_VISIBILITY)
         await self._engine.extend(receipt, limit, validate.flag("revive", revive))
 
+    async def changed(self, timeout: float) -> None:
+        """Wait until the queue changes (a commit, a delay or lease running out: a dequeue
+        might now find a message), at most ``timeout`` seconds; for a caller that long-polls
+        several queues at once (``s3q.partitions``)."""
+        await self._engine.changed(timeout)
+
+    @property
+    def queue_id(self) -> str:
+        """What the ids of this queue's messages begin with (``s3q.ids``)."""
+        return self._engine.state.queue
+
     def stop_waiting(self) -> None:
         """End every long poll of ``dequeue`` now with what is there, and make later ones
         answer at once (a server shutting down lets its requests finish)."""
@@ -380,8 +429,9 @@ class Queue:
     """A queue opened by :func:`open`; the same methods as :class:`AsyncQueue`, blocking (each
     runs the coroutine of :attr:`async_queue` on the queue's event-loop thread)."""
 
-    def __init__(self, aq: AsyncQueue, runner: _LoopThread) -> None:
-        self._aq = aq
+    def __init__(self, aq: AsyncQueue | PartitionedQueue, runner: _LoopThread) -> None:
+        # (a PartitionedQueue offers every coroutine of AsyncQueue that this class runs)
+        self._aq = cast(AsyncQueue, aq)
         self._runner: _LoopThread | None = runner
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:

@@ -28,6 +28,7 @@ MAX_WAIT = 20.0  # a dequeue's long poll
 MAX_MESSAGE_SIZE = 2**31  # max_message_size: 2 GiB
 MAX_ATTEMPTS = 2**31 - 1  # max_attempts (the SQS endpoint: 2**31 - 1 when no redrive)
 MAX_DEPTH = 2**48  # max_queue_depth
+MAX_PARTITIONS = 64  # partitions: logs of one queue, each with a writer of its own
 MAX_SECONDS = 100 * 365 * DAY  # every other duration ("never" is 1e9)
 MAX_BYTES = 2**48  # other sizes (caches, thresholds)
 DURABLE, BUFFERED = "durable", "buffered"  # the values of ``durability``
@@ -80,6 +81,9 @@ class QueueConfig:
     #: priority starves the lower ones); "fair", each priority with messages gets deliveries in
     #: proportion to its weight, priority + 1 (first come, first served within a priority)
     delivery: str = STRICT
+    #: logs the queue is spread over, each with a writer of its own (``s3q.partitions``); set
+    #: before the queue's first message, and never changed after
+    partitions: int = 1
     #: where this writer's broker answers (``http://host:port``), written into the writer lease
     #: so that other brokers over the same store forward the queue's requests there
     writer_address: str | None = None
@@ -90,6 +94,7 @@ class QueueConfig:
     def __post_init__(self) -> None:
         _count("max_attempts", self.max_attempts, 1, MAX_ATTEMPTS)
         _count("max_message_size", self.max_message_size, 1, MAX_MESSAGE_SIZE)
+        _count("partitions", self.partitions, 1, MAX_PARTITIONS)
         if self.max_queue_depth is not None:
             _count("max_queue_depth", self.max_queue_depth, 1, MAX_DEPTH)
         _count("payload_cache_bytes", self.payload_cache_bytes, 0, MAX_BYTES)
@@ -143,6 +148,7 @@ PERSISTED = (
     "delivery",
     "ack_durability",
     "history_retention",
+    "partitions",
 )
 Setting = int | float | str | dict[str, str] | None
 

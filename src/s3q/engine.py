@@ -38,7 +38,7 @@ from .config import (
 )
 from .core import Core
 from .dead_letters import DeadLetters
-from .errors import OutcomeUnknown, S3QError, StoreError, WriterFenced
+from .errors import InvalidConfig, OutcomeUnknown, S3QError, StoreError, WriterFenced
 from .intake import Intake
 from .lease import WriterLease, describe_holder, writer_lease
 from .leasing import Leasing, Take
@@ -346,9 +346,21 @@ class Engine:
         self.config = with_settings(self.config, inherited)
         in_force = {**DEFAULT_SETTINGS, **saved}
         changed = {k: v for k, v in given.items() if in_force[k] != v}
+        self._check_partitions(changed, in_force)
         if changed:
             await self.commit.durable_after(self.commit.add(Configure(changed)))
         self._opened_with = self.config
+
+    def _check_partitions(self, changed: dict[str, Any], in_force: dict[str, Setting]) -> None:
+        """InvalidConfig if ``changed`` changes ``partitions`` of a queue that ever held a
+        message, or that has partitions (its other partitions may hold messages): its groups
+        and dedup ids would move to other partitions."""
+        if "partitions" in changed and (self.state.total_enqueued or in_force["partitions"] != 1):
+            raise InvalidConfig(
+                f"queue {self.store.url} has partitions={in_force['partitions']}, not "
+                f"{changed['partitions']}: partitions is set before a queue's first message "
+                "and never changed after"
+            )
 
     async def _replay(self, seq: int, data: bytes) -> None:
         self.stamps.after(await snapshot.replay(self.store, self.state, seq, data))
@@ -406,6 +418,7 @@ class Engine:
         check_settings(settings)
         config = with_settings(self.config, settings)
         changed = {k: v for k, v in settings.items() if getattr(self.config, k) != v}
+        self._check_partitions(changed, queue_settings(self.config))
         self.config = config
         if changed:
             self._core.notify()  # a long poll re-reads the settings it depends on
@@ -465,6 +478,10 @@ class Engine:
     @_counted
     async def extend(self, receipt: str, seconds: float, revive: bool = False) -> None:
         await self._leasing.extend(receipt, seconds, revive)
+
+    async def changed(self, timeout: float) -> None:
+        """Until the queue changes, at most ``timeout`` seconds (``Leasing.changed``)."""
+        await self._leasing.changed(timeout)
 
     def stop_waiting(self) -> None:
         """Long polls end now with what is there, and later ones do not wait."""

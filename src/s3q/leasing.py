@@ -128,10 +128,18 @@ class Leasing:
                 await core.commit.durable_after(buried)
                 await core.commit.durable_after(completed)
                 return None
-            upcoming = core.state.next_change()
-            if upcoming is not None:
-                remaining = min(remaining, max(upcoming - now, 0.001))
-            await core.wait_change(remaining)
+            await self.changed(remaining)
+
+    async def changed(self, timeout: float) -> None:
+        """Until the queue changes (a commit, a timer firing: a message may be deliverable),
+        at most ``timeout`` seconds; at once if long polls were stopped."""
+        core = self.core
+        if core.no_waits:
+            return
+        upcoming = core.state.next_change()
+        if upcoming is not None:
+            timeout = min(timeout, max(upcoming - core.clock(), 0.001))
+        await core.wait_change(timeout)
 
     def _timeout(self, given: float | None) -> float:
         """The visibility timeout of a lease: the one ``given``, else the queue's."""

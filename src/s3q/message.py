@@ -87,3 +87,8 @@ class QueueStats:
     buffered_acks: int = 0
     #: objects garbage collection keeps only for ``history_retention``, as of its last pass
     history_objects: int = 0
+    #: what the ids of the queue's messages begin with (``s3q.ids``); a partitioned queue's
+    #: partitions each have one, and its stats give theirs, comma-separated
+    queue_id: str = ""
+    #: the logs the queue is spread over (``s3q.partitions``), and the stats of each
+    partitions: list[QueueStats] = field(default_factory=list)

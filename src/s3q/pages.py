@@ -137,6 +137,11 @@ def members(
     ]
 
 
+def moved(page: Page, by: int) -> Page:
+    """``page`` going ``by`` places later in an answer (answers joined one after another)."""
+    return msgspec.structs.replace(page, at=page.at + by)
+
+
 def merged(answer: Pages) -> list[Message]:
     """The messages of a dequeue's answer in the order the queue delivered them."""
     if not answer.pages:

@@ -76,6 +76,7 @@ class Reads:
             deliveries_noisy=tally.deliveries_noisy,
             deliveries_quiet=tally.deliveries_quiet,
             history_objects=core.horizon.held,
+            queue_id=state.queue,
         )
 
     async def peek(self, limit: int) -> list[Message]:

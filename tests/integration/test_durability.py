@@ -24,21 +24,21 @@ ROUNDS = 20
 PARALLEL = 2  # rounds run two at a time: each spends most of its time waiting on I/O
 
 
-def _rounds(base: StoreEnv, one_round, seed: int) -> None:
-    """Run ROUNDS independent rounds, each on a fresh queue with its own random generator."""
+def _rounds(base: StoreEnv, one_round, seed: int, rounds: int = ROUNDS, **kw) -> None:
+    """Run ``rounds`` independent rounds, each on a fresh queue with its own random generator."""
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(PARALLEL) as pool:
         futures = [
-            pool.submit(one_round, base.sibling(), n, random.Random(seed * 1000 + n))
-            for n in range(ROUNDS)
+            pool.submit(one_round, base.sibling(), n, random.Random(seed * 1000 + n), **kw)
+            for n in range(rounds)
         ]
         for f in futures:
             f.result()
 
 
-def _enqueue_round(env: StoreEnv, round_no: int, rng: random.Random) -> None:
-    proc = spawn_child("child_enqueue.py", env, max_attempts=3)
+def _enqueue_round(env: StoreEnv, round_no: int, rng: random.Random, partitions: int = 1) -> None:
+    proc = spawn_child("child_enqueue.py", env, max_attempts=3, partitions=partitions)
     lines = _kill_after_random_lines(proc, LineReader(proc), rng)
     acked = dict(line.split(" ", 1) for line in lines)
     assert len(acked) == len(lines), "the child printed an id twice"
@@ -70,9 +70,9 @@ def test_acknowledged_enqueues_survive_sigkill(durable_env: StoreEnv) -> None:
 N_COMPLETE = 400
 
 
-def _complete_round(env: StoreEnv, round_no: int, rng: random.Random) -> None:
+def _complete_round(env: StoreEnv, round_no: int, rng: random.Random, partitions: int = 1) -> None:
     n = N_COMPLETE
-    with env.open() as q:
+    with env.open(partitions=partitions) as q:
         all_ids = q.enqueue_batch([f"m{i}".encode() for i in range(n)])
     proc = spawn_child("child_complete.py", env, visibility_timeout=30.0)
     lines = _kill_after_random_lines(proc, LineReader(proc), rng)
@@ -108,6 +108,24 @@ def _complete_round(env: StoreEnv, round_no: int, rng: random.Random) -> None:
 @pytest.mark.timeout(240)
 def test_acknowledged_completions_survive_sigkill(durable_env: StoreEnv) -> None:
     _rounds(durable_env, _complete_round, seed=0xC0 + len(durable_env.kind))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_partitioned_queues_acknowledged_enqueues_survive_sigkill(durable_env: StoreEnv) -> None:
+    """Each partition has a writer of its own: whichever ones the kill cut mid-commit, every
+    enqueue answered is in its partition, once."""
+    seed = 0x9A + len(durable_env.kind)
+    _rounds(durable_env, _enqueue_round, seed, rounds=8, partitions=3)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_partitioned_queues_acknowledged_completions_survive_sigkill(
+    durable_env: StoreEnv,
+) -> None:
+    seed = 0x9C + len(durable_env.kind)
+    _rounds(durable_env, _complete_round, seed, rounds=8, partitions=3)
 
 
 def _run_and_kill(env: StoreEnv, scenario: str, **options) -> dict:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..api import AsyncQueue, open_async
+from ..api import AsyncQueue, open_log
 from ..config import QueueConfig
 from ..errors import QueueLocked, Unavailable
 from ..lease import KEY as LEASE_KEY
@@ -257,7 +257,7 @@ class QueueRegistry:
                     raise Unavailable("the broker is shutting down")
                 url = queue_url(self.store, name)
                 broker_lease = await self.lease.current()
-                queue = await open_async(url, **self.options, broker_lease=broker_lease)
+                queue = await open_log(url, **self.options, broker_lease=broker_lease)
                 if self._draining.is_set():
                     queue.stop_waiting()
                 if self._sweeper is None and self.idle_close > 0:

@@ -1,0 +1,202 @@
+"""A queue of several partitions (``s3q.partitions``), opened embedded, on every store."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+
+import pytest
+from conftest import Parked, StoreEnv, drain, woke
+
+import s3q
+from s3q import partitions
+
+S = s3q.MessageStatus
+
+
+def _partition(q: s3q.Queue, mid: str) -> int:
+    return q.stats().queue_id.split(",").index(mid[:8])
+
+
+def test_a_queue_of_one_partition_has_no_partition_objects(env: StoreEnv) -> None:
+    with env.open() as q:
+        q.enqueue(b"x")
+        assert q.config.partitions == 1
+        assert isinstance(q.async_queue, s3q.AsyncQueue)
+    if env.raw:
+        listed = env.keys()
+        assert not [k for k in listed if k.startswith("partitions/")]
+
+
+def test_partitions_are_logs_of_their_own_under_the_queue(env: StoreEnv) -> None:
+    with env.open(partitions=3) as q:
+        assert isinstance(q.async_queue, s3q.PartitionedQueue)
+        ids = [q.enqueue(b"m%d" % i) for i in range(6)]
+        stats = q.stats()
+        assert len(stats.partitions) == 3
+        assert len(set(stats.queue_id.split(","))) == 3
+        # messages with neither group nor dedup id go to every partition in turn
+        assert Counter(_partition(q, mid) for mid in ids) == {0: 2, 1: 2, 2: 2}
+        assert [p.pending for p in stats.partitions] == [2, 2, 2]
+        assert stats.pending == 6 and stats.total_enqueued == 6
+    if env.raw:
+        keys = list(env.keys())
+        assert any(k.startswith("partitions/1/log/") for k in keys)
+        assert any(k.startswith("partitions/2/log/") for k in keys)
+    with env.open() as q:  # the count is the queue's: later opens need not give it
+        assert q.config.partitions == 3
+        assert sorted(m.payload for m in drain(q)) == [b"m%d" % i for i in range(6)]
+
+
+def test_partitions_are_set_before_the_first_message_and_never_changed(env: StoreEnv) -> None:
+    with env.open(partitions=2) as q:
+        q.enqueue(b"x")
+        with pytest.raises(s3q.InvalidConfig, match="partitions"):
+            q.configure(partitions=3)
+    with pytest.raises(s3q.InvalidConfig, match="partitions=2, not 4"):
+        env.open(partitions=4)
+    with env.open() as q:  # nothing changed
+        assert q.config.partitions == 2
+        assert [m.payload for m in drain(q)] == [b"x"]
+    with pytest.raises(s3q.InvalidConfig, match="partitions must be an integer"):
+        env.sibling().open(partitions=0)
+
+
+def test_a_plain_queue_with_messages_cannot_be_partitioned(env: StoreEnv) -> None:
+    with env.open() as q:
+        q.enqueue(b"x")
+    with pytest.raises(s3q.InvalidConfig, match="partitions=1, not 2"):
+        env.open(partitions=2)
+
+
+def test_a_group_stays_in_one_partition_and_in_order(env: StoreEnv) -> None:
+    with env.open(partitions=4) as q:
+        for i in range(12):
+            q.enqueue(b"%d" % i, group=f"g{i % 3}")
+        seen: dict[str, list[bytes]] = {}
+        while msgs := q.dequeue(10):
+            for m in msgs:
+                assert m.group is not None
+                assert _partition(q, m.id) == partitions.home(m.group, 4)
+                seen.setdefault(m.group, []).append(m.payload)
+            q.complete_batch(msgs)
+        for g in range(3):
+            assert seen[f"g{g}"] == [b"%d" % i for i in range(g, 12, 3)]
+
+
+def test_a_dedup_id_is_deduplicated_whichever_partition_asks(env: StoreEnv) -> None:
+    with env.open(partitions=4) as q:
+        first = q.enqueue(b"a", dedup_id="order-1")
+        assert [q.enqueue(b"a", dedup_id="order-1") for _ in range(5)] == [first] * 5
+        assert q.enqueue_batch([{"payload": b"a", "dedup_id": "order-1"}, b"b"])[0] == first
+        assert q.stats().total_enqueued == 2
+
+
+def test_a_batch_is_split_by_partition_and_answers_in_its_order(env: StoreEnv) -> None:
+    with env.open(partitions=3) as q:
+        items = [{"payload": b"%d" % i, "group": f"g{i}"} for i in range(9)] + [b"plain"]
+        ids = q.enqueue_batch(items)
+        for i, mid in enumerate(ids[:9]):
+            assert _partition(q, mid) == partitions.home(f"g{i}", 3)
+            assert q.status(mid) is S.PENDING
+        got = {m.id: m.payload for m in drain(q)}
+        assert [got[mid] for mid in ids] == [b"%d" % i for i in range(9)] + [b"plain"]
+        # a batch of plain payloads is one call to one partition
+        plain = q.enqueue_batch([b"x"] * 5)
+        assert len({_partition(q, mid) for mid in plain}) == 1
+
+
+def test_receipts_go_to_their_partition(env: StoreEnv) -> None:
+    with env.open(partitions=3, max_attempts=2, retry_delay=0.0, retry_delay_max=0.0) as q:
+        q.enqueue_batch([b"a", b"b", b"c"])
+        q.enqueue(b"d")
+        q.enqueue(b"e")
+        msgs = q.dequeue(10)
+        assert len(msgs) == 5 and len({_partition(q, m.id) for m in msgs}) == 3
+        done, failed, extended, released, *rest = msgs
+        q.complete(done)
+        q.fail(failed.receipt, "boom")
+        q.extend(extended, 100)
+        q.release([released])
+        q.complete_batch(rest)
+        assert q.status(done.id) is S.COMPLETED
+        assert q.status(extended.id) is S.PROCESSING
+        assert q.status(released.id) is S.PENDING
+        for m in rest:
+            assert q.status(m.id) is S.COMPLETED
+        with pytest.raises(s3q.ReceiptExpired):
+            q.complete(done)
+        with pytest.raises(s3q.MessageNotFound):
+            q.status("ffffffff" + done.id[8:])
+
+
+def test_dequeue_takes_from_every_partition_and_starves_none(env: StoreEnv) -> None:
+    with env.open(partitions=4) as q:
+        for p in range(4):  # a backlog in each partition: one batch each
+            q.enqueue_batch([b"%d" % p] * 20)
+        firsts = [q.dequeue(5) for _ in range(4)]
+        # each call starts one partition further on: the first four calls reach all four
+        assert len({_partition(q, msgs[0].id) for msgs in firsts}) == 4
+        rest = q.dequeue(100)
+        assert len(rest) == 60  # a dequeue takes from as many partitions as it needs
+
+
+def test_a_long_poll_wakes_on_any_partition(env: StoreEnv, parked: Parked) -> None:
+    async def run() -> None:
+        q = await s3q.open_async(env.url, partitions=4, **env.options)
+        try:
+            for target in range(4):
+                poll = asyncio.ensure_future(q.dequeue(1, wait=10))
+                await parked.wait_async(4)  # waiting on every partition
+                assert not poll.done()
+                changed = time.monotonic()
+                await q.partitions[target].queue.enqueue(b"%d" % target)
+                got = await poll
+                assert woke(time.monotonic(), changed)
+                assert [m.payload for m in got] == [b"%d" % target]
+                await q.complete(got[0])
+        finally:
+            await q.close()
+
+    asyncio.run(run())
+
+
+def test_the_queue_as_a_whole_spans_the_partitions(env: StoreEnv, clock) -> None:
+    q = env.open(partitions=3, max_attempts=1, clock=clock)
+    try:
+        q.enqueue_batch([{"payload": b"%d" % i, "priority": i % 2} for i in range(3)])
+        q.enqueue(b"hi", priority=5)
+        q.enqueue(b"lo")
+        peeked = q.peek(10)
+        assert peeked[0].payload == b"hi" and len(peeked) == 5
+        for m in q.dequeue(2):
+            q.fail(m, "boom")  # max_attempts=1: dead
+        dead = q.dead_letters()
+        assert len(dead) == 2 and q.stats().dead == 2
+        assert q.redrive([dead[0].id]) == 1
+        assert q.redrive() == 1
+        assert q.stats().dead == 0
+        q.configure(visibility_timeout=77.0)
+        for part in q.async_queue.partitions:
+            assert part.queue.config.visibility_timeout == 77.0
+        assert q.purge() == 5
+        assert q.stats().pending == 0
+        report = q.compact()
+        assert report.objects > 0
+    finally:
+        q.close()
+
+
+def test_lease_and_locate_name_keys_from_the_queue(raw_env: StoreEnv) -> None:
+    with raw_env.open(partitions=2, large_payload=8) as q:
+        q.enqueue_batch([b"payload-%d-is-large" % i for i in range(4)])
+        q.enqueue(b"payload-4-is-large")
+        located = q.lease(10)
+        assert len(located) == 5
+        for each in located:
+            loc = each.location
+            assert raw_env.read(loc.key)[loc.offset : loc.offset + loc.size].startswith(b"payload-")
+        assert {mid for mid in q.locate([m.message.id for m in located])} == {
+            m.message.id for m in located
+        }
