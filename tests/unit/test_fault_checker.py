@@ -111,6 +111,35 @@ CORRUPTIONS: dict[str, tuple[str, str, Callable[[History], object]]] = {
         "!= completed 1 + 2",
         lambda h: _final(h).remaining.append(UNKNOWN),
     ),
+    # a third producer was answered with b's id: three acknowledged, two made
+    "total_enqueued below the acknowledged": (
+        "stats",
+        "total_enqueued 2 outside [3, 3]",
+        lambda h: h.calls.append(
+            Call(
+                "p2",
+                "enqueue",
+                4.0,
+                4.1,
+                "ok",
+                wall=4.0,
+                writer="w1",
+                dedup="d3",
+                ids=[h.calls[1].ids[0]],
+            )
+        ),
+    ),
+    # an enqueue of unknown outcome made a message, counted, then neither queued nor completed
+    "a message with no final state": (
+        "stats",
+        "total_enqueued 3 != completed 1 + 1",
+        lambda h: (
+            h.calls.append(
+                Call("p", "enqueue", 4.0, 4.1, "unknown", wall=4.0, dedup="d3", error="Unknown")
+            ),
+            setattr(h.final, "total_enqueued", 3),
+        ),
+    ),
 }
 
 
@@ -150,3 +179,4 @@ def test_a_lease_runs_by_the_writers_clock() -> None:
     assert {v.check for v in check(h)} == {"double-lease"}
     h.clock_jumps = [(1.0, 5.0), (4.0, 0.0)]  # the lease began at writer time 7.0
     assert {v.check for v in check(h)} == {"double-lease"}
+
