@@ -75,19 +75,31 @@ def clock() -> FakeClock:
 class Parked:
     """How many long polls (``dequeue(wait=...)``) are parked, waiting for a change, in the
     writers of this process (an embedded queue's, or an in-process broker's): what a test
-    waits for before it makes the change that must wake them, instead of sleeping."""
+    waits for before it makes the change that must wake them, instead of sleeping. ``woken``
+    counts the waits a change ended (not their timeout: a poll of the queue would end each by
+    its timer)."""
 
     def __init__(self) -> None:
         self.now = 0
+        self.woken = 0
         self._cond = threading.Condition()
         self._watchers: list[tuple[Any, Any]] = []  # (loop, asyncio.Event) of async waiters
 
-    def _moved(self, by: int) -> None:
+    def _moved(self, by: int, woken: bool = False) -> None:
         with self._cond:
             self.now += by
+            self.woken += woken
             self._cond.notify_all()
             for loop, event in self._watchers:
                 loop.call_soon_threadsafe(event.set)
+
+    @contextlib.contextmanager
+    def change(self) -> Iterator[Change]:
+        """Around the change that must wake the parked polls: what :meth:`Change.woke` checks
+        a poll's answer against."""
+        change = Change(self, self.woken)
+        yield change
+        change.at = time.monotonic()
 
     def wait(self, count: int = 1, timeout: float = 30.0) -> None:
         """Block until ``count`` long polls are parked (from a thread that is not the loop's)."""
@@ -124,20 +136,42 @@ def woke(returned: float, changed: float) -> bool:
     return True
 
 
+class Change:
+    """A change made to wake parked long polls (:meth:`Parked.change`): when it was made, and
+    how many waits a change had ended before it."""
+
+    def __init__(self, parked: Parked, woken_before: int) -> None:
+        self.parked, self.woken_before = parked, woken_before
+        self.at = float("inf")  # set once made
+
+    def woke(self, returned: float) -> bool:
+        """Whether a long poll that ``returned`` (``time.monotonic()``) was woken by this
+        change: a parked wait ended by a change since it began, not by its timer (as a poll
+        of the queue every so often would, however often), and it answered within
+        ``WAKE_WITHIN`` of it."""
+        assert self.parked.woken > self.woken_before, "no parked wait was ended by the change"
+        return woke(returned, self.at)
+
+
 @pytest.fixture
 def parked(monkeypatch: pytest.MonkeyPatch) -> Parked:
     """Counts the long polls parked in any writer of this process (see :class:`Parked`)."""
+    import asyncio
+
     from s3q.core import Core
 
     counter = Parked()
     original = Core.wait_change  # where a long poll with nothing to deliver waits
 
     async def wait_change(self: Any, timeout: float) -> None:
+        if self._changed is None:  # made here as the original makes it, to see what ends it
+            self._changed = asyncio.get_running_loop().create_future()
+        changed = self._changed  # done by Core.notify: a change
         counter._moved(+1)
         try:
             await original(self, timeout)
         finally:
-            counter._moved(-1)
+            counter._moved(-1, woken=changed.done())
 
     monkeypatch.setattr(Core, "wait_change", wait_change)
     return counter

@@ -128,6 +128,12 @@ class AsyncQueue:
         then every call raises it, and the queue must be reopened."""
         return self._engine.failure
 
+    @property
+    def writer(self) -> str:
+        """This open's writer token, new at each open of the queue: what a broker's answers
+        name in their ``s3q-writer`` header (``s3q.client.answers``)."""
+        return self._engine.token
+
     def on_commit(self, listener: Callable[[float, int], None]) -> None:
         """Call ``listener(seconds, operations)`` after each durable commit of the queue's
         writer (for metrics: commit latency and group-commit batch size). It runs on the

@@ -3,6 +3,7 @@ takeover when the leader is killed with SIGKILL. Brokers are real processes on 1
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import signal
 import socket
@@ -19,7 +20,7 @@ from cluster_node import Node
 from conftest import MotoServer, free_port, state_of
 
 import s3q
-from s3q.client import Client, connect
+from s3q.client import WRITER_HEADER, Client, answers, connect, connect_async
 
 
 @pytest.fixture(params=["file", "s3"])
@@ -449,6 +450,52 @@ def test_a_configured_peer_gets_a_signed_call_not_the_token(tmp_path: Path) -> N
         b.stop()
         forger.stop()
         collector.close()
+
+
+def test_answers_name_the_writer_and_a_forwarding_broker_passes_it_on(tmp_path: Path) -> None:
+    """Every answer about a queue names its writer (s3q-writer), the leader's when another
+    broker forwarded the call, errors too; a takeover shows as a new writer; concurrent calls
+    within answers() each see their own."""
+    store = f"file://{tmp_path}/store"
+    a, b = Node(store, {}), Node(store, {})
+    try:
+        with connect(a.url) as ca, connect(b.url) as cb:
+            with answers() as seen:
+                ca.queue("shared").enqueue(b"x")  # a opens the queue: it leads it
+            first = seen.writer
+            assert first and a.led() == ["shared"]
+            with answers() as seen:
+                [msg] = cb.queue("shared").dequeue()  # b forwards to a
+            assert seen.writer == first and b.led() == []
+            cb.queue("shared").complete(msg)
+            with answers() as seen, pytest.raises(s3q.ReceiptExpired):
+                cb.queue("shared").complete(msg)
+            assert seen.writer == first
+            assert httpx.get(f"{b.url}/v1/queues/shared/stats").headers[WRITER_HEADER] == first
+            cb.queue("other").enqueue(b"y")  # b opens and leads this one
+
+            async def both() -> list[str | None]:
+                async with connect_async(a.url) as client:  # a forwards "other" to b
+
+                    async def named(queue: str) -> str | None:
+                        with answers() as seen:
+                            for _ in range(5):  # interleaved with the other task's calls
+                                await client.queue(queue).stats()
+                        return seen.writer
+
+                    return list(await asyncio.gather(named("shared"), named("other")))
+
+            mine, others = asyncio.run(both())
+            assert mine == first and others not in (None, first)
+
+            a.stop()  # its lease released: b takes the queue over at the next call
+            with answers() as seen:
+                cb.queue("shared").enqueue(b"z")
+            assert seen.writer not in (None, first, others)
+            assert b.led() == ["other", "shared"]
+    finally:
+        a.stop()
+        b.stop()
 
 
 def test_brokers_with_tokens_forward_to_their_configured_peers(tmp_path: Path) -> None:

@@ -4,9 +4,10 @@ past its lease: every promise kept."""
 from __future__ import annotations
 
 import asyncio
+import copy
 from typing import Any
 
-from s3q.faults import HARSH
+from s3q.faults import HARSH, check
 from s3q.faults.workload import Plan
 
 
@@ -14,7 +15,10 @@ def test_brokers_whose_leader_is_paused_keep_every_promise(
     moto_server: Any, s3_bucket: str
 ) -> None:
     """Two brokers over S3 through the proxy; the leader SIGSTOPped past its lease, then
-    woken: the other takes over, and the old one's late commits are refused."""
+    woken: the other takes over (a new writer answers), and the old one acknowledged nothing
+    sent after its successor opened. The fenced-ack check runs over the calls each writer
+    answered: a late acknowledgement of the paused writer, put into the recorded history, is
+    flagged."""
     from s3q.faults.cluster import run_cluster
 
     plan = Plan(seed=6, ops=1500, profile=HARSH, store_timeout=0.5, lease_ttl=1.5)
@@ -24,5 +28,37 @@ def test_brokers_whose_leader_is_paused_keep_every_promise(
         )
     )
     print(report.summary())
+    history = report.history
     assert report.pauses, "the leader was never paused"
     assert report.violations == [], report.violations[:5]
+    opened = dict(history.opens)
+    # every call answered ok with messages names the writer that answered it (an empty
+    # dequeue of a queue not made yet reaches none)
+    assert all(c.writer for c in history.calls if c.outcome == "ok" and c.ids)
+    for pause in report.pauses:
+        assert pause.writer in opened, f"the paused writer answered nothing: {pause}"
+        if pause.ended - pause.started < plan.lease_ttl + 1.5:
+            continue  # the calls ended while it was paused
+        assert pause.taken_by is not None, f"no other writer took the queue over: {pause}"
+        assert opened[pause.taken_by] > pause.started
+    taken = [p for p in report.pauses if p.taken_by is not None]
+    assert taken, "no pause ended in a takeover"
+
+    # The check compared the paused writer's acknowledgements with its successor's open: one
+    # of its completions, sent again after that open and acknowledged, is a fenced ack.
+    pause = taken[0]
+    assert pause.writer is not None and pause.taken_by is not None
+    successor = opened[pause.taken_by]
+    acked = [
+        c
+        for c in history.calls
+        if c.writer == pause.writer and c.kind == "complete" and c.outcome == "ok" and c.ids
+    ]
+    assert acked, "the paused writer acknowledged no completion before it was paused"
+    late = copy.deepcopy(acked[-1])
+    late.invoked, late.returned = successor + 0.01, successor + 0.02
+    corrupted = copy.deepcopy(history)
+    corrupted.calls.append(late)
+    [violation] = check(corrupted)
+    assert violation.check == "fenced-ack", violation
+    assert pause.writer in violation.detail

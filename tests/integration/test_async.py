@@ -121,12 +121,12 @@ def test_sync_dequeue_wait_returns_when_message_arrives(kind, request, tmp_path,
         t = threading.Thread(target=consumer)
         t.start()
         parked.wait(1)  # the consumer is blocked before the message arrives
-        mid = q.enqueue(b"wake")
-        enqueued = time.monotonic()
+        with parked.change() as enqueued:
+            mid = q.enqueue(b"wake")
         t.join(25)
         assert not t.is_alive()
         assert [m.id for m in result["msgs"]] == [mid]
-        assert woke(result["returned"], enqueued)
+        assert enqueued.woke(result["returned"])
 
 
 def test_sync_dequeue_wait_times_out_with_empty_list(env: StoreEnv) -> None:
@@ -168,11 +168,11 @@ def test_sync_dequeue_wait_wakes_when_lease_released(env: StoreEnv, parked) -> N
         t = threading.Thread(target=consumer)
         t.start()
         parked.wait(1)  # the consumer is blocked before the lease is given back
-        q.extend(m, 0)
-        released = time.monotonic()
+        with parked.change() as released:
+            q.extend(m, 0)
         t.join(25)
         assert [x.id for x in result["msgs"]] == [m.id]
-        assert woke(result["returned"], released)
+        assert released.woke(result["returned"])
 
 
 def test_async_dequeue_wait_returns_when_other_task_enqueues(env: StoreEnv, parked) -> None:
@@ -186,11 +186,11 @@ def test_async_dequeue_wait_returns_when_other_task_enqueues(env: StoreEnv, park
             task = asyncio.create_task(consumer())
             await parked.wait_async(1)  # the consumer is parked before the message arrives
             assert not task.done()
-            mid = await aq.enqueue(b"wake")
-            enqueued = time.monotonic()
+            with parked.change() as enqueued:
+                mid = await aq.enqueue(b"wake")
             msgs, returned = await asyncio.wait_for(task, 25)
             assert [m.id for m in msgs] == [mid]
-            assert woke(returned, enqueued)
+            assert enqueued.woke(returned)
 
     run(main())
 
@@ -240,9 +240,9 @@ def test_two_waiters_one_message(env: StoreEnv, parked) -> None:
         for t in threads:
             t.start()
         parked.wait(2)  # both consumers are parked before the message arrives
-        q.enqueue(b"only")
-        enqueued = time.monotonic()
+        with parked.change() as enqueued:
+            q.enqueue(b"only")
         for t in threads:
             t.join(20)
         assert sorted(n for n, _ in results) == [0, 1]
-        assert woke(next(at for n, at in results if n), enqueued)
+        assert enqueued.woke(next(at for n, at in results if n))

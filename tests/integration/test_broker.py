@@ -11,7 +11,7 @@ import httpx
 import msgspec
 import pytest
 from broker_harness import TOKEN, Broker, free_port
-from conftest import Parked, woke
+from conftest import Parked
 
 import s3q
 from s3q.broker import serve
@@ -233,11 +233,11 @@ def test_long_poll_wakes_on_enqueue_from_another_client(broker: Broker, parked: 
             waiter = asyncio.create_task(qa.dequeue(wait=10))
             await parked.wait_async(1)  # a's long poll waits in the broker's writer
             assert not waiter.done()
-            await qb.enqueue(b"wake")
-            enqueued = time.monotonic()
+            with parked.change() as enqueued:
+                await qb.enqueue(b"wake")
             [msg] = await waiter
             assert msg.payload == b"wake"
-            assert woke(time.monotonic(), enqueued)
+            assert enqueued.woke(time.monotonic())
             await qa.complete(msg)
             start = time.monotonic()
             assert await qa.dequeue(wait=0.5) == []

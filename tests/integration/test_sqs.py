@@ -19,7 +19,7 @@ import httpx
 import msgspec
 import pytest
 from botocore.exceptions import ClientError
-from conftest import Parked, woke
+from conftest import Parked
 from sqs_broker import SqsBroker
 from sqs_checks import (
     ATTRIBUTES,
@@ -312,12 +312,12 @@ def test_long_poll_waits_and_is_woken_by_a_send(
     )
     poller.start()
     parked.wait(1)  # the receive waits in the broker's writer before the send
-    sqs.send_message(QueueUrl=url, MessageBody="wake up")
-    sent = time.monotonic()
+    with parked.change() as sent:
+        sqs.send_message(QueueUrl=url, MessageBody="wake up")
     poller.join(25)
     [(answer, returned)] = results
     assert [m["Body"] for m in answer["Messages"]] == ["wake up"]
-    assert woke(returned, sent)
+    assert sent.woke(returned)
 
 
 def test_queue_receive_wait_time_is_the_default_wait(sqs: Any) -> None:

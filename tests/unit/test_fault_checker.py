@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from s3q.faults import Call, History, check
-from s3q.faults.history import Final
+from s3q.faults.history import Final, first_answers
 
 
 def good_history() -> History:
@@ -111,6 +111,35 @@ CORRUPTIONS: dict[str, tuple[str, str, Callable[[History], object]]] = {
         "!= completed 1 + 2",
         lambda h: _final(h).remaining.append(UNKNOWN),
     ),
+    # a third producer was answered with b's id: three acknowledged, two made
+    "total_enqueued below the acknowledged": (
+        "stats",
+        "total_enqueued 2 outside [3, 3]",
+        lambda h: h.calls.append(
+            Call(
+                "p2",
+                "enqueue",
+                4.0,
+                4.1,
+                "ok",
+                wall=4.0,
+                writer="w1",
+                dedup="d3",
+                ids=[h.calls[1].ids[0]],
+            )
+        ),
+    ),
+    # an enqueue of unknown outcome made a message, counted, then neither queued nor completed
+    "a message with no final state": (
+        "stats",
+        "total_enqueued 3 != completed 1 + 1",
+        lambda h: (
+            h.calls.append(
+                Call("p", "enqueue", 4.0, 4.1, "unknown", wall=4.0, dedup="d3", error="Unknown")
+            ),
+            setattr(h.final, "total_enqueued", 3),
+        ),
+    ),
 }
 
 
@@ -150,3 +179,21 @@ def test_a_lease_runs_by_the_writers_clock() -> None:
     assert {v.check for v in check(h)} == {"double-lease"}
     h.clock_jumps = [(1.0, 5.0), (4.0, 0.0)]  # the lease began at writer time 7.0
     assert {v.check for v in check(h)} == {"double-lease"}
+
+
+def test_a_writer_acknowledging_after_its_successor_first_answered_is_flagged() -> None:
+    """Through brokers the opens are the writers' first answers (``first_answers``): w2 took
+    the queue over and answered a's completion at 2.3; w1's delivery of b sent before then
+    passes (it may have committed in time), the same sent after it is a fenced ack."""
+    h = good_history()
+    h.calls[3].writer = "w2"
+    h.opens = first_answers(h.calls)
+    assert h.opens == [("w1", 1.1), ("w2", 2.3)]
+    assert check(h) == []
+    b = h.calls[1].ids[0]
+    late = Call("c2", "dequeue", 2.25, 2.4, "ok", writer="w1", ids=[b], receipts=["rb"])
+    h.calls.append(late)
+    assert check(h) == []
+    late.invoked = 2.35  # sent after w2 answered: w1 was fenced by then
+    [violation] = check(h)
+    assert violation.check == "fenced-ack" and "writer w1" in violation.detail, violation

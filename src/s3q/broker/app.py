@@ -18,6 +18,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from ..client.answers import WRITER_HEADER, answers
 from ..errors import InvalidArgument, S3QError, WriterFenced
 from ..prices import Prices, of_store
 from ..tracing import Server
@@ -376,4 +377,13 @@ def _endpoint(
             metrics.observe(name, endpoint.operation, outcome, time.perf_counter() - started)
         return _answer(request, 200, result)
 
-    return serve
+    async def named(request: Request) -> Response:
+        """``serve``, its answer naming the queue's writer that the call reached (noted by
+        ``Call.queue``; a forwarded call's, by its leader's answer) in ``s3q-writer``."""
+        with answers() as seen:
+            response = await serve(request)
+        if seen.writer is not None:
+            response.headers[WRITER_HEADER] = seen.writer
+        return response
+
+    return named

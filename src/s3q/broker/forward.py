@@ -41,7 +41,9 @@ from typing import (
 )
 from urllib.parse import urlsplit
 
+from ..api import AsyncQueue
 from ..client import AsyncClient, AsyncRemoteQueue
+from ..client.answers import heard
 from ..errors import (
     InvalidConfig,
     OutcomeUnknown,
@@ -252,7 +254,8 @@ class ForwardedQueue:
         while True:
             try:
                 if isinstance(queue, AsyncRemoteQueue):
-                    return await self._watched(method(queue))
+                    return await self._watched(method(queue))  # its answer names the writer
+                heard(queue.writer if isinstance(queue, AsyncQueue) else None)
                 return await method(queue)
             except (BrokerUnreachable, Unavailable, QueueClosed) as exc:
                 if not isinstance(queue, AsyncRemoteQueue):

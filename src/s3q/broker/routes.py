@@ -16,6 +16,7 @@ from starlette.requests import Request
 
 from .. import pages, validate
 from ..api import AsyncQueue
+from ..client.answers import heard
 from ..errors import InvalidArgument
 from ..staging import StagedObject
 from .forward import FORWARDED, ForwardedQueue
@@ -35,10 +36,13 @@ class Call:
 
     async def queue(self, *, create: bool = False) -> AsyncQueue | ForwardedQueue:
         """The call's queue; QueueNotFound if the store does not hold it, unless ``create``
-        (a call that adds messages or settings makes the queue)."""
+        (a call that adds messages or settings makes the queue). Its writer is noted for the
+        answer's ``s3q-writer`` header (a forwarded queue's, by its leader's answer)."""
         assert self.name is not None
         forwarded = FORWARDED in self.request.headers
-        return await self.registry.get(self.name, forwarded=forwarded, create=create)
+        queue = await self.registry.get(self.name, forwarded=forwarded, create=create)
+        heard(queue.writer if isinstance(queue, AsyncQueue) else None)
+        return queue
 
 
 Handler = Callable[[Call], Awaitable[Any]]

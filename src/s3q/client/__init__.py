@@ -15,7 +15,8 @@ the caller, who knows whether repeating is safe.
 The parts: :mod:`.calls` (one request of the native API, and whether it may be sent again),
 :mod:`.nodes` (which broker of a cluster to send a queue's calls to), :mod:`.requests` (the
 request of each queue method), :mod:`.connection` (the clients: connection pools that send
-calls) and :mod:`.queues` (the remote queues).
+calls), :mod:`.queues` (the remote queues) and :mod:`.answers` (which writer answered a call:
+``with answers() as seen: ...; seen.writer``).
 """
 
 from ..broker.wire import (
@@ -29,11 +30,14 @@ from ..broker.wire import (
     split_queue_url,
 )
 from ..errors import InvalidArgument as InvalidArgument  # importable from here, as it was
+from .answers import WRITER_HEADER, Answers, answers
 from .connection import AsyncClient, Client, connect, connect_async
 from .queues import AsyncRemoteQueue, RemoteQueue
 
 __all__ = [
     "TOKEN_ENV",
+    "WRITER_HEADER",
+    "Answers",
     "AsyncClient",
     "AsyncRemoteQueue",
     "AuthError",
@@ -44,6 +48,7 @@ __all__ = [
     "QueueNotFound",
     "RemoteQueue",
     "RequestTimeout",
+    "answers",
     "connect",
     "connect_async",
     "is_broker_url",

@@ -21,6 +21,7 @@ import urllib3
 
 from .. import tracing
 from ..broker.wire import MSGPACK
+from .answers import WRITER_HEADER, heard
 from .calls import RETRIES, TRANSPORT, Call, delay
 from .nodes import Nodes
 from .queues import AsyncRemoteQueue, RemoteQueue
@@ -115,6 +116,7 @@ class Client:
             except (urllib3.exceptions.HTTPError, BrokerStalled) as exc:
                 self._nodes.raise_or_move_on(call, node, None, exc, last=attempt == self.retries)
             else:
+                heard(response.headers.get(WRITER_HEADER))
                 if response.status == 200:
                     return call.result(response.data)
                 answer = (response.status, response.data)
@@ -246,10 +248,11 @@ class AsyncClient:
                 )
                 if self._nodes.several:
                     sent = awaited(sent, functools.partial(self._answers, node))
-                status, body = await sent
+                status, body, writer = await sent
             except TRANSPORT as exc:
                 self._nodes.raise_or_move_on(call, node, None, exc, last=attempt == self.retries)
             else:
+                heard(writer)
                 if status == 200:
                     return call.result(body)
                 self._nodes.raise_or_move_on(
@@ -266,22 +269,23 @@ class AsyncClient:
         content: bytes | None = None,
         params: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
-    ) -> tuple[int, bytes]:
+    ) -> tuple[int, bytes, str | None]:
+        """The answer's status, body and writer (its ``s3q-writer`` header, if any)."""
         session = self._session or self._open()
         async with session.request(
             method, url, data=content, params=params or None, headers=headers, timeout=timeout
         ) as response:
-            return response.status, await response.read()
+            return response.status, await response.read(), response.headers.get(WRITER_HEADER)
 
     async def _learn(self) -> None:
         """Ask the given brokers for the cluster's (once one answers)."""
         timeout = aiohttp.ClientTimeout(connect=self.timeout, sock_read=self.timeout)
         for node in self._nodes.urls:
             try:
-                answer = await self._send("GET", node + cluster().path, timeout)
+                status, body, _ = await self._send("GET", node + cluster().path, timeout)
             except TRANSPORT:
                 continue  # asked again before the next call
-            self._nodes.learn(answer)
+            self._nodes.learn((status, body))
             return
 
     async def _answers(self, node: str) -> bool:

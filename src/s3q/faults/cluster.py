@@ -8,9 +8,11 @@ last one, which forwards their calls to the leader; all call one queue. A
 nemesis pauses the broker that leads the queue (SIGSTOP) for longer than the writer lease,
 so that another broker takes the queue over, then lets it run again (SIGCONT): the old
 leader wakes up with commits in flight, which must not be acknowledged. The history is
-checked as for an embedded queue; which writer answered a call is not known to a client, so
-the fenced-writer check rests on the others (a fenced writer's acknowledgement would show
-as a lost or resurrected message, or a double lease).
+checked as for an embedded queue. Each call records the writer that answered it (the
+``s3q-writer`` header, :mod:`s3q.client.answers`), and each writer's open is taken as its first
+answer (:func:`~s3q.faults.history.first_answers`), so the fenced-ack check sees every
+acknowledgement of a writer sent after its successor opened; each pause records the writer
+paused (from the lease) and the one that took the queue over.
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ from typing import Any
 
 from ..broker.server import spawn
 from ..client import AsyncRemoteQueue, connect_async
-from ..lease import read_record
+from ..lease import LeaseRecord, read_record
 from ..store import Store, open_store, queue_url
-from .history import History, check
+from .history import History, check, first_answers
 from .proxy import FaultProxy
 from .workload import Budget, Plan, Report, queue_options, read_back, run_calls
 
@@ -41,12 +43,16 @@ QUEUE = "work"
 @dataclass
 class Pause:
     """One pause of a leader: when it began and ended (monotonic), and when a call was next
-    answered ok (through any broker)."""
+    answered ok (through any broker). ``writer``: the token of the writer paused (as its
+    lease named it); ``taken_by``: the first other writer to answer a call ok after the
+    pause began (its takeover), if one did."""
 
     broker: str
     started: float
     ended: float
     served_again: float | None = None
+    writer: str | None = None
+    taken_by: str | None = None
 
 
 @dataclass
@@ -64,9 +70,11 @@ class ClusterReport(Report):
         return max(((p.served_again or self.seconds) - p.started for p in self.pauses), default=0.0)
 
     def summary(self) -> str:
+        taken = sum(1 for p in self.pauses if p.taken_by is not None)
         return (
-            f"{super().summary()}; {len(self.pauses)} leader pauses, longest until served "
-            f"again {self.takeover():.2f} s"
+            f"{super().summary()}; {len(self.pauses)} leader pauses ({taken} taken over by "
+            f"another writer), longest until served again {self.takeover():.2f} s; "
+            f"{len(self.history.opens)} writers answered"
         )
 
 
@@ -127,9 +135,20 @@ async def run_cluster(
             proxy.schedule.enabled = False
     # the brokers have closed their queues: read what they left
     history.final = await read_back(raw)
-    answered = sorted(c.returned for c in history.calls if c.outcome == "ok")
+    history.opens = first_answers(history.calls)
+    answered = sorted((c for c in history.calls if c.outcome == "ok"), key=lambda c: c.returned)
     for pause in pauses:
-        pause.served_again = next((t for t in answered if t > pause.started), None)
+        pause.served_again = next(
+            (c.returned for c in answered if c.returned > pause.started), None
+        )
+        pause.taken_by = next(
+            (
+                c.writer
+                for c in answered
+                if c.returned > pause.started and c.writer not in (None, pause.writer)
+            ),
+            None,
+        )
     return ClusterReport(
         plan,
         history,
@@ -231,9 +250,10 @@ async def _pause_leaders(
         await asyncio.wait([calls], timeout=rng.expovariate(1 / every))
         if calls.done():
             return
-        led_by = await leader(raw)
+        lease = await holder(raw)
+        led_by = lease.address if lease is not None else None
         child = children.get(led_by or "")
-        if child is None:
+        if lease is None or child is None:
             continue
         started = time.monotonic()
         os.kill(child.pid, signal.SIGSTOP)
@@ -241,13 +261,20 @@ async def _pause_leaders(
             await asyncio.wait([calls], timeout=plan.lease_ttl + 1.5)
         finally:
             os.kill(child.pid, signal.SIGCONT)
-        pauses.append(Pause(led_by or "", started, time.monotonic()))
+        pauses.append(Pause(led_by or "", started, time.monotonic(), writer=lease.token))
+
+
+async def holder(raw: Store) -> LeaseRecord | None:
+    """The queue's writer lease (who holds it: its broker's address, its writer's token), if
+    it can be read."""
+    with contextlib.suppress(Exception):
+        current = await read_record(raw)
+        if current is not None:
+            return current[0]
+    return None
 
 
 async def leader(raw: Store) -> str | None:
     """The address of the broker holding the queue's writer lease, if any."""
-    with contextlib.suppress(Exception):
-        current = await read_record(raw)
-        if current is not None and current[0] is not None:
-            return current[0].address
-    return None
+    lease = await holder(raw)
+    return lease.address if lease is not None else None

@@ -40,7 +40,7 @@ class Call(msgspec.Struct, omit_defaults=True):
     returned: float
     outcome: Outcome
     wall: float = 0.0  # time.time() when sent
-    writer: str | None = None  # the writer that answered (embedded queues)
+    writer: str | None = None  # the writer that answered: its token (s3q-writer via brokers)
     dedup: str | None = None
     ids: list[str] = []
     receipts: list[str] = []
@@ -62,9 +62,10 @@ class Violation(msgspec.Struct, frozen=True):
 
 
 class History(msgspec.Struct):
-    """Calls, the writers' opens (token, monotonic time the open returned), the lease
-    length used, the writer's clock jumps (monotonic time, its offset from then on), and
-    the queue as read back after the run."""
+    """Calls, the writers' opens (token, monotonic time the open returned, or a time known to
+    be no earlier: see :func:`first_answers`), the lease length used, the writer's clock
+    jumps (monotonic time, its offset from then on), and the queue as read back after the
+    run."""
 
     visibility_timeout: float
     calls: list[Call] = []
@@ -91,6 +92,18 @@ class History(msgspec.Struct):
                 break  # it ran out before this jump
             offset, since = new, at
         return max(ends - offset, since)
+
+
+def first_answers(calls: Iterable[Call]) -> list[tuple[str, float]]:
+    """Each writer that answered one of ``calls`` (``Call.writer``) and when its first answer
+    came, earliest first: the opens as a client of brokers sees them. A writer answers only
+    once open (its fence in the log, which no older writer's commit can pass), so an open is
+    never later than this; an acknowledgement :func:`check` finds sent after it is late."""
+    first: dict[str, float] = {}
+    for c in calls:
+        if c.writer is not None and c.returned < first.get(c.writer, float("inf")):
+            first[c.writer] = c.returned
+    return sorted(first.items(), key=lambda o: o[1])
 
 
 def check(history: History) -> list[Violation]:

@@ -22,10 +22,10 @@ checkpoint made garbage but collection has not deleted yet, and each queue's bac
 the queues are read back and each one's history is checked (:func:`s3q.faults.history.check`).
 :mod:`s3q.faults.series` turns a :class:`SoakRun` into figures over time and the targets.
 
-Which writer answered a call is not known to a client (the broker says which broker answered
-only when it forwarded, and never the writer's token), so the fenced-ack check has nothing to go
-on here; a fenced writer's acknowledgement would show as a lost or resurrected message, or a
-double lease.
+The brokers name the writer that answered each native call (``s3q-writer``,
+:mod:`s3q.client.answers`), but the soak does not record it yet (the fault run of
+:mod:`.cluster` does), so the fenced-ack check has nothing to go on here; a fenced writer's
+acknowledgement would show as a lost or resurrected message, or a double lease.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .. import snapshot, tables
 from ..api import AsyncQueue
+from ..client.answers import answers
 from ..config import QueueConfig
 from ..engine import Engine
 from ..errors import (
@@ -201,7 +202,8 @@ class Report:
 
 class Conn(Protocol):
     """How callers reach the queue: ``current()`` gives the queue object to call (an
-    embedded or a remote queue) and the token of the writer behind it, when known."""
+    embedded or a remote queue) and the token of the writer behind it, when known (else the
+    writer a broker's answer names is recorded: ``s3q.client.answers``)."""
 
     async def current(self) -> tuple[Any, str | None]: ...
 
@@ -352,18 +354,20 @@ async def _call(
     act: Callable[[Any], Awaitable[T]],
     **known: Any,
 ) -> tuple[Call, T | None]:
-    """Make one call through the current writer and record it."""
+    """Make one call through the current writer and record it, with the writer that
+    answered: the embedded one's token, or the one a broker's answer names."""
     queue, token = await writer.current()
     wall, invoked = time.time(), time.monotonic()
     result: T | None = None
     outcome: Outcome = "ok"
     error = None
-    try:
-        result = await act(queue)
-    except KNOWN_FAILURES as exc:
-        outcome, error = "fail", type(exc).__name__
-    except S3QError as exc:  # OutcomeUnknown, or a store error the writer let through
-        outcome, error = "unknown", type(exc).__name__
+    with answers() as seen:
+        try:
+            result = await act(queue)
+        except KNOWN_FAILURES as exc:
+            outcome, error = "fail", type(exc).__name__
+        except S3QError as exc:  # OutcomeUnknown, or a store error the writer let through
+            outcome, error = "unknown", type(exc).__name__
     call = Call(
         process,
         kind,
@@ -371,7 +375,7 @@ async def _call(
         time.monotonic(),
         outcome,
         wall=wall,
-        writer=token,
+        writer=token if token is not None else seen.writer,
         error=error,
         **known,
     )

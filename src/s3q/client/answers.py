@@ -1,0 +1,55 @@
+"""Which writer answered a call: the ``s3q-writer`` header of a broker's answers.
+
+The broker that leads a queue names its writer (the token of that open of the queue, new each
+time a writer opens it) in every answer about the queue, and a broker that forwards a call
+passes its leader's header back unchanged. Calls made within :func:`answers` note it::
+
+    with s3q.client.answers() as seen:
+        await queue.complete(message)
+    seen.writer  # the token of the writer that answered, or None if the broker said none
+
+It is noted per task and thread (a context variable), so concurrent calls each see their own.
+The fault runs use it to tell a fenced writer's acknowledgements from its successor's
+(:mod:`s3q.faults.history`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+#: the header of a broker's answer that names the writer behind it
+WRITER_HEADER = "s3q-writer"
+
+
+@dataclass
+class Answers:
+    """What the brokers said of the answers to the calls made within :func:`answers`."""
+
+    #: the writer token of the last answer (None: the broker named none, e.g. an error before
+    #: the queue was reached, or a broker from before the header)
+    writer: str | None = None
+
+
+_seen: ContextVar[Answers | None] = ContextVar("s3q_answers", default=None)
+
+
+@contextlib.contextmanager
+def answers() -> Iterator[Answers]:
+    """Note which writer answered the calls made within (see the module's documentation)."""
+    seen = Answers()
+    token = _seen.set(seen)
+    try:
+        yield seen
+    finally:
+        _seen.reset(token)
+
+
+def heard(writer: str | None) -> None:
+    """An answer came from ``writer`` (its header; None if it had none): noted if the call was
+    made within :func:`answers`."""
+    seen = _seen.get()
+    if seen is not None:
+        seen.writer = writer
