@@ -301,10 +301,10 @@ class AsyncQueue:
         return await self._engine.dead_letters(validate.count("limit", limit, 1, MAX_DEQUEUE))
 
     async def redrive(self, ids: Iterable[str] | None = None) -> int:
-        return await self._engine.redrive(None if ids is None else _ids(ids, "redrive"))
+        return await self._engine.redrive(None if ids is None else validate.ids(ids, "redrive"))
 
     async def discard(self, ids: Iterable[str]) -> int:
-        return await self._engine.discard(_ids(ids, "discard"))
+        return await self._engine.discard(validate.ids(ids, "discard"))
 
     async def configure(self, /, **settings: Any) -> dict[str, Setting]:
         return await self._engine.configure(_settings(settings))
@@ -338,15 +338,6 @@ class AsyncQueue:
 
 if TYPE_CHECKING:  # mypy checks that AsyncQueue offers the whole surface
     _embedded: type[AsyncQueueSurface] = AsyncQueue
-
-
-def _ids(ids: object, what: str) -> list[str]:
-    if isinstance(ids, str) or not isinstance(ids, Iterable):
-        raise InvalidArgument(f"{what} takes a list of ids, not a single string")
-    checked = list(ids)
-    if not all(isinstance(i, str) for i in checked):
-        raise InvalidArgument(f"{what} ids must be strings")
-    return checked
 
 
 def _settings(settings: dict[str, Any]) -> dict[str, Setting]:

@@ -207,7 +207,7 @@ class PartitionedQueue:
 
     async def locate(self, ids: Iterable[str]) -> dict[str, Located]:
         """``AsyncQueue.locate`` over the partitions holding ``ids`` (keys as ``lease``'s)."""
-        split = await self._by_partition(_ids(ids, "locate"))
+        split = await self._by_partition(validate.ids(ids, "locate"))
         found: dict[str, Located] = {}
         for part, named in split.items():
             led = self._led()[part.index]
@@ -525,11 +525,11 @@ class PartitionedQueue:
     async def redrive(self, ids: Iterable[str] | None = None) -> int:
         if ids is None:
             return sum(await self._each(lambda p: p.queue.redrive()))
-        split = await self._by_partition(_ids(ids, "redrive"))
+        split = await self._by_partition(validate.ids(ids, "redrive"))
         return sum(await asyncio.gather(*(p.queue.redrive(r) for p, r in split.items())))
 
     async def discard(self, ids: Iterable[str]) -> int:
-        split = await self._by_partition(_ids(ids, "discard"))
+        split = await self._by_partition(validate.ids(ids, "discard"))
         return sum(await asyncio.gather(*(p.queue.discard(r) for p, r in split.items())))
 
     async def configure(self, /, **settings: Any) -> dict[str, Setting]:
@@ -670,15 +670,6 @@ async def _closed(queue: AsyncQueueSurface) -> BaseException | None:
     except Exception as exc:
         return exc
     return None
-
-
-def _ids(ids: object, what: str) -> list[str]:
-    if isinstance(ids, str) or not isinstance(ids, Iterable):
-        raise InvalidArgument(f"{what} takes a list of ids, not a single string")
-    checked = list(ids)
-    if not all(isinstance(i, str) for i in checked):
-        raise InvalidArgument(f"{what} ids must be strings")
-    return checked
 
 
 #: fields of QueueStats that are not summed over partitions

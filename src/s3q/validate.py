@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from . import staging
@@ -128,6 +128,16 @@ def plain_payloads(entries: list[Any], max_size: int) -> bool:
     return (
         bool(entries) and set(map(type, entries)) == {bytes} and max(map(len, entries)) <= max_size
     )
+
+
+def ids(value: object, what: str) -> list[str]:
+    """A list of message ids given to ``what`` (a call's name)."""
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise InvalidArgument(f"{what} takes a list of ids, not a single string")
+    checked = list(value)
+    if not all(isinstance(i, str) for i in checked):
+        raise InvalidArgument(f"{what} ids must be strings")
+    return checked
 
 
 def durability(value: object) -> str | None:

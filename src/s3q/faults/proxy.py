@@ -128,6 +128,8 @@ class FaultProxy:
         kind, key = _describe(request)
         read = request.method in ("GET", "HEAD")
         schedule = self.schedule
+        if latency := schedule.latency():
+            await asyncio.sleep(latency)
         fault = schedule.draw(kind, key, read)
         if fault == "partition":
             schedule.struck(fault)

@@ -46,6 +46,9 @@ class FaultProfile:
     #: mean seconds between partitions (0: none), and the range of their lengths
     partition_every: float = 0.0
     partition_length: tuple[float, float] = (1.5, 10.0)
+    #: seconds every request takes besides the store's own time, drawn uniformly from this
+    #: range (an object store's round trip: a proxy only; a ``delay`` fault adds to it)
+    latency: tuple[float, float] = (0.0, 0.0)
 
     def draw(self, rng: random.Random, read: bool) -> str | None:
         """The fault one request meets, if any."""
@@ -71,6 +74,10 @@ REALISTIC = FaultProfile(
     truncate=0.02,
     partition_every=40.0,
 )
+
+#: No faults, and the latency of S3 standard seen from EC2 in its region: 20-60 ms a request,
+#: about 1 in 50 answered up to 100 ms later still (p99 ~150 ms)
+S3_LATENCY = FaultProfile(latency=(0.02, 0.06), delay=0.02, max_delay=0.1)
 
 #: Many times the realistic rates, without partitions: for short runs that must meet faults.
 HARSH = FaultProfile(delay=0.05, before=0.05, after=0.02, hang=0.002, truncate=0.05)
@@ -164,3 +171,11 @@ class Schedule:
     def delay(self) -> float:
         with self._lock:
             return self.rng.uniform(0, self.profile.max_delay)
+
+    def latency(self) -> float:
+        """The seconds of latency the next request takes (the profile's ``latency``)."""
+        low, high = self.profile.latency
+        if not high:
+            return 0.0
+        with self._lock:
+            return self.rng.uniform(low, high)
