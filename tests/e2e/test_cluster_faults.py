@@ -35,8 +35,11 @@ def test_brokers_whose_leader_is_paused_keep_every_promise(
     # every call answered ok with messages names the writer that answered it (an empty
     # dequeue of a queue not made yet reaches none)
     assert all(c.writer for c in history.calls if c.outcome == "ok" and c.ids)
-    for pause in report.pauses:
-        assert pause.writer in opened, f"the paused writer answered nothing: {pause}"
+    # (a broker may be paused right after it took the queue over, before its first answer:
+    # its writer then answered nothing the run recorded, and has nothing to check)
+    answered = [p for p in report.pauses if p.writer in opened]
+    assert answered, f"no paused writer had answered a call: {report.pauses}"
+    for pause in answered:
         if pause.ended - pause.started < plan.lease_ttl + 1.5:
             continue  # the calls ended while it was paused
         assert pause.taken_by is not None, f"no other writer took the queue over: {pause}"
