@@ -54,7 +54,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-SYSTEMS = ("s3q", "redis", "rabbitmq")
+SYSTEMS = ("s3q", "s3q-cluster", "redis", "rabbitmq")
+#: s3q-cluster: brokers (processes of one cluster, each the others' peer) and partitions of the
+#: one queue (``--cluster BxP``)
+CLUSTER = (2, 4)
 QUEUE = "bench"
 GROUP = "bench"  # Redis: the consumer group
 IDLE_WAIT = 0.05  # seconds a consumer waits for messages before checking whether it is done
@@ -112,6 +115,11 @@ def tree_cpu(pid: int) -> float:
                 tree.add(child)
                 frontier.append(child)
     return total
+
+
+def server_cpu(server: Server) -> float:
+    """CPU seconds of the server's process trees."""
+    return sum(tree_cpu(pid) for pid in server.pids or [server.pid])
 
 
 def fsync_micros(workdir: Path, rounds: int = 200) -> float:
@@ -347,10 +355,20 @@ def client_main(
 
     try:
         if role == "producer":
-            producer = {"s3q": s3q_producer, "redis": redis_producer, "rabbitmq": rabbit_producer}
+            producer = {
+                "s3q": s3q_producer,
+                "s3q-cluster": s3q_producer,
+                "redis": redis_producer,
+                "rabbitmq": rabbit_producer,
+            }
             producer[system](address, shared, batch, payload, ready)
         else:
-            consumer = {"s3q": s3q_consumer, "redis": redis_consumer, "rabbitmq": rabbit_consumer}
+            consumer = {
+                "s3q": s3q_consumer,
+                "s3q-cluster": s3q_consumer,
+                "redis": redis_consumer,
+                "rabbitmq": rabbit_consumer,
+            }
             consumer[system](address, shared, batch, ready)
         ended = time.monotonic()
         results.put((role, time.process_time() - started[0], ended, None))
@@ -371,6 +389,7 @@ class Server:
         self.workdir = workdir / self.name
         self.workdir.mkdir()
         self.pid = 0  # the server's process: its tree's CPU is the server's
+        self.pids: list[int] = []  # (several servers: the CPU of all their trees)
         self.address: Any = None  # what a client process is given to connect
         self.notes: list[str] = []
 
@@ -426,6 +445,49 @@ class S3qServer(Server):
         with self._queue() as client:
             stats = client.queue(QUEUE).stats()
             return stats.pending + stats.processing + stats.delayed + stats.retry
+
+
+class S3qClusterServer(S3qServer):
+    """``CLUSTER[0]`` brokers over one store, each the others' peer; the queue made with
+    ``CLUSTER[1]`` partitions; each client is given every broker (and spreads its calls)."""
+
+    name = "s3q-cluster"
+
+    def start(self) -> None:
+        from s3q.broker import spawn
+
+        brokers, partitions = CLUSTER
+        ports = [free_port() for _ in range(brokers)]
+        urls = [f"http://127.0.0.1:{port}" for port in ports]
+        store = f"file://{self.workdir}/store"
+        self.children = [
+            spawn(store, port=port, options=S3Q_OPTIONS, peers=[u for u in urls if u != url])[0]
+            for port, url in zip(ports, urls, strict=True)
+        ]
+        self.pids = [child.pid for child in self.children]
+        self.address = urls
+        self.partitions = partitions
+        self.notes.append(
+            f"s3q-cluster: {brokers} `s3q serve` processes over file://{self.workdir}/store, "
+            f"each the others' --peer; the queue has {partitions} partitions, led by the "
+            "brokers in turn; clients are given every broker and spread over them."
+        )
+
+    def stop(self) -> None:
+        for child in self.children:
+            child.terminate()
+        for child in self.children:
+            try:
+                child.wait(30)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait(30)
+
+    def reset(self) -> None:
+        with self._queue() as client:
+            q = client.queue(QUEUE)
+            q.configure(partitions=self.partitions)  # made with its partitions
+            q.purge()
 
 
 class RedisServer(Server):
@@ -598,10 +660,16 @@ class RabbitServer(Server):
 
 SERVERS: dict[str, type[Server]] = {
     "s3q": S3qServer,
+    "s3q-cluster": S3qClusterServer,
     "redis": RedisServer,
     "rabbitmq": RabbitServer,
 }
-MODULES = {"s3q": ["s3q"], "redis": ["redis", "hiredis"], "rabbitmq": ["pika"]}
+MODULES = {
+    "s3q": ["s3q"],
+    "s3q-cluster": ["s3q"],
+    "redis": ["redis", "hiredis"],
+    "rabbitmq": ["pika"],
+}
 
 
 def missing(system: str) -> str | None:
@@ -679,7 +747,7 @@ def run_phase(
     for p in procs:
         p.start()
     try:
-        cpu_before = tree_cpu(server.pid)
+        cpu_before = server_cpu(server)
         try:
             shared.barrier.wait(timeout=120)
         except threading.BrokenBarrierError:
@@ -714,7 +782,7 @@ def run_phase(
                     f"{server.name} {phase}: client processes ended (exit codes {codes}) "
                     f"with {len(procs) - len(reports)} of them unreported"
                 )
-        cpu_after = tree_cpu(server.pid)
+        cpu_after = server_cpu(server)
     finally:
         shared.barrier.abort()
         for p in procs:
@@ -860,7 +928,17 @@ def report(found: list[Row], phases: list[Phase], args: argparse.Namespace, extr
         )
     out.append(markdown(table))
     s3q = {r.batch: r for r in found if r.system == "s3q"}
-    peers = [r for r in found if r.system != "s3q" and r.batch in s3q]
+    peers = [r for r in found if not r.system.startswith("s3q") and r.batch in s3q]
+    for r in found:
+        if r.system == "s3q-cluster" and r.batch in s3q and s3q[r.batch].mixed_consumed:
+            one = s3q[r.batch]
+            out += [
+                "",
+                f"s3q-cluster ({CLUSTER[0]} brokers, {CLUSTER[1]} partitions) ÷ s3q (one broker, "
+                f"one partition), batch {r.batch:,}: produce {r.produce / one.produce:.2f}x, "
+                f"consume {r.consume / one.consume:.2f}x, mixed consumed "
+                f"{r.mixed_consumed / one.mixed_consumed:.2f}x",
+            ]
     if peers:
         out += [
             "",
@@ -950,9 +1028,16 @@ def main() -> None:
     )
     parser.add_argument("--require", action="store_true", help="fail if a peer cannot run")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
+    parser.add_argument(
+        "--cluster",
+        default="2x4",
+        help="s3q-cluster: brokers x partitions of the queue (default 2x4)",
+    )
     args = parser.parse_args()
-    global ACKS
+    global ACKS, CLUSTER
     ACKS = args.acks
+    brokers, _, parts = args.cluster.partition("x")
+    CLUSTER = (int(brokers), int(parts))
     args.batch = args.batch or [100, 1000]
     systems = args.system or list(SYSTEMS)
     if min(args.messages, args.producers, args.consumers, *args.batch) < 1 or args.size < 1:

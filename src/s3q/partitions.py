@@ -65,17 +65,24 @@ def url_of(url: str, index: int) -> str:
 
 
 def name_of(name: str, index: int) -> str:
-    """A broker's name of partition ``index`` of queue ``name``."""
-    return name if index == 0 else f"{name}{SEPARATOR}{index}"
+    """A broker's name of partition ``index`` of queue ``name`` (``NAME@0`` is the queue's own
+    log: ``NAME`` alone names the whole queue)."""
+    return f"{name}{SEPARATOR}{index}"
 
 
-def split_name(name: str) -> tuple[str, int]:
-    """A broker's queue name as the queue's name and the partition's number (0: the queue's
-    own log)."""
+def split_name(name: str) -> tuple[str, int | None]:
+    """A broker's queue name as the queue's name and the partition's number (None: the whole
+    queue)."""
     base, sep, number = name.rpartition(SEPARATOR)
-    if sep and number.isdigit() and 0 < int(number) < MAX_PARTITIONS and str(int(number)) == number:
+    if sep and number.isdigit() and int(number) < MAX_PARTITIONS and str(int(number)) == number:
         return base, int(number)
-    return name, 0
+    return name, None
+
+
+def log_name(name: str) -> str:
+    """The name a broker keeps the log named ``name`` under: partition 0 is the queue's own."""
+    base, index = split_name(name)
+    return base if index == 0 else name
 
 
 def home(key: str, count: int) -> int:
@@ -120,6 +127,15 @@ class Led(Protocol):
     def stop_waiting(self) -> None: ...
 
 
+@runtime_checkable
+class Followed(Protocol):
+    """A partition reached wherever its writer is (a broker's ``ForwardedQueue``)."""
+
+    @property
+    def here(self) -> Led | None:
+        """The partition, if its writer is in this process now."""
+
+
 @dataclasses.dataclass(eq=False)
 class Partition:
     """One partition as the partitioned queue reaches it."""
@@ -130,8 +146,12 @@ class Partition:
 
     @property
     def led(self) -> Led | None:
-        """The partition, if it is led in this process."""
-        return self.queue if isinstance(self.queue, Led) else None
+        """The partition, if it is led in this process (now: a broker's partition is where
+        its writer is, and moves)."""
+        queue = self.queue
+        if isinstance(queue, Followed):
+            return queue.here
+        return queue if isinstance(queue, Led) else None
 
 
 @documented

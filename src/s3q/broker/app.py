@@ -18,7 +18,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from ..client.answers import WRITER_HEADER, answers
+from ..client.answers import PARTITIONS_HEADER, WRITER_HEADER, answers
 from ..errors import InvalidArgument, S3QError, WriterFenced
 from ..prices import Prices, of_store
 from ..tracing import Server
@@ -384,6 +384,8 @@ def _endpoint(
             response = await serve(request)
         if seen.writer is not None:
             response.headers[WRITER_HEADER] = seen.writer
+        if seen.partitions is not None:
+            response.headers[PARTITIONS_HEADER] = str(seen.partitions)
         return response
 
     return named

@@ -43,7 +43,7 @@ from urllib.parse import urlsplit
 
 from ..api import AsyncQueue
 from ..client import AsyncClient, AsyncRemoteQueue
-from ..client.answers import heard
+from ..client.answers import Answers, answers, heard, spread
 from ..errors import (
     InvalidConfig,
     OutcomeUnknown,
@@ -227,18 +227,27 @@ class forwarded(Generic[P, R]):
 class ForwardedQueue:
     """A queue led by another broker of the cluster; the coroutines of :class:`s3q.AsyncQueue`."""
 
-    def __init__(self, cluster: Cluster, name: str, leader: str) -> None:
+    def __init__(self, cluster: Cluster, name: str, leader: str | None) -> None:
         self._cluster = cluster
         self.name = name
-        self.leader = leader  # the address calls go to now
+        self.leader = leader  # the address calls go to now (None: to be found, maybe here)
         self._peer: AsyncRemoteQueue | None = None
         self._peer_of = leader
+        #: the partitions of the queue, as the leader's answers say (``s3q-partitions``)
+        self.partitions = 1
 
     @property
     def url(self) -> str:
         return f"{self.leader} (queue {self.name})"
 
+    @property
+    def here(self) -> AsyncQueue | None:
+        """The queue, if this broker leads it now (calls then go to it at once)."""
+        queue = self._cluster.local(self.name)
+        return queue if isinstance(queue, AsyncQueue) else None
+
     def _remote(self) -> AsyncRemoteQueue:
+        assert self.leader is not None
         if self._peer is None or self._peer_of != self.leader:
             self._peer, self._peer_of = (
                 self._cluster.peers.queue(self.leader, self.name),
@@ -250,11 +259,25 @@ class ForwardedQueue:
         """``method`` on the queue's leader: the one known, found again only after a failure."""
         loop = asyncio.get_running_loop()
         deadline: float | None = None
-        queue: AsyncQueueSurface = self._cluster.local(self.name) or self._remote()
+        queue: AsyncQueueSurface | None = self._cluster.local(self.name)
+        if queue is None and self.leader is None:  # no leader known: find it (or lead it)
+            deadline = loop.time() + self._cluster.failover_timeout
+            target = await self._cluster.leader(self.name, deadline)
+            if isinstance(target, str):
+                self.leader = target
+            else:
+                queue = target
+        if queue is None:
+            queue = self._remote()
         while True:
             try:
                 if isinstance(queue, AsyncRemoteQueue):
-                    return await self._watched(method(queue))  # its answer names the writer
+                    seen = Answers()
+                    try:  # what its answer says (an error's too), passed on
+                        with answers() as seen:
+                            return await self._watched(method(queue))
+                    finally:
+                        self._heard(seen)
                 heard(queue.writer if isinstance(queue, AsyncQueue) else None)
                 return await method(queue)
             except (BrokerUnreachable, Unavailable, QueueClosed) as exc:
@@ -262,7 +285,7 @@ class ForwardedQueue:
                     raise  # this broker's own queue: nothing to fail over to
                 # nothing was done: find the leader again (a dead one's lease lapses; one that
                 # answered has handed the queue on, or is stopping, but serves its other queues)
-                if isinstance(exc, BrokerUnreachable):
+                if isinstance(exc, BrokerUnreachable) and self.leader is not None:
                     self._cluster.unreachable(self.leader, exc)
                 if deadline is None:
                     deadline = loop.time() + self._cluster.failover_timeout
@@ -278,6 +301,13 @@ class ForwardedQueue:
                 queue = self._remote()
             else:
                 queue = target  # this broker took the queue over
+
+    def _heard(self, seen: Answers) -> None:
+        """What the leader's answer said: noted here, and passed on to this broker's answer."""
+        heard(seen.writer)
+        if seen.partitions is not None:
+            self.partitions = seen.partitions
+            spread(seen.partitions)
 
     async def _watched(self, call: Awaitable[T]) -> T:
         """A call sent to the leader, watched: if it stays unanswered while the leader's lease

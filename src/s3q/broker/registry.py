@@ -10,10 +10,13 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from .. import partitions
 from ..api import AsyncQueue, open_log
+from ..client.nodes import rank
 from ..config import QueueConfig
-from ..errors import QueueLocked, Unavailable
+from ..errors import InvalidArgument, InvalidConfig, QueueLocked, Unavailable
 from ..lease import KEY as LEASE_KEY
+from ..partitions import PartitionedQueue
 from ..store import STORE_OPTIONS, open_store, queue_url
 from ..store.base import Counts
 from .forward import RETRY_PAUSE, ForwardedQueue, Peers
@@ -27,6 +30,9 @@ DEFAULT_LEASE_TTL = QueueConfig().lease_ttl
 log = logging.getLogger("s3q.broker")
 
 DOWN_FOR = 5.0  # seconds a broker that failed a forwarded call is not sent more
+#: seconds a broker trusts that a queue led elsewhere has one partition before asking again
+#: (a new queue may be given partitions before its first message; a count above 1 is final)
+RECOUNT_EVERY = 10.0
 
 
 class QueueRegistry:
@@ -74,6 +80,8 @@ class QueueRegistry:
         self.peers = Peers(token, peers)
         self._queues: dict[str, AsyncQueue] = {}
         self._forwarded: dict[str, ForwardedQueue] = {}
+        self._partitioned: dict[str, PartitionedQueue] = {}
+        self._counted: dict[str, float] = {}  # queue led elsewhere -> when found unpartitioned
         self._down: dict[str, float] = {}  # broker address -> until when it counts as down
         self._opening: dict[str, asyncio.Lock] = {}
         self._closing_idle: set[str] = set()  # idle queues being closed
@@ -109,18 +117,74 @@ class QueueRegistry:
 
     def local(self, name: str) -> AsyncQueue | None:
         """Queue ``name`` if this broker leads it."""
-        return self._queues.get(name)
+        return self._queues.get(partitions.log_name(name))
+
+    @staticmethod
+    def _now() -> float:
+        return asyncio.get_running_loop().time()
 
     async def get(
         self, name: str, *, forwarded: bool = False, create: bool = True
-    ) -> AsyncQueue | ForwardedQueue:
+    ) -> AsyncQueue | ForwardedQueue | PartitionedQueue:
         """The queue ``name`` (InvalidArgument for a bad name): opened here on first use, or
-        forwarded to the broker that leads it. ``forwarded``: the call came from another broker,
-        which believes this one leads the queue; Unavailable if it does not. Unless
-        ``create``, QueueNotFound for a queue the store does not hold."""
+        forwarded to the broker that leads it; a queue of several partitions as one
+        (``s3q.partitions``), each partition led here or forwarded to its leader.
+        ``forwarded``: the call came from another broker, which believes this one leads the
+        queue; Unavailable if it does not. Unless ``create``, QueueNotFound for a queue the
+        store does not hold."""
+        queue = await self.log(name, forwarded=forwarded, create=create)
+        if partitions.split_name(name)[1] is not None:
+            return queue  # one partition, asked for by name
+        count = queue.config.partitions if isinstance(queue, AsyncQueue) else queue.partitions
+        if count == 1:
+            return queue
+        whole = self._partitioned.get(name)
+        if whole is None or len(whole.partitions) != count:
+            whole = self._partitioned[name] = await self._partition(name, count, queue)
+        now = self._now()
+        for index in range(1, count):  # in use: none of them is idle
+            self._used[partitions.name_of(name, index)] = now
+        return whole
+
+    async def _partition(
+        self, name: str, count: int, first: AsyncQueue | ForwardedQueue
+    ) -> PartitionedQueue:
+        """Queue ``name``'s ``count`` partitions as one queue (``first``: partition 0). The
+        others are led by the brokers of the cluster in turn, in the queue's rendezvous order
+        (``brokers()``), so the partitions spread evenly; a broker opens those that fall to it,
+        and a partition whose broker is away is taken over by whichever broker calls it next,
+        as any queue is."""
+        order: list[str | None] = [None]
+        if self.address is not None:
+            order = sorted(self.brokers(), key=functools.partial(rank, name))
+        first_leader = _leader(first, self.address)
+        # partition i goes to the broker i places after partition 0's in the order
+        known = _normalized(first_leader)
+        start = order.index(known) if known in order else 0
+        parts = [ForwardedQueue(self, partitions.name_of(name, 0), first_leader)]
+        for index in range(1, count):
+            part = partitions.name_of(name, index)
+            leader = order[(start + index) % len(order)]
+            if leader is None or leader == _normalized(self.address):
+                try:
+                    await self._open(part)
+                    leader = self.address
+                except QueueLocked as exc:
+                    if exc.address is None:
+                        raise
+                    leader = exc.address
+            parts.append(ForwardedQueue(self, part, leader))
+        return PartitionedQueue(queue_url(self.store, name), parts)
+
+    async def log(
+        self, name: str, *, forwarded: bool = False, create: bool = True
+    ) -> AsyncQueue | ForwardedQueue:
+        """The one log named ``name`` (a queue, or a partition of one: ``NAME@i``), as
+        :meth:`get` finds a queue, but never as its partitions."""
         check_name(name)
-        self._used[name] = asyncio.get_running_loop().time()
-        queue = self._queues.get(name)
+        self._url_of(name)
+        self._used[name] = self._used[partitions.log_name(name)] = self._now()
+        queue = self._queues.get(partitions.log_name(name))
         if queue is not None:
             return queue
         if not (create or forwarded or name in self._forwarded or await self.exists(name)):
@@ -152,6 +216,7 @@ class QueueRegistry:
         is not a peer, Unavailable at once.
         """
         loop = asyncio.get_running_loop()
+        name = partitions.log_name(name)
         while True:
             try:
                 return await self._open(name)
@@ -170,10 +235,17 @@ class QueueRegistry:
                     ) from None
                 await asyncio.sleep(min(RETRY_PAUSE, max(0.0, deadline - loop.time())))
 
+    def _url_of(self, name: str) -> str:
+        """The URL of the log named ``name`` (``NAME@i``: partition ``i`` of queue ``NAME``)."""
+        base, index = partitions.split_name(name)
+        if partitions.SEPARATOR in base:
+            raise InvalidArgument(f"no partition {name!r}: partitions number from 0 to 63")
+        return partitions.url_of(queue_url(self.store, base), index or 0)
+
     async def exists(self, name: str) -> bool:
         """Whether the store holds queue ``name``: it was opened once (its writer lease is
         there). One GET; nothing is written."""
-        store = open_store(queue_url(self.store, name), self.store_options)
+        store = open_store(self._url_of(name), self.store_options)
         try:
             return await store.get_versioned(LEASE_KEY) is not None
         finally:
@@ -192,6 +264,8 @@ class QueueRegistry:
         self._draining.set()
         for queue in self._queues.values():
             queue.stop_waiting()
+        for whole in self._partitioned.values():
+            whole.stop_waiting()
 
     async def pause(self, seconds: float) -> None:
         """Wait ``seconds``, or until the broker drains (a long poll of a queue not made yet)."""
@@ -225,6 +299,8 @@ class QueueRegistry:
             for name in [n for n in self._forwarded if self._used.get(n, 0.0) < idle_since]:
                 del self._forwarded[name]
                 self._used.pop(name, None)
+            for name in [n for n in self._partitioned if self._used.get(n, 0.0) < idle_since]:
+                del self._partitioned[name]
 
     @property
     def lease_ttl(self) -> float:
@@ -244,6 +320,7 @@ class QueueRegistry:
         self._down[address] = now + DOWN_FOR
 
     async def _open(self, name: str) -> AsyncQueue:
+        name = partitions.log_name(name)
         queue = self._queues.get(name)
         if queue is not None:
             return queue
@@ -255,7 +332,7 @@ class QueueRegistry:
             if queue is None:
                 if self._closed:
                     raise Unavailable("the broker is shutting down")
-                url = queue_url(self.store, name)
+                url = self._url_of(name)
                 broker_lease = await self.lease.current()
                 queue = await open_log(url, **self.options, broker_lease=broker_lease)
                 if self._draining.is_set():
@@ -297,7 +374,7 @@ class QueueRegistry:
 
     async def close_queue(self, name: str) -> None:
         """Close queue ``name`` if it is open here, and forget it (e.g. before deleting it)."""
-        queue = self._queues.pop(name, None)
+        queue = self._queues.pop(partitions.log_name(name), None)
         if queue is not None:
             await self._shut(queue)
 
@@ -336,5 +413,23 @@ class QueueRegistry:
             if isinstance(result, BaseException):
                 log.error("closing %s failed: %s", queue.url, result)
         self._forwarded.clear()
+        self._partitioned.clear()
         await self.lease.close()
         await self.peers.close()
+
+
+def _leader(queue: AsyncQueue | ForwardedQueue, here: str | None) -> str | None:
+    """The address of the broker that leads ``queue`` (``here``: this one's, if it has one)."""
+    if isinstance(queue, ForwardedQueue):
+        return queue.leader
+    return here
+
+
+def _normalized(address: str | None) -> str | None:
+    """``address`` as ``brokers()`` lists it (None if it is no broker URL)."""
+    if address is None:
+        return None
+    try:
+        return normalize(address)
+    except InvalidConfig:
+        return None

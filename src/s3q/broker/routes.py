@@ -16,13 +16,14 @@ from starlette.requests import Request
 
 from .. import pages, validate
 from ..api import AsyncQueue
-from ..client.answers import heard
+from ..client.answers import heard, spread
 from ..errors import InvalidArgument
+from ..partitions import PartitionedQueue
 from ..staging import StagedObject
 from .forward import FORWARDED, ForwardedQueue
 from .limits import disconnected
 from .registry import QueueRegistry
-from .wire import QUEUE_NAME_PATTERN, QueueNotFound
+from .wire import SERVED_NAME_PATTERN, QueueNotFound
 
 
 @dataclass
@@ -34,7 +35,9 @@ class Call:
     name: str | None
     args: dict[str, Any]
 
-    async def queue(self, *, create: bool = False) -> AsyncQueue | ForwardedQueue:
+    async def queue(
+        self, *, create: bool = False
+    ) -> AsyncQueue | ForwardedQueue | PartitionedQueue:
         """The call's queue; QueueNotFound if the store does not hold it, unless ``create``
         (a call that adds messages or settings makes the queue). Its writer is noted for the
         answer's ``s3q-writer`` header (a forwarded queue's, by its leader's answer)."""
@@ -42,6 +45,10 @@ class Call:
         forwarded = FORWARDED in self.request.headers
         queue = await self.registry.get(self.name, forwarded=forwarded, create=create)
         heard(queue.writer if isinstance(queue, AsyncQueue) else None)
+        if isinstance(queue, PartitionedQueue):
+            spread(len(queue.partitions))  # (the client spreads its calls over the brokers)
+        elif isinstance(queue, AsyncQueue) and queue.config.partitions > 1:
+            spread(queue.config.partitions)  # (a partition 0 not served whole yet)
         return queue
 
 
@@ -117,7 +124,7 @@ PAGED = {
 }
 EMPTY: dict[str, Any] = {"type": "object"}
 
-NAME = Param("name", "path", {"type": "string", "pattern": QUEUE_NAME_PATTERN}, True)
+NAME = Param("name", "path", {"type": "string", "pattern": SERVED_NAME_PATTERN}, True)
 
 
 def body(name: str, schema: dict[str, Any], required: bool = False, doc: str = "") -> Param:
@@ -166,7 +173,7 @@ async def dequeue(call: Call) -> Any:
     paged = call.args.pop("pages", False)
     if not isinstance(paged, bool):
         raise InvalidArgument(f"pages must be true or false, got {paged!r}")
-    if paged and isinstance(queue, AsyncQueue):  # (a queue led elsewhere answers messages)
+    if paged and isinstance(queue, AsyncQueue | PartitionedQueue):  # (led elsewhere: messages)
         answer = await queue.dequeue_pages(**call.args)
         if (answer.messages or answer.pages) and await disconnected(call.request):
             await queue.release(pages.merged(answer))

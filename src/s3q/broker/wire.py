@@ -36,7 +36,11 @@ JSON = "application/json"
 API_PREFIX = "/v1"
 # 1 to 80 of A-Z a-z 0-9 _ -, or up to 75 of them and ".fifo" (an SQS FIFO queue's name)
 QUEUE_NAME_PATTERN = r"^(?:[A-Za-z0-9_-]{1,80}|[A-Za-z0-9_-]{1,75}\.fifo)$"
+#: a queue's name, or one of its partitions' (``NAME@i``, ``s3q.partitions``): what the native
+#: API serves (one broker forwards a partition's calls to the broker that leads it)
+SERVED_NAME_PATTERN = QUEUE_NAME_PATTERN.removesuffix("$") + r"(?:@(?:0|[1-9][0-9]?))?$"
 QUEUE_NAME = re.compile(QUEUE_NAME_PATTERN)
+SERVED_NAME = re.compile(SERVED_NAME_PATTERN)
 
 
 class BrokerError(S3QError):
@@ -124,8 +128,8 @@ ERRORS: dict[str, type[S3QError]] = {
 
 def check_name(name: object) -> str:
     """A queue name: 1 to 80 of ``A-Z a-z 0-9 _ -``, the last 5 possibly ``.fifo`` (as SQS
-    names FIFO queues); InvalidArgument otherwise."""
-    if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
+    names FIFO queues), or a partition of one (``NAME@i``); InvalidArgument otherwise."""
+    if not isinstance(name, str) or not SERVED_NAME.fullmatch(name):
         raise InvalidArgument(
             f"queue name must be 1 to 80 of A-Z a-z 0-9 _ - (the last 5 may be .fifo), got {name!r}"
         )

@@ -30,11 +30,12 @@ from ..broker.wire import (
     split_queue_url,
 )
 from ..errors import InvalidArgument as InvalidArgument  # importable from here, as it was
-from .answers import WRITER_HEADER, Answers, answers
+from .answers import PARTITIONS_HEADER, WRITER_HEADER, Answers, answers
 from .connection import AsyncClient, Client, connect, connect_async
 from .queues import AsyncRemoteQueue, RemoteQueue
 
 __all__ = [
+    "PARTITIONS_HEADER",
     "TOKEN_ENV",
     "WRITER_HEADER",
     "Answers",

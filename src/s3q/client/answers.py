@@ -22,6 +22,9 @@ from dataclasses import dataclass
 
 #: the header of a broker's answer that names the writer behind it
 WRITER_HEADER = "s3q-writer"
+#: the header of a broker's answer about a queue of several partitions: how many. Any broker
+#: serves such a queue as well as any other, so a client spreads its calls over them
+PARTITIONS_HEADER = "s3q-partitions"
 
 
 @dataclass
@@ -31,6 +34,8 @@ class Answers:
     #: the writer token of the last answer (None: the broker named none, e.g. an error before
     #: the queue was reached, or a broker from before the header)
     writer: str | None = None
+    #: the partitions of the queue the last answer was about, if several
+    partitions: int | None = None
 
 
 _seen: ContextVar[Answers | None] = ContextVar("s3q_answers", default=None)
@@ -45,6 +50,13 @@ def answers() -> Iterator[Answers]:
         yield seen
     finally:
         _seen.reset(token)
+
+
+def spread(partitions: int) -> None:
+    """The call's queue has ``partitions`` partitions: noted if made within :func:`answers`."""
+    seen = _seen.get()
+    if seen is not None:
+        seen.partitions = partitions
 
 
 def heard(writer: str | None) -> None:

@@ -21,7 +21,7 @@ import urllib3
 
 from .. import tracing
 from ..broker.wire import MSGPACK
-from .answers import WRITER_HEADER, heard
+from .answers import PARTITIONS_HEADER, WRITER_HEADER, heard, spread
 from .calls import RETRIES, TRANSPORT, Call, delay
 from .nodes import Nodes
 from .queues import AsyncRemoteQueue, RemoteQueue
@@ -56,13 +56,21 @@ def _with(headers: dict[str, str], more: dict[str, str] | None) -> dict[str, str
     return headers if not more else {**headers, **more}
 
 
+def _spread(nodes: Nodes, call: Call[Any], partitions: str | None) -> None:
+    """An answer's ``s3q-partitions`` header (if any): noted, and the queue's calls spread."""
+    if partitions and partitions.isdigit():
+        spread(int(partitions))
+        nodes.spread(call.queue, partitions)
+
+
 def _timeout(call: Call[Any], timeout: float) -> urllib3.Timeout:
     return urllib3.Timeout(connect=timeout, read=timeout + call.extra_timeout)
 
 
 class Client:
     """A connection pool to a broker (or to the brokers of a cluster, tried in turn).
-    Thread-safe; a context manager."""
+    Thread-safe; a context manager. ``follow``: also learn the cluster's other brokers from
+    the given ones, and turn to them when these cannot answer."""
 
     def __init__(
         self,
@@ -70,8 +78,10 @@ class Client:
         token: str | None = None,
         timeout: float = 30.0,
         retries: int = RETRIES,
+        *,
+        follow: bool = True,
     ) -> None:
-        self._nodes = Nodes(url)
+        self._nodes = Nodes(url, follow=follow)
         self.timeout, self.retries = timeout, retries
         # urllib3 rather than httpx: a call costs this process about half the CPU (~0.2 ms
         # against ~0.4 ms, benchmarks/client_cpu.py), which single calls and a consumer on
@@ -117,6 +127,7 @@ class Client:
                 self._nodes.raise_or_move_on(call, node, None, exc, last=attempt == self.retries)
             else:
                 heard(response.headers.get(WRITER_HEADER))
+                _spread(self._nodes, call, response.headers.get(PARTITIONS_HEADER))
                 if response.status == 200:
                     return call.result(response.data)
                 answer = (response.status, response.data)
@@ -248,11 +259,12 @@ class AsyncClient:
                 )
                 if self._nodes.several:
                     sent = awaited(sent, functools.partial(self._answers, node))
-                status, body, writer = await sent
+                status, body, headers = await sent
             except TRANSPORT as exc:
                 self._nodes.raise_or_move_on(call, node, None, exc, last=attempt == self.retries)
             else:
-                heard(writer)
+                heard(headers.get(WRITER_HEADER))
+                _spread(self._nodes, call, headers.get(PARTITIONS_HEADER))
                 if status == 200:
                     return call.result(body)
                 self._nodes.raise_or_move_on(
@@ -269,13 +281,13 @@ class AsyncClient:
         content: bytes | None = None,
         params: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
-    ) -> tuple[int, bytes, str | None]:
-        """The answer's status, body and writer (its ``s3q-writer`` header, if any)."""
+    ) -> tuple[int, bytes, Mapping[str, str]]:
+        """The answer's status, body and headers."""
         session = self._session or self._open()
         async with session.request(
             method, url, data=content, params=params or None, headers=headers, timeout=timeout
         ) as response:
-            return response.status, await response.read(), response.headers.get(WRITER_HEADER)
+            return response.status, await response.read(), response.headers
 
     async def _learn(self) -> None:
         """Ask the given brokers for the cluster's (once one answers)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import secrets
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +34,8 @@ class Nodes:
         self.asked = not follow  # whether the cluster's brokers were asked for (or never are)
         self._orders: dict[str | None, list[str]] = {None: self.urls}
         self._moved: dict[str | None, int] = {}  # how often a queue's calls moved on
+        self._spread: set[str] = set()  # queues of several partitions
+        self._own = secrets.token_hex(8)  # this client's order of the brokers
 
     @property
     def url(self) -> str:
@@ -55,15 +58,32 @@ class Nodes:
         self.learned = [u for u in dict.fromkeys(listed) if _same(u) not in given]
         self._orders = {None: self.urls}
 
+    def spread(self, queue: str | None, partitions: str | None) -> None:
+        """A broker's answer about ``queue`` said it has ``partitions`` (its
+        ``s3q-partitions`` header, if any): from now on this client sends that queue's calls
+        to the brokers in an order of its own, so the clients of the queue spread over the
+        cluster's brokers (each leads some partitions) instead of all asking one."""
+        if queue is None or not partitions or queue in self._spread:
+            return
+        self._spread.add(queue)
+        self._orders.pop(queue, None)
+        self._moved.pop(queue, None)
+
     def url_for(self, queue: str | None) -> str:
         """The broker to send ``queue``'s calls to now: the given brokers in the queue's
-        order, then those learned from them."""
+        order, then those learned from them (all in this client's order, for a queue of
+        several partitions)."""
         order = self._orders.get(queue)
         if order is None:
             name = queue or ""
-            order = self._orders[queue] = sorted(self.urls, key=lambda u: _rank(name, u)) + sorted(
-                self.learned, key=lambda u: _rank(name, u)
-            )
+            if queue in self._spread:
+                mine = f"{name}\0{self._own}"
+                order = sorted([*self.urls, *self.learned], key=lambda u: rank(mine, u))
+            else:
+                order = sorted(self.urls, key=lambda u: rank(name, u)) + sorted(
+                    self.learned, key=lambda u: rank(name, u)
+                )
+            self._orders[queue] = order
         return order[self._moved.get(queue, 0) % len(order)]
 
     def raise_or_move_on(
@@ -101,6 +121,7 @@ def _same(url: str) -> str:
         return url
 
 
-def _rank(queue: str, url: str) -> bytes:
-    """Where broker ``url`` comes in ``queue``'s order: the same in every process."""
+def rank(queue: str, url: str) -> bytes:
+    """Where broker ``url`` comes in ``queue``'s order: the same in every process (and in
+    every broker: the partitions of a queue are led in this order, ``QueueRegistry``)."""
     return hashlib.blake2b(f"{queue}\0{url}".encode(), digest_size=8).digest()

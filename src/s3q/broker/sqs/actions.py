@@ -24,7 +24,9 @@ from typing import Any
 
 from starlette.requests import Request
 
+from ... import partitions
 from ...errors import InvalidArgument, ReceiptExpired
+from ...partitions import PartitionedQueue
 from ...surface import AsyncQueueSurface
 from ..forward import ForwardedQueue
 from ..limits import disconnected
@@ -188,9 +190,20 @@ class Service:
                 "UnsupportedOperation",
                 f"queue {name} is led by the broker at {queue.leader}: send DeleteQueue there",
             )
+        logs = [name]
+        if isinstance(queue, PartitionedQueue):  # every partition must be led here
+            away = [p.index for p in queue.partitions if p.led is None]
+            if away:
+                raise SqsError(
+                    "UnsupportedOperation",
+                    f"queue {name} has partitions led by other brokers ({away}): stop them, "
+                    "or send DeleteQueue to the broker that leads them all",
+                )
+            logs = [partitions.name_of(name, p.index) for p in queue.partitions]
         async with self._lock(name):
             await self.catalog.remove(name)
-            await self.registry.close_queue(name)
+            for log in logs:
+                await self.registry.close_queue(log)
             await self.catalog.delete_objects(name)
         return {}
 

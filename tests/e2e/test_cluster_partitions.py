@@ -1,0 +1,149 @@
+"""A queue of several partitions served by a cluster: its partitions led by different brokers,
+every broker serving the whole queue, and a killed broker's partitions taken over by the other
+while the rest keep serving. Brokers are real processes on 127.0.0.1 that know each other
+(``--peer``)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from cluster_node import Node
+from conftest import MotoServer
+
+import s3q
+from s3q import partitions
+from s3q.client import PARTITIONS_HEADER, Client, connect
+
+NAME = "hot"
+COUNT = 4
+#: what the brokers list as led: the queue's own log (partition 0), then NAME@i
+LOGS = sorted([NAME] + [f"{NAME}@{i}" for i in range(1, COUNT)])
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(params=["file", "s3"])
+def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Node, Node]]:
+    """Two brokers over one store, each the other's peer."""
+    options: dict[str, Any] = {"visibility_timeout": 30.0}
+    if request.param == "file":
+        store = f"file://{tmp_path}/store"
+    else:
+        server: MotoServer = request.getfixturevalue("moto_server")
+        bucket: str = request.getfixturevalue("s3_bucket")
+        store = f"s3://{bucket}/{tmp_path.name}"
+        options |= {**server.store_options(), "lease_ttl": 2.0}
+    ports = _port(), _port()
+    urls = [f"http://127.0.0.1:{p}" for p in ports]
+    a = Node(store, options, port=ports[0], peers=[urls[1]])
+    b = Node(store, options, port=ports[1], peers=[urls[0]])
+    try:
+        yield a, b
+    finally:
+        a.stop()
+        b.stop()
+
+
+def _made(a: Node, b: Node) -> None:
+    with connect([a.url, b.url]) as c:
+        assert c.queue(NAME).configure(partitions=COUNT)["partitions"] == COUNT
+
+
+def test_the_partitions_of_a_queue_are_led_by_every_broker(pair: tuple[Node, Node]) -> None:
+    a, b = pair
+    _made(a, b)
+    # clients of one broker each (a client that follows the cluster spreads its calls)
+    with Client(a.url, follow=False) as ca, Client(b.url, follow=False) as cb:
+        qa, qb = ca.queue(NAME), cb.queue(NAME)
+        # a broker that does not lead partition 0 learns the partitions from its leader's
+        # first answer (its first call is served whole there)
+        qa.stats(), qb.stats()
+        sent = [qa.enqueue(b"a%d" % i) for i in range(8)] + [
+            qb.enqueue(b"b%d" % i) for i in range(8)
+        ]
+        led = sorted(a.led() + b.led())
+        assert led == LOGS
+        assert len(a.led()) == len(b.led()) == COUNT // 2  # spread evenly
+        # a broker puts messages with no group in the partitions it leads: no hop
+        assert {m[:8] for m in sent[:8]}.isdisjoint({m[:8] for m in sent[8:]})
+        stats = qa.stats()
+        assert stats.pending == 16 and len(stats.partitions) == COUNT
+        assert qb.stats().pending == 16
+        # every broker serves the whole queue: one dequeue through b finds a's partitions too
+        got = qb.dequeue(100)
+        assert sorted(m.id for m in got) == sorted(sent)
+        # receipts of partitions led by the other broker complete through either
+        qa.complete_batch(got[:8])
+        qb.complete_batch(got[8:])
+        assert qa.stats().completed == 16
+        for mid in sent:
+            assert qb.status(mid) is s3q.MessageStatus.COMPLETED
+
+
+def test_groups_and_dedup_ids_keep_their_promises_across_brokers(pair: tuple[Node, Node]) -> None:
+    a, b = pair
+    _made(a, b)
+    with connect(a.url) as ca, connect(b.url) as cb:
+        qa, qb = ca.queue(NAME), cb.queue(NAME)
+        for i in range(12):  # one group's messages sent through either broker
+            (qa if i % 2 else qb).enqueue(b"%d" % i, group=f"g{i % 3}")
+        first = qa.enqueue(b"once", dedup_id="d-1")
+        assert qb.enqueue(b"once", dedup_id="d-1") == first
+        seen: dict[str | None, list[bytes]] = {}
+        while msgs := (qa if len(seen) % 2 else qb).dequeue(10):
+            for m in msgs:
+                seen.setdefault(m.group, []).append(m.payload)
+            (qb if len(seen) % 2 else qa).complete_batch(msgs)
+        for g in range(3):
+            assert seen[f"g{g}"] == [b"%d" % i for i in range(g, 12, 3)]
+        assert seen[None] == [b"once"]
+
+
+def test_a_client_spreads_a_partitioned_queue_over_the_brokers(pair: tuple[Node, Node]) -> None:
+    a, b = pair
+    _made(a, b)
+    answer = httpx.get(f"{a.url}/v1/queues/{NAME}/stats")
+    assert answer.headers[PARTITIONS_HEADER] == str(COUNT)
+    chosen = set()
+    for _ in range(16):  # each client has an order of its own for the queue
+        with connect([a.url, b.url]) as c:
+            c.queue(NAME).stats()  # the answer says the queue has partitions
+            chosen.add(c._nodes.url_for(NAME))
+    assert chosen == {a.url, b.url}
+
+
+@pytest.mark.parametrize("pair", ["s3"], indirect=True)
+def test_a_killed_brokers_partitions_move_and_nothing_is_lost(pair: tuple[Node, Node]) -> None:
+    a, b = pair
+    _made(a, b)
+    with connect(b.url) as cb:
+        qb = cb.queue(NAME)
+        # messages in every partition: groups land by hash, one in each
+        groups = {partitions.home(f"k{i}", COUNT): f"k{i}" for i in range(64)}
+        assert len(groups) == COUNT
+        acked = {qb.enqueue(b"before-%d" % p, group=g): p for p, g in groups.items()}
+        held = set(a.led())
+        assert held and held != set(LOGS)
+        a.proc.kill()  # SIGKILL: a's partitions keep their leases until they lapse
+        a.proc.wait()
+        killed = time.monotonic()
+        for p, g in groups.items():  # every partition serves again, a's through b
+            acked[qb.enqueue(b"after-%d" % p, group=g)] = p
+        took = time.monotonic() - killed
+        assert took < 2.0 + 2.0 + 1.0, f"took {took:.1f} s to serve every partition again"
+        assert sorted(b.led()) == LOGS
+        got: list[s3q.Message] = []
+        while msgs := qb.dequeue(10, per_group=2):
+            got += msgs
+            qb.complete_batch(msgs)
+        assert sorted(m.id for m in got) == sorted(acked)
