@@ -42,7 +42,7 @@ import msgspec
 
 from . import ids, pages, validate
 from .collector import CompactionReport
-from .config import MAX_PARTITIONS, QueueConfig, Setting
+from .config import MAX_DELAY, MAX_MESSAGE_SIZE, MAX_PARTITIONS, QueueConfig, Setting
 from .engine import MAX_DEQUEUE
 from .errors import InvalidArgument, InvalidConfig, S3QError
 from .message import Message, MessageStatus, QueueStats
@@ -87,8 +87,23 @@ def log_name(name: str) -> str:
 
 def home(key: str, count: int) -> int:
     """The partition of a group or dedup id: the same in every process and every build."""
-    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    digest = hashlib.blake2b(key.encode(errors="surrogatepass"), digest_size=8).digest()
     return int.from_bytes(digest, "big") % count
+
+
+@runtime_checkable
+class Paging(Protocol):
+    """A queue that answers a dequeue as pages (``s3q.pages``): led here, or its leader's."""
+
+    async def dequeue_pages(
+        self,
+        max_messages: int = 1,
+        visibility_timeout: float | None = None,
+        wait: float = 0.0,
+        *,
+        per_group: int = 1,
+        complete: Iterable[Target] = (),
+    ) -> Pages: ...
 
 
 @runtime_checkable
@@ -136,22 +151,27 @@ class Followed(Protocol):
         """The partition, if its writer is in this process now."""
 
 
-@dataclasses.dataclass(eq=False)
 class Partition:
     """One partition as the partitioned queue reaches it."""
 
-    index: int
-    queue: AsyncQueueSurface
-    queue_id: str = ""  # what its ids begin with, once known
+    __slots__ = ("_followed", "_led", "index", "paging", "queue", "queue_id")
+
+    def __init__(self, index: int, queue: AsyncQueueSurface, queue_id: str = "") -> None:
+        self.index = index
+        self.queue = queue
+        self.queue_id = queue_id  # what its ids begin with, once known
+        # (checks against runtime protocols are slow: made once)
+        self._followed = queue if isinstance(queue, Followed) else None
+        self._led = queue if isinstance(queue, Led) else None
+        self.paging = queue if isinstance(queue, Paging) else None  # answers pages as they are
 
     @property
     def led(self) -> Led | None:
         """The partition, if it is led in this process (now: a broker's partition is where
         its writer is, and moves)."""
-        queue = self.queue
-        if isinstance(queue, Followed):
-            return queue.here
-        return queue if isinstance(queue, Led) else None
+        if self._followed is not None:
+            return self._followed.here
+        return self._led
 
 
 @documented
@@ -254,11 +274,20 @@ class PartitionedQueue:
         others = [p for p in self.partitions if p.led is None]
         return _rotated(led, turn) + _rotated(others, turn)
 
+    def _limits(self) -> tuple[int, float]:
+        """The largest message and delay the queue takes: partition 0's settings if it is led
+        here, else the bounds of every queue (a partition refuses what its settings do not
+        allow)."""
+        led = self.partitions[0].led
+        if led is not None:
+            return led.config.max_message_size, led.config.max_delay
+        return MAX_MESSAGE_SIZE, MAX_DELAY
+
     def _for_new(self, group: str | None, dedup_id: str | None, turn: int) -> Partition:
         """Where a new message goes: its group's partition, else its dedup id's, else the
         ``turn``-th of those led here (of all, if none is)."""
         key = group if group is not None else dedup_id
-        if key is not None:
+        if isinstance(key, str):  # (not a string: the partition's checks refuse it)
             return self.partitions[home(key, len(self.partitions))]
         led = [p for p in self.partitions if p.led is not None] or self.partitions
         return led[turn % len(led)]
@@ -326,10 +355,20 @@ class PartitionedQueue:
             raise InvalidArgument("enqueue_batch takes a list of payloads or dicts")
         listed = list(items)
         turn = next(self._turn)
+        anywhere = self._for_new(None, None, turn)  # where messages with no key go
+        if not any(isinstance(item, dict) for item in listed):  # one call, to one partition
+            return await anywhere.queue.enqueue_batch(listed, durability=durability)
+        # split over partitions, all or none: every item checked before any is sent
+        max_size, max_delay = self._limits()
+        for item in listed:
+            validate.item_of(item, max_size, max_delay)
         places: dict[Partition, list[int]] = {}
         for place, item in enumerate(listed):
             keyed = item if isinstance(item, dict) else {}
-            part = self._for_new(keyed.get("group"), keyed.get("dedup_id"), turn)
+            key = keyed.get("group")
+            if key is None:
+                key = keyed.get("dedup_id")
+            part = self._for_new(key, None, turn) if key is not None else anywhere
             places.setdefault(part, []).append(place)
         if len(places) == 1:  # one partition: the batch as it is, in one call
             (part,) = places
@@ -623,9 +662,8 @@ class _Take:
     async def of(self, part: Partition, want: int, wait: float, settle: list[str]) -> Pages:
         """Up to ``want`` messages of ``part``, waiting up to ``wait``, after completing
         ``settle`` (in the same commit)."""
-        led = part.led
-        if self.paged and led is not None:
-            return await led.dequeue_pages(
+        if self.paged and part.paging is not None:
+            return await part.paging.dequeue_pages(
                 want, self.visibility_timeout, wait, per_group=self.per_group, complete=settle
             )
         messages = await part.queue.dequeue(

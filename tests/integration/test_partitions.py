@@ -200,3 +200,13 @@ def test_lease_and_locate_name_keys_from_the_queue(raw_env: StoreEnv) -> None:
         assert {mid for mid in q.locate([m.message.id for m in located])} == {
             m.message.id for m in located
         }
+
+
+def test_bad_keys_get_the_errors_of_a_queue_and_change_nothing(env: StoreEnv) -> None:
+    with env.open(partitions=3) as q:
+        for bad in ({"group": 5}, {"dedup_id": b"x"}, {"group": "\ud800"}):
+            with pytest.raises(s3q.InvalidArgument):
+                q.enqueue(b"x", **bad)
+            with pytest.raises(s3q.InvalidArgument):
+                q.enqueue_batch([{"payload": b"x", **bad}, {"payload": b"y", "group": "g"}])
+        assert q.stats().total_enqueued == 0

@@ -37,6 +37,7 @@ from typing import (
     ParamSpec,
     Protocol,
     TypeVar,
+    cast,
     overload,
 )
 from urllib.parse import urlsplit
@@ -53,7 +54,9 @@ from ..errors import (
     Unavailable,
 )
 from ..message import Message
-from ..surface import AsyncQueueSurface, documented
+from ..pages import Pages
+from ..partitions import Paging
+from ..surface import AsyncQueueSurface, Target, documented
 from . import peerauth
 from .peerauth import is_loopback
 from .wire import BrokerUnreachable
@@ -366,6 +369,27 @@ class ForwardedQueue:
     cleanup = forwarded(AsyncQueueSurface.cleanup)
     purge = forwarded(AsyncQueueSurface.purge)
     compact = forwarded(AsyncQueueSurface.compact)
+
+    async def dequeue_pages(
+        self,
+        max_messages: int = 1,
+        visibility_timeout: float | None = None,
+        wait: float = 0.0,
+        *,
+        per_group: int = 1,
+        complete: Iterable[Target] = (),
+    ) -> Pages:
+        """``dequeue``, stretches as pages (``s3q.pages``), from the leader as it answers
+        them: a broker passes them on without a Message per message."""
+        settle = list(complete)
+
+        async def take(queue: AsyncQueueSurface) -> Pages:
+            paged = cast("Paging", queue)  # (an AsyncQueue, or the leader's AsyncRemoteQueue)
+            return await paged.dequeue_pages(
+                max_messages, visibility_timeout, wait, per_group=per_group, complete=settle
+            )
+
+        return await self._call(take)
 
     async def close(self) -> None:
         pass  # nothing to close: the leader owns the queue

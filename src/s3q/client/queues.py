@@ -13,6 +13,7 @@ from ..collector import CompactionReport
 from ..config import Setting
 from ..errors import InvalidArgument, QueueClosed
 from ..message import Message, MessageStatus, QueueStats
+from ..pages import Pages
 from ..staging import StagedObject
 from ..surface import AsyncQueueSurface, Target, documented
 from .calls import Call
@@ -135,6 +136,34 @@ class _RemoteQueueBase:
         requests.paged = False
         call = requests.dequeue(max_messages, visibility_timeout, wait, per_group, complete)
         return await self._run(call)
+
+    async def dequeue_pages(
+        self,
+        max_messages: int = 1,
+        visibility_timeout: float | None = None,
+        wait: float = 0.0,
+        *,
+        per_group: int = 1,
+        complete: Iterable[Target] = (),
+    ) -> Pages:
+        """``dequeue``, the broker's answer kept as it came: each stretch of consecutive
+        messages one page (``s3q.pages``), for a caller that passes it on (a broker)."""
+        complete = list(complete)
+        requests = self._requests
+        if requests.paged:
+            call = requests.dequeue_pages(
+                max_messages, visibility_timeout, wait, per_group, complete
+            )
+            try:
+                return await self._run(call)
+            except InvalidArgument as exc:
+                if "pages" not in str(exc):
+                    raise
+        return Pages(
+            await self.dequeue(
+                max_messages, visibility_timeout, wait, per_group=per_group, complete=complete
+            )
+        )
 
     async def complete(self, target: Target) -> None:
         await self._run(self._requests.complete([target]))

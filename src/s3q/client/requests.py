@@ -166,6 +166,20 @@ class QueueRequests:
             extra_timeout=max(0.0, extra),
         )
 
+    def dequeue_pages(
+        self,
+        max_messages: int,
+        visibility_timeout: float | None,
+        wait: float,
+        per_group: int,
+        complete: Iterable[Target] = (),
+    ) -> Call[pages.Pages]:
+        """``dequeue``, its answer as it came: pages and messages (``s3q.pages``)."""
+        call = self.dequeue(max_messages, visibility_timeout, wait, per_group, complete)
+        return Call(
+            call.method, call.path, pages.Pages, None, call.body, call.params, call.extra_timeout
+        )
+
     def complete(self, targets: Iterable[Target]) -> Call[None]:
         receipts = [validate.receipt_of(t) for t in targets]
         return Call("POST", f"{self.base}/complete", _Empty, lambda a: None, {"receipts": receipts})
