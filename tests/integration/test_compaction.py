@@ -204,6 +204,40 @@ def test_reader_of_a_checkpoint_keeps_its_objects_within_the_grace(raw_env: Stor
     assert len(first) == 200
 
 
+def test_a_new_writer_collects_what_older_checkpoints_let_go_at_its_first_pass(
+    raw_env: StoreEnv,
+) -> None:
+    """A writer that takes a queue over knows when the checkpoint it opened from was taken, and
+    reads when the older ones in the store were: garbage a checkpoint older than gc_grace let go
+    is collected at the new writer's first pass, not gc_grace after its open. (A queue whose
+    leader changed more often than gc_grace was never collected: issue 36's hour-long soak.)"""
+    clock = FakeClock()
+    opts = dict(clock=clock, gc_grace=60.0, completed_retention=0.0, checkpoint_ops=10_000)
+    q = raw_env.open(**opts)
+    q.enqueue_batch([payload_for(i) for i in range(50)])
+    while batch := q.dequeue(max_messages=10):
+        q.complete_batch(batch)  # a log object each, garbage once the next checkpoint is taken
+    q.compact()  # checkpoint A: every log object so far is garbage stamped at or before it
+    doomed = {k for k in list(raw_env.keys()) if k.startswith("log/")}
+    assert len(doomed) >= 6
+    clock.advance(30.0)
+    q.enqueue(b"later")
+    q.compact()  # checkpoint B, 30 s younger: A is not yet gc_grace old
+    assert doomed <= set(raw_env.keys())
+    q.close()  # (the newest checkpoint is B's, or one written at close)
+    clock.advance(45.0)  # A is 75 s old, B 45 s: only A is stable
+
+    taker = raw_env.open(**opts)  # a new writer, like a broker taking the queue over
+    try:
+        report = taker.compact()
+        left = set(raw_env.keys())
+        assert report.deleted_objects >= len(doomed) - 1, report
+        assert not doomed & left - {max(doomed)}, sorted(doomed & left)
+        assert [m.payload for m in taker.dequeue(max_messages=10)] == [b"later"]
+    finally:
+        taker.close()
+
+
 def test_kill_during_checkpoints_and_gc_loses_nothing(durable_env: StoreEnv) -> None:
     """SIGKILL while the writer checkpoints and collects constantly: every acked id survives."""
     rng = random.Random(7)
