@@ -106,12 +106,18 @@ async def collect(writer: Writer) -> CompactionReport:
 async def _stable(writer: Writer, seqs: list[int], cutoff: float) -> int:
     """The newest of the checkpoints ``seqs`` (sorted) taken at or before ``cutoff``; 0: none.
 
-    Those an earlier writer of the queue took (all but the newest at this writer's open) are
-    in the store but not yet known here: their times are read, a few per writer, since
-    checkpoints are taken in the order of their sequence numbers and a bisection finds the
-    newest old enough. Whatever the order, the one chosen was itself taken by ``cutoff``.
+    The newest is looked at first: this writer took it, or opened from it, so its time is
+    known. Those an earlier writer of the queue took before it are in the store but not known
+    here: their times are read, a few per writer, since checkpoints are taken in the order of
+    their sequence numbers and a bisection finds the newest old enough. Whatever the order,
+    the one chosen was itself taken by ``cutoff``.
     """
-    low, high, found = 0, len(seqs) - 1, 0
+    if not seqs:
+        return 0
+    at = await writer.checkpoint_taken_at(seqs[-1])
+    if at is not None and at <= cutoff:
+        return seqs[-1]  # (an idle queue, gc_grace 0: nothing to read)
+    low, high, found = 0, len(seqs) - 2, 0
     while low <= high:
         middle = (low + high) // 2
         at = await writer.checkpoint_taken_at(seqs[middle])

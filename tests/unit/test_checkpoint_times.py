@@ -1,14 +1,15 @@
-"""When a checkpoint was taken, read from its first bytes (what collection asks of checkpoints an
-earlier writer took), for this build's checkpoints and those of earlier formats."""
+"""When a checkpoint was taken: read from its first bytes (for this build's checkpoints and those
+of earlier formats) for those an earlier writer took, and how collection finds the stable one."""
 
 from __future__ import annotations
 
 import asyncio
+import random
 
 import pytest
 from conftest import SUPPORT_DIR
 
-from s3q import checkpoint
+from s3q import checkpoint, collector
 from s3q.checkpointer import Checkpointer
 from s3q.state import QueueState
 from s3q.store import open_store
@@ -73,3 +74,49 @@ def test_the_checkpointer_learns_when_a_checkpoint_it_did_not_write_was_taken() 
         await store.close()
 
     asyncio.run(run())
+
+
+class _Times:
+    """What collection asks of a writer to find the stable checkpoint: each one's time."""
+
+    def __init__(self, times: dict[int, float | None], known: set[int]) -> None:
+        self.times, self.known, self.read = times, known, 0
+
+    async def checkpoint_taken_at(self, seq: int) -> float | None:
+        if seq not in self.known:
+            self.read += 1
+            self.known.add(seq)
+        return self.times[seq]
+
+
+def stable(writer: _Times, cutoff: float) -> int:
+    return asyncio.run(collector._stable(writer, sorted(writer.times), cutoff))  # type: ignore[arg-type]
+
+
+def test_the_stable_checkpoint_is_found_with_a_few_reads_of_those_not_known() -> None:
+    """A new writer finds 1,000 checkpoints an earlier one took, a second apart, and knows
+    only the newest: the newest of those taken by the cutoff, after about ten reads."""
+    times: dict[int, float | None] = {seq: float(seq) for seq in range(1, 1001)}
+    writer = _Times(times, known={1000})
+    assert stable(writer, 640.5) == 640
+    assert writer.read <= 11
+    assert stable(writer, 640.5) == 640  # known from then on: read once
+    assert writer.read <= 11
+    assert stable(_Times(times, known={1000}), 0.5) == 0  # none old enough
+    idle = _Times(times, known={1000})
+    assert stable(idle, 5000.0) == 1000 and idle.read == 0  # the newest: nothing read
+
+
+def test_whatever_the_order_the_stable_checkpoint_was_taken_by_the_cutoff() -> None:
+    """Times out of order (a clock that jumped, a time the store would not give): the one
+    chosen is always old enough, never a younger one."""
+    rng = random.Random(36)
+    for _ in range(200):
+        count = rng.randint(1, 40)
+        times: dict[int, float | None] = {
+            seq: None if rng.random() < 0.1 else rng.uniform(0, 100) for seq in range(1, count + 1)
+        }
+        cutoff = rng.uniform(0, 100)
+        found = stable(_Times(times, known=set()), cutoff)
+        at = times.get(found)
+        assert found == 0 or (at is not None and at <= cutoff), (times, cutoff, found)
