@@ -58,6 +58,12 @@ class Checkpoint(msgspec.Struct, array_like=True):
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Checkpoint)
+_head_decoder = msgspec.msgpack.Decoder(tuple[int, str, float])
+
+#: the first bytes of a checkpoint, which hold its ``seq``, ``writer`` and ``at`` (a writer
+#: token of up to 27 characters): enough to learn when it was taken without reading it all
+HEAD_BYTES = 48
+_FIXED = {0xCA: 4, 0xCB: 8, 0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8, 0xD0: 1, 0xD1: 2, 0xD2: 4, 0xD3: 8}
 
 
 def key(seq: int) -> str:
@@ -77,6 +83,44 @@ def encode(checkpoint: Checkpoint) -> bytearray:
 
 def decode(data: bytes, where: str) -> Checkpoint:
     return _decoder.decode(log.unseal(data, where))
+
+
+def head(data: bytes) -> tuple[int, float] | None:
+    """The ``seq`` and ``at`` of a checkpoint from its first bytes (``HEAD_BYTES`` of it: the
+    encoded :class:`Checkpoint` starts the object, its trailer ends it), None if they do not
+    hold them. Nothing is checked against the trailer's checksum: the caller compares ``seq``
+    with the key it read."""
+    if not data or data[0] != 0x94:  # an array of Checkpoint's four fields
+        return None
+    end = 1
+    try:
+        for _ in range(3):  # seq, writer, at: each one msgpack scalar
+            end = _scalar_end(data, end)
+    except (IndexError, ValueError):
+        return None
+    if end > len(data):
+        return None
+    try:
+        seq, _, at = _head_decoder.decode(b"\x93" + data[1:end])
+    except msgspec.DecodeError:
+        return None
+    return seq, at
+
+
+def _scalar_end(data: bytes, at: int) -> int:
+    """Where the msgpack number or string starting at ``at`` ends."""
+    kind = data[at]
+    if kind <= 0x7F or kind >= 0xE0:  # fixints
+        return at + 1
+    if 0xA0 <= kind <= 0xBF:  # fixstr
+        return at + 1 + (kind & 0x1F)
+    if kind in _FIXED:
+        return at + 1 + _FIXED[kind]
+    if kind == 0xD9:  # str 8
+        return at + 2 + data[at + 1]
+    if kind == 0xDA:  # str 16
+        return at + 3 + int.from_bytes(data[at + 1 : at + 3], "big")
+    raise ValueError(f"not a number or a string: {kind:#x}")
 
 
 def take(state: QueueState) -> Snapshot:

@@ -13,6 +13,11 @@ log up to it, and is written once that object is durable. One is due when any of
 * ``checkpoint_interval`` seconds since the newest checkpoint, whoever wrote it (a new leader
   does not restart that clock).
 
+A writer knows when the checkpoints it wrote and the one it recovered from were taken; when an
+older one found in the store was taken is read from its first bytes when collection asks
+(:meth:`Checkpointer.taken_at`), so a new leader does not wait ``gc_grace`` from its own start
+to collect what earlier leaders' checkpoints let go.
+
 A checkpoint whose write failed (a full store) is due again ``RETRY_AFTER`` seconds later.
 """
 
@@ -22,6 +27,7 @@ import contextlib
 from collections.abc import Callable
 
 from . import checkpoint
+from .errors import S3QError
 from .state import QueueState
 from .store import AlreadyExists, Store
 
@@ -52,6 +58,23 @@ class Checkpointer:
         self.last_bytes = 0  # the size of the last checkpoint this writer encoded
         self.not_before = 0.0  # no checkpoint is due before then (one failed to be written)
         self._before = (0, 0, 0.0)  # changes_at, objects_since, last_at before the last take
+
+    async def taken_at(self, seq: int) -> float | None:
+        """When checkpoint ``seq`` (one the store holds) was taken: as known, else read from its
+        first bytes and known from then on; None if the store failed to answer (asked again
+        next time). One whose first bytes say nothing of it counts as taken now: it is there
+        now, so it was written by then."""
+        at = self.known.get(seq)
+        if at is not None:
+            return at
+        try:
+            data = await self.store.get_range(checkpoint.key(seq), 0, checkpoint.HEAD_BYTES)
+        except S3QError:  # gone (collected by a writer before us), or the store failed
+            return None
+        found = checkpoint.head(data)
+        at = found[1] if found is not None and found[0] == seq else self.clock()
+        self.known[seq] = at
+        return at
 
     def recovered(
         self, state: QueueState, known: dict[int, float], log_started: float | None, replayed: int

@@ -6,6 +6,9 @@ which it became garbage. A checkpoint at sequence ``C`` never refers to garbage 
 and readers starting from it read only the log after ``C``. So once a checkpoint has existed for
 ``gc_grace`` seconds (the *stable* one), everything stamped at or before it can go, and so can
 older checkpoints: a reader that finishes within ``gc_grace`` of its start never misses an object.
+A checkpoint's time is when it was taken, whoever took it: those an earlier writer of the queue
+left are read from the store (``Checkpointer.taken_at``), so a new writer need not hold the queue
+for ``gc_grace`` before it deletes anything.
 With ``history_retention`` set, garbage younger than it is kept too (``s3q.horizon``).
 
 Live payloads stranded in mostly-dead log objects are copied forward into the log (a Relocate
@@ -59,6 +62,10 @@ class Writer(Protocol):
     def checkpoints(self) -> dict[int, float]:
         """The checkpoints known: sequence number -> when written."""
 
+    async def checkpoint_taken_at(self, seq: int) -> float | None:
+        """When checkpoint ``seq`` (in the store) was taken, learnt from the store if not
+        known (then known); None if the store could not say."""
+
     async def read_payloads(self, seq: int, spans: list[tuple[str, int, int]]) -> dict[str, bytes]:
         """Payloads by id, given ``(id, offset, size)`` in log object ``seq``."""
 
@@ -88,15 +95,37 @@ async def collect(writer: Writer) -> CompactionReport:
     store, now = writer.store, writer.clock()
     keys = await store.keys(checkpoint.PREFIX)
     seqs = sorted(s for s in map(checkpoint.seq_of, keys) if s is not None)
-    known = writer.checkpoints
-    stable = max(
-        (s for s in seqs if s in known and known[s] <= now - writer.config.gc_grace), default=0
-    )
+    stable = await _stable(writer, seqs, now - writer.config.gc_grace)
     report.stable_checkpoint = stable
     if stable:
         await _delete_garbage(writer, report, seqs, stable)
     await _delete_orphans(writer, report)
     return report
+
+
+async def _stable(writer: Writer, seqs: list[int], cutoff: float) -> int:
+    """The newest of the checkpoints ``seqs`` (sorted) taken at or before ``cutoff``; 0: none.
+
+    The newest is looked at first: this writer took it, or opened from it, so its time is
+    known. Those an earlier writer of the queue took before it are in the store but not known
+    here: their times are read, a few per writer, since checkpoints are taken in the order of
+    their sequence numbers and a bisection finds the newest old enough. Whatever the order,
+    the one chosen was itself taken by ``cutoff``.
+    """
+    if not seqs:
+        return 0
+    at = await writer.checkpoint_taken_at(seqs[-1])
+    if at is not None and at <= cutoff:
+        return seqs[-1]  # (an idle queue, gc_grace 0: nothing to read)
+    low, high, found = 0, len(seqs) - 2, 0
+    while low <= high:
+        middle = (low + high) // 2
+        at = await writer.checkpoint_taken_at(seqs[middle])
+        if at is not None and at <= cutoff:
+            found, low = seqs[middle], middle + 1
+        else:
+            high = middle - 1
+    return found
 
 
 async def _delete_garbage(

@@ -144,6 +144,9 @@ class Upkeep:
     def checkpoints(self) -> dict[int, float]:
         return self.checkpointer.known
 
+    async def checkpoint_taken_at(self, seq: int) -> float | None:
+        return await self.checkpointer.taken_at(seq)
+
     async def read_payloads(self, seq: int, spans: list[Span]) -> dict[str, bytes]:
         return await self.payloads.read(seq, spans)
 

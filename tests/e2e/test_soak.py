@@ -87,8 +87,8 @@ def test_a_short_soak_keeps_every_promise_through_a_kill_and_a_stall(
         )
     assert availability(run.samples, outages(run), run.seconds) >= 0.999
     assert len(run.points) >= 8, run.sample_failures
-    # Storage is given back: garbage a takeover left waits out gc_grace after the new leader's
-    # first checkpoint, then goes, so by the end the store holds about what it held in the
+    # Storage is given back: garbage a takeover left goes once a checkpoint (whichever leader
+    # took it) is gc_grace old, so by the end the store holds about what it held in the
     # steady state before the first disruption. (The hour's soak compares late with early
     # peaks; two minutes hold no late window clear of the disruptions.)
     first = min(d.started for d in run.disruptions) - run.started  # (seconds into the run)

@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import signal
 import threading
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from conftest import FakeClock, LineReader, StoreEnv, open_after_crash, spawn_child
+from conftest import (
+    FakeClock,
+    LineReader,
+    StoreEnv,
+    make_env,
+    open_after_crash,
+    spawn_child,
+)
 from histories import drain_all, observe, payload_for, random_history
 
 import s3q
+from s3q import log
+from s3q.store import open_store
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 20, 33])  # 20, 33: letters dying at one instant
@@ -202,6 +214,88 @@ def test_reader_of_a_checkpoint_keeps_its_objects_within_the_grace(raw_env: Stor
     q.close()
     assert not set(view) & left - {max(k for k in view if k.startswith("log/"))}
     assert len(first) == 200
+
+
+def test_a_new_writer_collects_what_older_checkpoints_let_go_at_its_first_pass(
+    raw_env: StoreEnv,
+) -> None:
+    """A writer that takes a queue over knows when the checkpoint it opened from was taken, and
+    reads when the older ones in the store were: garbage a checkpoint older than gc_grace let go
+    is collected at the new writer's first pass, not gc_grace after its open. (A queue whose
+    leader changed more often than gc_grace was never collected: issue 36's hour-long soak.)"""
+    clock = FakeClock()
+    opts = dict(clock=clock, gc_grace=60.0, completed_retention=0.0, checkpoint_ops=10_000)
+    q = raw_env.open(**opts)
+    q.enqueue_batch([payload_for(i) for i in range(50)])
+    while batch := q.dequeue(max_messages=10):
+        q.complete_batch(batch)  # a log object each, garbage once the next checkpoint is taken
+    q.compact()  # checkpoint A: every log object so far is garbage stamped at or before it
+    doomed = {k for k in list(raw_env.keys()) if k.startswith("log/")}
+    assert len(doomed) >= 6
+    clock.advance(30.0)
+    q.enqueue(b"later")
+    q.compact()  # checkpoint B, 30 s younger: A is not yet gc_grace old
+    assert doomed <= set(raw_env.keys())
+    q.close()  # (the newest checkpoint is B's, or one written at close)
+    clock.advance(45.0)  # A is 75 s old, B 45 s: only A is stable
+
+    taker = raw_env.open(**opts)  # a new writer, like a broker taking the queue over
+    try:
+        report = taker.compact()
+        left = set(raw_env.keys())
+        assert report.deleted_objects >= len(doomed) - 1, report
+        assert not doomed & left - {max(doomed)}, sorted(doomed & left)
+        assert [m.payload for m in taker.dequeue(max_messages=10)] == [b"later"]
+    finally:
+        taker.close()
+
+
+@pytest.fixture(params=["memory", "s3"])
+def lease_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreEnv]:
+    """A queue location whose writer lease lapses by the clock (not a file lock)."""
+    e = make_env(request.param, request, tmp_path)
+    yield e
+    e.close_all()
+
+
+def test_a_queue_whose_writer_changes_more_often_than_gc_grace_is_collected(
+    lease_env: StoreEnv,
+) -> None:
+    """Writers take the queue over one after another, each once the last one's lease lapsed
+    and each holding it for less than gc_grace (as brokers do when the leader's store is cut
+    off for longer than the lease): what the first one's checkpoint let go is collected by a
+    later one, and the queue keeps every message. (Issue 36's hour-long soak: a queue whose
+    leader changed every minute or so, gc_grace 300 s, never collected.)"""
+    clock = FakeClock()
+    ttl, grace = 600.0, 1000.0  # no background renewal in a test: leases lapse by the clock
+    opts = dict(
+        clock=clock, lease_ttl=ttl, gc_grace=grace, completed_retention=0.0, checkpoint_ops=10**4
+    )
+    store = open_store(lease_env.url, lease_env.options)
+
+    def logs() -> set[int]:
+        return {s for k in asyncio.run(store.keys("log/")) if (s := log.seq_of(k)) is not None}
+
+    left = []  # after each writer's compaction: the first writer's log objects still there
+    first: set[int] = set()
+    for tenure in range(4):
+        q = lease_env.open(**opts)  # takes the queue over: the last writer is fenced
+        q.enqueue(b"kept-%d" % tenure)  # (never leased: the others come first)
+        q.enqueue_batch([{"payload": payload_for(i), "priority": 9} for i in range(20)])
+        for _ in range(4):
+            q.complete_batch(q.dequeue(max_messages=5))  # a log object each: garbage soon
+        q.compact()
+        first = first or logs()
+        left.append(len(first & logs()))
+        clock.advance(ttl + 1)  # less than gc_grace: no writer sees its own checkpoint stable
+    assert len(first) >= 5
+    assert left[:2] == [len(first)] * 2  # no checkpoint was gc_grace old yet
+    # the third writer finds the first one's checkpoint gc_grace old: collected
+    assert left[2] <= 2 and left[3] <= 1, (left, sorted(first & logs()))  # kept-0's is live
+    with lease_env.open(**opts) as q:
+        got = q.dequeue(max_messages=10, visibility_timeout=5)
+        assert sorted(m.payload for m in got) == [b"kept-%d" % t for t in range(4)]
+    asyncio.run(store.close())
 
 
 def test_kill_during_checkpoints_and_gc_loses_nothing(durable_env: StoreEnv) -> None:
