@@ -238,9 +238,13 @@ class GroupCommit:
             return self.filling
         return self.unflushed.get(self.filling.seq - 1)
 
+    def writing(self, seq: int) -> Batch | None:
+        """The batch that makes log object ``seq``, if it is not durable yet."""
+        return self.unflushed.get(seq) or (self.filling if self.filling.seq == seq else None)
+
     def held(self, seq: int) -> dict[str, bytes] | None:
         """The payloads by message id of log object ``seq``, if it is not durable yet."""
-        batch = self.unflushed.get(seq) or (self.filling if self.filling.seq == seq else None)
+        batch = self.writing(seq)
         return None if batch is None else batch.held
 
     async def durable_after(self, batch: Batch | None, timeout: float | None = None) -> None:

@@ -187,6 +187,7 @@ class PartitionedQueue:
         self._turn = itertools.count()  # which partition comes first, call after call
         self._no_waits = asyncio.Event()
         self._by_id: dict[str, Partition] = {}
+        self._ending: set[asyncio.Future[Any]] = set()  # long polls let go of, and give-backs
 
     @property
     def url(self) -> str:
@@ -440,24 +441,32 @@ class PartitionedQueue:
         """What the partitions have now, in turn (``_order``; those led here alone if
         ``led_only``), up to ``take.max_messages``; the receipts of ``settle`` completed in the
         same call to their partitions."""
+        order = self._order()
         settle = dict(settle or {})
+        # the completions of the first partition tried ride on its lease's commit; the
+        # others' go to their partitions at once, beside it
+        first = settle.pop(order[0], [])
+        settled = asyncio.gather(*(p.queue.complete_batch(r) for p, r in settle.items()))
         answers: list[Pages] = []
         failure: BaseException | None = None
         try:
-            for part in self._order():
+            for part in order:
                 want = take.max_messages - sum(map(_count, answers))
                 if want <= 0 or (led_only and part.led is None):
                     break
-                receipts = settle.pop(part, [])
+                receipts, first = first, []
                 try:
                     answers.append(await take.of(part, want, 0.0, receipts))
                 except Exception as exc:
                     if receipts:
                         raise  # those completions did not happen: the caller must know
                     failure = failure or exc  # another partition may still have messages
-            if settle:
-                await asyncio.gather(*(p.queue.complete_batch(r) for p, r in settle.items()))
+            if first:  # (no message wanted: the first partition's completions alone)
+                await order[0].queue.complete_batch(first)
+            await settled
         except BaseException:
+            with contextlib.suppress(BaseException):
+                await settled  # (what it did, it did: its caller learns of the failure)
             await self._give_back(answers)
             raise
         got = _joined(answers)
@@ -513,12 +522,26 @@ class PartitionedQueue:
             await self._stop(polls.values())
 
     async def _stop(self, polls: Iterable[asyncio.Task[Pages]]) -> None:
-        """End long polls no longer wanted; what one leased nonetheless is given back."""
-        polls = list(polls)
+        """Let go of long polls of other brokers no longer wanted: each is left to end (within
+        its wait), and what it leased is given back. (Cancelled, one whose answer was on its
+        way would strand what it leased until its visibility timeout.)"""
         for task in polls:
-            task.cancel()
-        ended = await asyncio.gather(*polls, return_exceptions=True)
-        await self._give_back([p for p in ended if isinstance(p, Pages)])
+            if task.done():
+                await self._given_back(task)
+            else:
+                self._ending.add(task)
+                task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[Pages]) -> None:
+        self._ending.discard(task)
+        if not task.cancelled() and task.exception() is None and _count(task.result()):
+            giving = asyncio.ensure_future(self._given_back(task))
+            self._ending.add(giving)
+            giving.add_done_callback(self._ending.discard)
+
+    async def _given_back(self, task: asyncio.Future[Any]) -> None:
+        if not task.cancelled() and task.exception() is None:
+            await self._give_back([task.result()])
 
     async def _give_back(self, answers: list[Pages]) -> None:
         """Release the messages of ``answers`` (leased, but not to be answered)."""

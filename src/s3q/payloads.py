@@ -12,6 +12,7 @@ import asyncio
 
 from . import log, snapshot
 from .core import Core
+from .errors import S3QError
 from .message import Message
 from .pages import members
 from .records import Record
@@ -90,8 +91,12 @@ class Payloads:
         if stretch.stage is not None or end - start != sum(sizes):
             return None
         seq = stretch.seq
-        if self.core.commit.held(seq) is not None:
-            return None
+        writing = self.core.commit.writing(seq)
+        if writing is not None:  # (a lease rides a later batch: the answer waits for it anyway)
+            try:
+                await self.core.commit.durable_after(writing)
+            except S3QError:
+                return None
         data = self.core.cache.get(seq)
         if data is None:
             return await self.core.store.get_range(log.key(seq), start, end)
