@@ -54,6 +54,9 @@ def main() -> None:
     parser.add_argument("--pause-every", type=float, default=0.0)
     parser.add_argument("--lease-ttl", type=float, default=3.0)
     parser.add_argument("--clock-jumps", type=float, default=0.0)
+    parser.add_argument(
+        "--partitions", type=int, default=1, help="the queue's partitions (memory and s3 runs)"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.CRITICAL)
     print("$ python " + " ".join(shlex.quote(a) for a in sys.argv))
@@ -69,6 +72,7 @@ def main() -> None:
             store_timeout=args.store_timeout,
             clock_jumps=args.clock_jumps,
             lease_ttl=args.lease_ttl,
+            partitions=args.partitions,
         )
         report = run(plan, args.store, args.pause_every)
         print(report.summary())

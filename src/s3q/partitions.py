@@ -3,9 +3,9 @@
 A queue made with ``partitions=N`` keeps N logs. Partition 0 is the queue's own log, at its
 URL (a queue of one partition is every other queue) and it holds the setting; partition ``i``
 lives under the queue's prefix, at ``partitions/<i>`` (:func:`url_of`), with its own writer
-lease, fencing, checkpoints and garbage collection. A broker names partition ``i`` of queue
-``q`` ``q@i`` (:func:`name_of`): each partition is then led by whichever broker of a cluster
-opens it, as any queue is.
+lease, fencing, checkpoints and garbage collection. Between brokers partition ``i`` of queue
+``q`` is ``q@i`` (:func:`name_of`); which broker of a cluster leads it, and how a broker serves
+the whole queue, is ``s3q.broker.registry``'s.
 
 :class:`PartitionedQueue` serves the partitions as one queue (``AsyncQueueSurface``):
 
@@ -13,7 +13,8 @@ opens it, as any queue is.
   stays in order; else one with a dedup id to that id's partition, so deduplication stays exact
   (a message with both is deduplicated within its group, as SQS's high-throughput FIFO queues
   scope it); the others to the partitions led here in turn (no hop to another broker), else to
-  every partition in turn. A batch is split by partition, one call per partition.
+  every partition in turn. A batch is split by partition, one call per partition. Staged
+  objects (``s3q.staging``) lie under the queue's own prefix: they commit into partition 0.
 - **Dequeue** takes from the partitions led here first, then from the others, starting each
   call one partition further on, so none is starved; a long poll waits on every partition at
   once and wakes on the first with a message. Receipts and ids begin with their partition's
@@ -107,7 +108,7 @@ class Paging(Protocol):
 
 
 @runtime_checkable
-class Led(Protocol):
+class Led(Paging, Protocol):
     """A partition led in this process (an ``s3q.AsyncQueue``): waited on without a lease."""
 
     @property
@@ -128,16 +129,6 @@ class Led(Protocol):
     async def locate(self, ids: Iterable[str]) -> dict[str, Located]: ...
 
     async def changed(self, timeout: float) -> None: ...
-
-    async def dequeue_pages(
-        self,
-        max_messages: int = 1,
-        visibility_timeout: float | None = None,
-        wait: float = 0.0,
-        *,
-        per_group: int = 1,
-        complete: Iterable[Target] = (),
-    ) -> Pages: ...
 
     def stop_waiting(self) -> None: ...
 
@@ -192,13 +183,6 @@ class PartitionedQueue:
     @property
     def url(self) -> str:
         return self._url
-
-    def replace(self, index: int, queue: AsyncQueueSurface) -> None:
-        """Reach partition ``index`` through ``queue`` from now on (its leader moved)."""
-        part = self.partitions[index]
-        self.partitions[index] = Partition(index, queue, part.queue_id)
-        if part.queue_id:
-            self._by_id[part.queue_id] = self.partitions[index]
 
     # -- what a queue opened in this process offers besides the surface (``s3q.AsyncQueue``) ----
 
@@ -308,15 +292,17 @@ class PartitionedQueue:
         of no partition: it answers as a queue does an id it never gave)."""
         if len(self._by_id) < len(self.partitions):
             await self._known()
-        part = self._by_id.get(id_or_receipt[: ids.QUEUE_DIGITS])
-        return part if part is not None else self.partitions[0]
+        return self._by_id.get(id_or_receipt[: ids.QUEUE_DIGITS], self.partitions[0])
 
     async def _by_partition(self, targets: Iterable[Target]) -> dict[Partition, list[str]]:
         """Receipts (or ids) by the partition holding their messages, in their order."""
+        if len(self._by_id) < len(self.partitions):
+            await self._known()
+        first, by_id = self.partitions[0], self._by_id
         split: dict[Partition, list[str]] = {}
         for target in targets:
             receipt = validate.receipt_of(target)
-            split.setdefault(await self._of_id(receipt), []).append(receipt)
+            split.setdefault(by_id.get(receipt[: ids.QUEUE_DIGITS], first), []).append(receipt)
         return split
 
     async def _each(self, call: Callable[[Partition], Awaitable[T]]) -> list[T]:
@@ -389,9 +375,9 @@ class PartitionedQueue:
     async def enqueue_staged(
         self, objects: Iterable[StagedObject], token: str | None = None
     ) -> Sequence[str] | None:
-        # a token replayed finds the partition that committed it the first time
-        part = self._for_new(token, None, next(self._turn))
-        return await part.queue.enqueue_staged(objects, token)
+        # staged objects lie under the queue's own prefix, which is partition 0's: only its
+        # log can name them (and a token replayed finds it there again)
+        return await self.partitions[0].queue.enqueue_staged(objects, token)
 
     # -- dequeue ---------------------------------------------------------------------------------
 
@@ -659,6 +645,8 @@ class PartitionedQueue:
         return total
 
     async def close(self) -> None:
+        for task in list(self._ending):  # (what they leased comes back after its lease)
+            task.cancel()
         results = await self._each(lambda p: _closed(p.queue))
         for result in results:
             if result is not None:

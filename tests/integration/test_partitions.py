@@ -210,3 +210,15 @@ def test_bad_keys_get_the_errors_of_a_queue_and_change_nothing(env: StoreEnv) ->
             with pytest.raises(s3q.InvalidArgument):
                 q.enqueue_batch([{"payload": b"x", **bad}, {"payload": b"y", "group": "g"}])
         assert q.stats().total_enqueued == 0
+
+
+def test_staged_objects_commit_into_partition_0_where_they_lie(durable_env: StoreEnv) -> None:
+    """Staged objects lie under the queue's own prefix: only partition 0's log can name them.
+    A token replayed finds them committed there."""
+    from test_staged import stage
+
+    with durable_env.open(partitions=3) as q:
+        ids = q.enqueue_staged([stage(durable_env, [b"one", b"two"])], token="sink:1")
+        assert ids is not None and {_partition(q, mid) for mid in ids} == {0}
+        assert q.enqueue_staged([stage(durable_env, [b"one", b"two"])], token="sink:1") is None
+        assert sorted(m.payload for m in drain(q)) == [b"one", b"two"]

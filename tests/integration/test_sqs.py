@@ -1224,3 +1224,51 @@ def test_bad_permissions_are_refused_and_change_nothing(sqs: Any) -> None:
     )
     got = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"])["Attributes"]
     assert got == {"Policy": "not json"}
+
+
+def test_a_partitioned_queue_is_one_sqs_queue(sqs: Any, broker: SqsBroker) -> None:
+    """A FIFO queue given partitions through the native API (before its first message) is
+    served as one SQS queue: each group in order in its partition, deduplication exact, the
+    depth summed over the partitions, DeleteQueue taking every partition."""
+    from s3q.client import connect
+
+    url = sqs.create_queue(QueueName="parts.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+    with connect(broker.url) as client:
+        assert client.queue("parts.fifo").configure(partitions=4)["partitions"] == 4
+    sent = {}
+    for i in range(24):
+        group = f"g{i % 6}"
+        reply = sqs.send_message(
+            QueueUrl=url,
+            MessageBody=f"{group}-{i}",
+            MessageGroupId=group,
+            MessageDeduplicationId=str(i),
+        )
+        sent[reply["MessageId"]] = f"{group}-{i}"
+    again = sqs.send_message(
+        QueueUrl=url, MessageBody="g0-0", MessageGroupId="g0", MessageDeduplicationId="0"
+    )
+    assert again["MessageId"] in sent  # a duplicate, whichever partition it asked
+    assert depth(sqs, url)["Messages"] == 24
+    with connect(broker.url) as client:
+        stats = client.queue("parts.fifo").stats()
+        assert len(stats.partitions) == 4 and sum(p.pending for p in stats.partitions) == 24
+        assert sum(1 for p in stats.partitions if p.pending) > 1  # the groups spread
+    seen: dict[str, list[int]] = {}
+    while got := sqs.receive_message(
+        QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"]
+    ).get("Messages", []):
+        for m in got:
+            group, number = m["Body"].split("-")
+            seen.setdefault(group, []).append(int(number))
+        sqs.delete_message_batch(
+            QueueUrl=url,
+            Entries=[
+                {"Id": str(k), "ReceiptHandle": m["ReceiptHandle"]} for k, m in enumerate(got)
+            ],
+        )
+    assert seen == {f"g{g}": list(range(g, 24, 6)) for g in range(6)}
+    assert depth(sqs, url)["Messages"] == 0
+    sqs.delete_queue(QueueUrl=url)
+    with pytest.raises(ClientError):
+        sqs.get_queue_url(QueueName="parts.fifo")

@@ -18,10 +18,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from .. import snapshot, tables
+from .. import partitions, snapshot, tables
 from ..api import AsyncQueue
 from ..client.answers import answers
-from ..config import QueueConfig
+from ..config import QueueConfig, Setting
 from ..engine import Engine
 from ..errors import (
     InvalidArgument,
@@ -36,6 +36,7 @@ from ..errors import (
     WriterFenced,
 )
 from ..message import Message
+from ..partitions import PartitionedQueue
 from ..records import DONE
 from ..store import RetryingStore, Store
 from .history import Call, Final, History, Outcome, Violation, check
@@ -95,6 +96,9 @@ class Plan:
     #: the writer's clock jumps by up to this many seconds, forward or back (0: never)
     clock_jumps: float = 0.0
     jump_every: float = 3.0  # mean seconds between jumps
+    #: the queue's partitions (``s3q.partitions``): each a writer of its own, each meeting the
+    #: faults, the calls routed as a partitioned queue routes them
+    partitions: int = 1
 
 
 @dataclass
@@ -105,18 +109,28 @@ class Target:
     store: Store
     raw: Store
     schedule: Schedule
+    #: the target of partition ``i`` of this queue (its store under this one's, meeting the
+    #: same faults)
+    partition: Callable[[int], Target] | None = None
 
 
 def in_memory(plan: Plan) -> Target:
     """A fresh in-process memory store behind a :class:`FaultyStore` and the writer's retries."""
     from ..store import open_store
 
-    raw = open_store(f"memory://faults-{plan.seed}-{time.monotonic_ns()}")
-    assert isinstance(raw, RetryingStore)
-    faulty = FaultyStore(raw.inner, plan.profile, plan.seed, plan.store_timeout)
-    return Target(
-        RetryingStore(faulty, patience=max(2.0, 4 * plan.store_timeout)), raw, faulty.schedule
-    )
+    url = f"memory://faults-{plan.seed}-{time.monotonic_ns()}"
+    schedule = Schedule(plan.profile, plan.seed)
+
+    def at(index: int) -> Target:
+        raw = open_store(partitions.url_of(url, index))
+        assert isinstance(raw, RetryingStore)
+        faulty = FaultyStore(raw.inner, plan.profile, plan.seed, plan.store_timeout)
+        faulty.schedule = schedule  # (one schedule for every partition's requests)
+        faulty.script = schedule.script
+        patience = max(2.0, 4 * plan.store_timeout)
+        return Target(RetryingStore(faulty, patience=patience), raw, schedule, at)
+
+    return at(0)
 
 
 def through_proxy(plan: Plan, proxy: FaultProxy, url: str, options: dict[str, Any]) -> Target:
@@ -124,10 +138,12 @@ def through_proxy(plan: Plan, proxy: FaultProxy, url: str, options: dict[str, An
     the writer through ``proxy`` with ``plan.store_timeout``."""
     from ..store import open_store
 
-    store = open_store(
-        url, {**options, "endpoint_url": proxy.endpoint, "store_timeout": plan.store_timeout}
-    )
-    return Target(store, open_store(url, options), proxy.schedule)
+    def at(index: int) -> Target:
+        where = partitions.url_of(url, index)
+        faulty = {**options, "endpoint_url": proxy.endpoint, "store_timeout": plan.store_timeout}
+        return Target(open_store(where, faulty), open_store(where, options), proxy.schedule, at)
+
+    return at(0)
 
 
 @dataclass
@@ -209,10 +225,18 @@ class Conn(Protocol):
 
 
 class _Writer:
-    """The queue's current writer, embedded, reopened when it stops."""
+    """The queue's current writer, embedded, reopened when it stops. ``settings``: those its
+    first open gives (a partitioned queue's ``partitions``)."""
 
-    def __init__(self, store: Store, config: QueueConfig, history: History) -> None:
+    def __init__(
+        self,
+        store: Store,
+        config: QueueConfig,
+        history: History,
+        settings: dict[str, Setting] | None = None,
+    ) -> None:
         self.store, self.config, self.history = store, config, history
+        self.settings = settings
         self.engine: Engine | None = None
         self.queue: AsyncQueue | None = None
         self.stops: collections.Counter[str] = collections.Counter()
@@ -229,7 +253,7 @@ class _Writer:
                     await engine.close()
             for attempt in range(1000):
                 try:
-                    engine = await Engine.open(self.store, self.config)
+                    engine = await Engine.open(self.store, self.config, self.settings)
                     break
                 except (QueueLocked, S3QError):
                     await asyncio.sleep(min(0.05 * 2**attempt, 0.5))
@@ -243,6 +267,33 @@ class _Writer:
         if self.engine is not None:
             with contextlib.suppress(S3QError):
                 await self.engine.close()
+
+
+class _Partitions:
+    """The writers of a partitioned queue's partitions, reached as one queue
+    (``s3q.partitions.PartitionedQueue``), made anew when a writer was reopened."""
+
+    def __init__(self, url: str, writers: list[_Writer]) -> None:
+        self.url, self.writers = url, writers
+        self.queue: PartitionedQueue | None = None
+        self._of: list[AsyncQueue] = []
+
+    async def current(self) -> tuple[PartitionedQueue, str | None]:
+        queues = [(await writer.current())[0] for writer in self.writers]
+        if self.queue is None or any(a is not b for a, b in zip(queues, self._of, strict=True)):
+            self.queue, self._of = PartitionedQueue(self.url, queues), queues
+        return self.queue, None  # (several writers: the fenced-ack check has none to hold)
+
+    @property
+    def stops(self) -> collections.Counter[str]:
+        total: collections.Counter[str] = collections.Counter()
+        for writer in self.writers:
+            total += writer.stops
+        return total
+
+    async def close(self) -> None:
+        for writer in self.writers:
+            await writer.close()
 
 
 class Budget:
@@ -291,6 +342,15 @@ def queue_options(plan: Plan) -> dict[str, Any]:
     }
 
 
+def _merged(finals: list[Final]) -> Final:
+    """The queue of several partitions, from each partition's log."""
+    return Final(
+        remaining=[mid for final in finals for mid in final.remaining],
+        total_enqueued=sum(final.total_enqueued for final in finals),
+        completed=sum(final.completed for final in finals),
+    )
+
+
 async def read_back(raw: Store) -> Final:
     """The queue in ``raw`` as its log and checkpoints say it is."""
     loaded = await snapshot.load(raw)
@@ -311,7 +371,14 @@ async def run_embedded(plan: Plan, target: Target | None = None) -> Report:
     history = History(visibility_timeout=plan.visibility_timeout)
     clock = JumpingClock(plan.clock_jumps, plan.jump_every, plan.seed, history)
     config = QueueConfig(**queue_options(plan), clock=clock)
-    writer = _Writer(target.store, config, history)
+    writer: _Writer | _Partitions = _Writer(target.store, config, history)
+    targets = [target]
+    if plan.partitions > 1:
+        assert target.partition is not None, "this target has no partitions"
+        targets += [target.partition(i) for i in range(1, plan.partitions)]
+        first = _Writer(target.store, config, history, {"partitions": plan.partitions})
+        rest = [_Writer(t.store, config, history) for t in targets[1:]]
+        writer = _Partitions(target.store.url, [first, *rest])
     budget = Budget(plan.ops)
     started = time.monotonic()
     await writer.current()
@@ -319,7 +386,7 @@ async def run_embedded(plan: Plan, target: Target | None = None) -> Report:
     seconds = time.monotonic() - started
     target.schedule.enabled = False
     await writer.close()
-    history.final = await read_back(target.raw)
+    history.final = _merged([await read_back(t.raw) for t in targets])
     return Report(
         plan,
         history,

@@ -15,7 +15,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from .. import log
-from ..errors import InvalidConfig
+from ..errors import InvalidArgument, InvalidConfig
 from ..message import MessageStatus
 from ..records import DONE
 from ..snapshot import Loaded, load
@@ -84,6 +84,13 @@ class SnapshotReader(DataSourceReader):
 async def _load(options: Options) -> Loaded:
     store = options.open_store()
     try:
-        return await load(store, retries=LOAD_RETRIES)
+        loaded = await load(store, retries=LOAD_RETRIES)
     finally:
         await store.close()
+    count = loaded.state.settings.get("partitions", 1)
+    if isinstance(count, int) and count > 1:  # (its other partitions' messages are elsewhere)
+        raise InvalidArgument(
+            f"queue {options.url} has {count} partitions: the Spark source reads a queue of "
+            "one partition (partition 0's log alone would be a part of the queue)"
+        )
+    return loaded
