@@ -65,6 +65,11 @@ def url_of(url: str, index: int) -> str:
     return url if index == 0 else queue_url(url, f"partitions/{index}")
 
 
+def key_of(index: int, key: str) -> str:
+    """The key, from the queue's URL, of object ``key`` of partition ``index``."""
+    return key if index == 0 else f"partitions/{index}/{key}"
+
+
 def name_of(name: str, index: int) -> str:
     """A broker's name of partition ``index`` of queue ``name`` (``NAME@0`` is the queue's own
     log: ``NAME`` alone names the whole queue)."""
@@ -692,9 +697,10 @@ def _prefixed(index: int, located: list[Located]) -> list[Located]:
     """Locations in partition ``index`` as keys from the queue's URL."""
     if index == 0:
         return located
-    prefix = f"partitions/{index}/"
     return [
-        msgspec.structs.replace(loc, location=loc.location._replace(key=prefix + loc.location.key))
+        msgspec.structs.replace(
+            loc, location=loc.location._replace(key=key_of(index, loc.location.key))
+        )
         for loc in located
     ]
 

@@ -129,6 +129,38 @@ def test_write_then_read_round_trip_every_column(
     q.close()
 
 
+def test_a_partitioned_queue_is_read_whole_by_a_snapshot_and_a_stream(
+    spark: SparkSession, file_env: StoreEnv
+) -> None:
+    """A queue of three partitions: the snapshot plans every partition's messages (runs and
+    records, their objects under ``partitions/<i>/``), and a stream consumes them all."""
+    with file_env.open(partitions=3) as q:
+        sent = {}
+        for i in range(3):  # a run in each partition, and records (grouped) besides
+            payloads = [b"r%d-%d" % (i, k) for k in range(50)]
+            sent.update(zip(q.enqueue_batch(payloads), payloads, strict=True))
+        for k in range(30):
+            sent[q.enqueue(b"g%d" % k, group=f"g{k % 5}")] = b"g%d" % k
+        assert len({mid[:8] for mid in sent}) == 3
+    table = with_store(spark.read.format("s3q"), file_env).load(file_env.url).toArrow()
+    assert {r["id"]: r["payload"] for r in table.to_pylist()} == sent
+
+    out = file_env.root / "out"
+    query = (
+        with_store(spark.readStream.format("s3q"), file_env)
+        .load(file_env.url)
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(file_env.root / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    got = spark.read.parquet(str(out)).select("id", "payload").toArrow().to_pylist()
+    assert {r["id"]: r["payload"] for r in got} == sent
+    assert stats(file_env).completed == len(sent)
+
+
 def test_a_failed_task_leaves_the_queue_unchanged(spark: SparkSession, file_env: StoreEnv) -> None:
     q = file_env.open()
     q.enqueue_batch([b"before"] * 10)
@@ -495,7 +527,7 @@ def test_runs_reach_the_executors_as_stretches_read_from_the_log(
     runs = list(pieces.run_pieces(loaded.state))
     monkeypatch.setattr(tables, "appends", appends)
     assert [r.count for r in runs] == [7, 7, 3, 7, 2]
-    batches = list(pieces.read(s3q.store.open_store(url), list(runs)))
+    batches = list(pieces.read(lambda _: s3q.store.open_store(url), list(runs)))
     rows = [row for batch in batches for row in batch.to_pylist()]
     assert [row["id"] for row in rows] == first[3:] + second
     assert [row["payload"] for row in rows[:2]] == [b"p3...", b"p4...."]
@@ -528,7 +560,7 @@ def test_many_small_runs_are_read_with_a_few_gets(tmp_path: Path) -> None:
     objects = len({run.seq for run in runs})
     assert len(runs) == n and objects < 100, "one run per message: the case this test is about"
     store = s3q.store.open_store(url)
-    batches = list(pieces.read(store, list(runs)))
+    batches = list(pieces.read(lambda _: store, list(runs)))
     gets = store.counts.gets
     assert gets <= 3 * objects, f"{gets} GETs for {n} one-message runs in {objects} objects"
     rows = [row for batch in batches for row in batch.to_pylist()]

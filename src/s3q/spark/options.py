@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..errors import InvalidConfig
+from ..partitions import url_of
 from ..store import STORE_OPTIONS, Store, open_store
 
 T = TypeVar("T")
@@ -22,8 +23,9 @@ class Options:
     store: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, str] = field(default_factory=dict)
 
-    def open_store(self) -> Store:
-        return open_store(self.url, dict(self.store))
+    def open_store(self, partition: int = 0) -> Store:
+        """The queue's store, or that of its partition ``partition`` (``s3q.partitions``)."""
+        return open_store(url_of(self.url, partition), dict(self.store))
 
     def text(self, name: str, default: str | None = None) -> str | None:
         return self.extra.get(name.lower(), default)

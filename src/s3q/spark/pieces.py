@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from operator import itemgetter
 from typing import Any, Protocol
 
@@ -23,7 +23,7 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from .. import ids, log, tables
+from .. import ids, log, partitions, tables
 from ..ops import Append
 from ..snapshot import SnapshotExpired
 from ..state import QueueState
@@ -150,6 +150,7 @@ class RunPiece(msgspec.Struct, array_like=True):
     enqueued_at: float
     size: int  # payload bytes, about (for planning)
     tenant: str | None = None
+    partition: int = 0  # the queue's partition whose log holds them (``s3q.partitions``)
 
     def resolve(self, table: RunTable) -> Piece:
         """The piece these members make, from the table of the Append that holds them."""
@@ -165,7 +166,7 @@ class RunPiece(msgspec.Struct, array_like=True):
         n = len(offsets)
         none: list[Any] = [None] * n
         return Piece(
-            self.stage or log.key(self.seq),
+            partitions.key_of(self.partition, self.stage or log.key(self.seq)),
             offsets,
             op.sizes[start:end],
             ids.make_many(self.queue, self.seq, self.first, n),
@@ -235,8 +236,9 @@ class RunTables:
         return self._tables[piece.seq][i]
 
 
-def run_pieces(state: QueueState) -> Iterator[RunPiece]:
-    """The untouched messages of ``state``, as run pieces of at most PARTITION_ROWS."""
+def run_pieces(state: QueueState, partition: int = 0) -> Iterator[RunPiece]:
+    """The untouched messages of ``state`` (the queue's partition ``partition``), as run
+    pieces of at most PARTITION_ROWS."""
     for run in state.runs:
         front, left = run.front_place(), len(run)
         each = run.bytes / left if left else 0
@@ -254,6 +256,7 @@ def run_pieces(state: QueueState) -> Iterator[RunPiece]:
                 run.enqueued_at,
                 round(each * count),
                 run.tenant,
+                partition,
             )
 
 
@@ -296,9 +299,12 @@ def plan(entries: Iterable[Entry], runs: Iterable[RunPiece] = ()) -> list[list[P
     return partitions
 
 
-def read(store: Store, pieces: list[Piece | RunPiece]) -> Iterator[pa.RecordBatch]:
-    """The record batches of ``pieces``, read from ``store`` a few GETs at a time."""
-    fetched = _loop().run_until_complete(_fetch(store, pieces))
+def read(
+    stores: Callable[[int], Store], pieces: list[Piece | RunPiece]
+) -> Iterator[pa.RecordBatch]:
+    """The record batches of ``pieces``, read a few GETs at a time from the queue's store
+    (``stores(0)``; the tables of run pieces from their partition's, ``stores(i)``)."""
+    fetched = _loop().run_until_complete(_fetch(stores, pieces))
     for piece, data, base in fetched:
         yield record_batch(piece, data, base)
 
@@ -313,7 +319,9 @@ def _loop() -> asyncio.AbstractEventLoop:
     return _loops[0]
 
 
-async def _fetch(store: Store, pieces: list[Piece | RunPiece]) -> list[tuple[Piece, bytes, int]]:
+async def _fetch(
+    stores: Callable[[int], Store], pieces: list[Piece | RunPiece]
+) -> list[tuple[Piece, bytes, int]]:
     """Run pieces resolved (each log object's table read once), pieces near one another in
     an object joined, and each read with one GET."""
     limit = asyncio.Semaphore(READ_CONCURRENCY)
@@ -329,10 +337,20 @@ async def _fetch(store: Store, pieces: list[Piece | RunPiece]) -> list[tuple[Pie
                     "took longer than the queue's gc_grace"
                 ) from None
 
+    store = stores(0)
     try:
-        seqs = [p.seq for p in pieces if isinstance(p, RunPiece)]
-        runs = await RunTables.read(store, seqs)
-        resolved = [p.resolve(runs.of(p)) if isinstance(p, RunPiece) else p for p in pieces]
+        runs: dict[int, RunTables] = {}
+        for index in sorted({p.partition for p in pieces if isinstance(p, RunPiece)}):
+            seqs = [p.seq for p in pieces if isinstance(p, RunPiece) and p.partition == index]
+            at = store if index == 0 else stores(index)
+            try:
+                runs[index] = await RunTables.read(at, seqs)
+            finally:
+                if at is not store:
+                    await at.close()
+        resolved = [
+            p.resolve(runs[p.partition].of(p)) if isinstance(p, RunPiece) else p for p in pieces
+        ]
         return await asyncio.gather(*(get(p) for p in join_near(resolved)))
     finally:
         await store.close()

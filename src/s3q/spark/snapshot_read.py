@@ -8,18 +8,19 @@ snapshot (their payloads may already be collected).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from .. import log
-from ..errors import InvalidArgument, InvalidConfig
+from .. import log, partitions
+from ..errors import InvalidConfig
 from ..message import MessageStatus
 from ..records import DONE
 from ..snapshot import Loaded, load
-from ..state import blob_key
+from ..state import QueueState, blob_key
 from . import pieces
 from .options import Options, run
 
@@ -52,8 +53,19 @@ class SnapshotReader(DataSourceReader):
                 )
 
     def partitions(self) -> list[InputPartition]:
-        loaded = run(_load(self.options))
-        state, now = loaded.state, time.time()
+        now = time.time()
+        chosen: list[pieces.Entry] = []
+        runs: list[pieces.RunPiece] = []
+        for index, loaded in enumerate(run(_load_all(self.options))):  # each of its partitions
+            chosen += self._chosen(loaded.state, index, now)
+            if MessageStatus.PENDING.value in self.statuses:
+                runs += pieces.run_pieces(loaded.state, index)
+        planned = pieces.plan(chosen, runs)
+        return [PiecesPartition(i, p) for i, p in enumerate(planned)] or [PiecesPartition(0, [])]
+
+    def _chosen(self, state: QueueState, index: int, now: float) -> list[pieces.Entry]:
+        """The messages of ``state`` (the queue's partition ``index``) with a status asked
+        for, each where its payload lies (keys from the queue's URL)."""
         log_keys: dict[int, str] = {}
         chosen: list[pieces.Entry] = []
         for rec in state.records():
@@ -63,34 +75,37 @@ class SnapshotReader(DataSourceReader):
             if status not in self.statuses:
                 continue
             if rec.stage is not None:
-                chosen.append((rec.stage, rec.offset, rec.size, rec, status))
-            elif rec.offset < 0:
-                chosen.append((blob_key(rec.id), 0, rec.size, rec, status))
-            else:
-                key = log_keys.get(rec.payload_seq)
-                if key is None:
-                    key = log_keys[rec.payload_seq] = log.key(rec.payload_seq)
+                key = partitions.key_of(index, rec.stage)
                 chosen.append((key, rec.offset, rec.size, rec, status))
-        runs = pieces.run_pieces(state) if MessageStatus.PENDING.value in self.statuses else ()
-        planned = pieces.plan(chosen, runs)
-        return [PiecesPartition(i, p) for i, p in enumerate(planned)] or [PiecesPartition(0, [])]
+            elif rec.offset < 0:
+                key = partitions.key_of(index, blob_key(rec.id))
+                chosen.append((key, 0, rec.size, rec, status))
+            else:
+                known = log_keys.get(rec.payload_seq)
+                if known is None:
+                    known = partitions.key_of(index, log.key(rec.payload_seq))
+                    log_keys[rec.payload_seq] = known
+                chosen.append((known, rec.offset, rec.size, rec, status))
+        return chosen
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, PiecesPartition)
         if partition.pieces:
-            yield from pieces.read(self.options.open_store(), partition.pieces)
+            yield from pieces.read(self.options.open_store, partition.pieces)
 
 
-async def _load(options: Options) -> Loaded:
-    store = options.open_store()
+async def _load(options: Options, partition: int = 0) -> Loaded:
+    store = options.open_store(partition)
     try:
-        loaded = await load(store, retries=LOAD_RETRIES)
+        return await load(store, retries=LOAD_RETRIES)
     finally:
         await store.close()
-    count = loaded.state.settings.get("partitions", 1)
-    if isinstance(count, int) and count > 1:  # (its other partitions' messages are elsewhere)
-        raise InvalidArgument(
-            f"queue {options.url} has {count} partitions: the Spark source reads a queue of "
-            "one partition (partition 0's log alone would be a part of the queue)"
-        )
-    return loaded
+
+
+async def _load_all(options: Options) -> list[Loaded]:
+    """The index of each of the queue's partitions (one, unless it has several)."""
+    first = await _load(options)
+    count = first.state.settings.get("partitions", 1)
+    if not isinstance(count, int) or count <= 1:
+        return [first]
+    return [first, *await asyncio.gather(*(_load(options, i) for i in range(1, count)))]

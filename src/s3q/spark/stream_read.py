@@ -250,7 +250,7 @@ class ConsumeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, PiecesPartition)
         if partition.pieces:
-            yield from pieces.read(self.options.open_store(), partition.pieces)
+            yield from pieces.read(self.options.open_store, partition.pieces)
 
     def commit(self, end: dict[str, int]) -> None:
         self._complete_through(self._open(), end["n"])
