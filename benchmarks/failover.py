@@ -1,7 +1,7 @@
 """How long a queue stalls when the broker leading it is killed with SIGKILL.
 
     python benchmarks/failover.py [--store file|s3] [--lease-ttl 10] [--brokers 3]
-        [--log-objects 0]
+        [--log-objects 0] [--partitions 1]
 
 Starts ``--brokers`` brokers over one store (a temporary directory, or a local moto S3 server).
 Broker A leads queue ``q`` and first writes ``--log-objects`` log objects to it (one enqueue
@@ -11,6 +11,11 @@ when A's writer lease lapses (at once on a directory, whose lock dies with its p
 ``--lease-ttl`` on S3). Prints the longest wait for one enqueue around the kill, which brokers
 led the queue after the kill (one takeover, no ping-pong), and checks that every enqueue that
 was answered is in the queue afterwards.
+
+With ``--partitions N`` the queue is made with N partitions, led by the brokers in turn (each
+broker the others' peer), and each enqueue carries a dedup id, which sends it to that id's
+partition: the kill stops A's partitions alone. Printed besides: when each partition A led was
+led again, and the longest wait of the enqueues that went to the other partitions.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8781)
     parser.add_argument("--brokers", type=int, default=3)
     parser.add_argument("--log-objects", type=int, default=0)
+    parser.add_argument("--partitions", type=int, default=1)
     args = parser.parse_args()
     options: dict[str, Any] = {"lease_ttl": args.lease_ttl}
     moto = None
@@ -49,12 +55,17 @@ def main() -> None:
         moto = local_s3.start("failover")
         options.update(moto.store_options())
         store = "s3://failover/queues"
-    brokers = [spawn(store, args.port + i, options, log_level="error") for i in range(args.brokers)]
+    urls = [f"http://127.0.0.1:{args.port + i}" for i in range(args.brokers)]
+    brokers = [
+        spawn(store, args.port + i, options, log_level="error", peers=urls[:i] + urls[i + 1 :])
+        for i in range(args.brokers)
+    ]
     (a, a_url), others = brokers[0], [url for _, url in brokers[1:]]
-    leaders: list[tuple[float, str]] = []  # (when, leader) each time it changed
+    logs = ["q"] + [f"q@{i}" for i in range(1, args.partitions)]
+    leaders: dict[str, list[tuple[float, str]]] = {name: [] for name in logs}  # changes
     acked: list[str] = []
     errors: list[str] = []
-    waits: list[tuple[float, float]] = []  # (when it started, how long it took)
+    waits: list[tuple[float, float, str | None]] = []  # (start, how long, id answered)
     stop = threading.Event()
 
     def watch() -> None:
@@ -62,8 +73,10 @@ def main() -> None:
             for url in others:
                 with contextlib.suppress(httpx.HTTPError):
                     led = httpx.get(url + "/v1/queues", timeout=1).json()["queues"]
-                    if "q" in led and (not leaders or leaders[-1][1] != url):
-                        leaders.append((time.monotonic(), url))
+                    for name in logs:
+                        seen = leaders[name]
+                        if name in led and (not seen or seen[-1][1] != url):
+                            seen.append((time.monotonic(), url))
             stop.wait(0.05)
 
     def produce() -> None:
@@ -72,15 +85,19 @@ def main() -> None:
             i = 0
             while not stop.is_set():
                 started = time.monotonic()
+                answered = None
                 try:
-                    acked.append(q.enqueue(f"m{i}".encode(), dedup_id=f"m{i}"))
+                    answered = q.enqueue(f"m{i}".encode(), dedup_id=f"m{i}")
+                    acked.append(answered)
                     i += 1
                 except s3q.S3QError as exc:  # cut off by the kill: sent again, same dedup id
                     errors.append(type(exc).__name__)
-                waits.append((started, time.monotonic() - started))
+                waits.append((started, time.monotonic() - started, answered))
 
     try:
         with connect(a_url) as first:
+            if args.partitions > 1:
+                first.queue("q").configure(partitions=args.partitions)
             first.queue("q").enqueue(b"a leads q")
             for i in range(args.log_objects):
                 first.queue("q").enqueue(b"before %d" % i)
@@ -96,10 +113,18 @@ def main() -> None:
         stop.set()
         producer.join()
         watcher.join()
-        around = [w for started, w in waits if started >= killed_at - 1.0]
-        before = sorted(w for started, w in waits if started < killed_at)
         with connect(others) as client:
             stats = client.queue("q").stats()
+        held = {name for name, seen in leaders.items() if not seen or seen[0][0] > killed_at}
+        ids = stats.queue_id.split(",")
+        away = {ids[0] if name == "q" else ids[int(name[2:])] for name in held}
+        around = [w for started, w, _ in waits if started >= killed_at - 1.0]
+        untouched = [
+            w
+            for started, w, mid in waits
+            if started >= killed_at - 1.0 and mid is not None and mid[:8] not in away
+        ]
+        before = sorted(w for started, w, _ in waits if started < killed_at)
         print(
             f"store {args.store}, lease_ttl {args.lease_ttl:g} s, {args.brokers} brokers, "
             f"{args.log_objects:,} log objects written before the kill"
@@ -108,10 +133,18 @@ def main() -> None:
         print(f"typical enqueue before the kill: {before[len(before) // 2] * 1000:.1f} ms")
         print(f"longest wait for one enqueue around the kill: {max(around):.2f} s")
         print(f"errors the client saw: {len(errors)} {sorted(set(errors))}")
-        print(
-            "leaders after the kill: "
-            + ", ".join(f"{url} from {when - killed_at:+.2f} s" for when, url in leaders)
-        )
+        for name in logs:
+            moves = [(when, url) for when, url in leaders[name] if when > killed_at - 0.5]
+            print(
+                f"{name}: led after the kill by "
+                + (", ".join(f"{url} from {when - killed_at:+.2f} s" for when, url in moves) or "-")
+                + (" (A led it)" if name in held else "")
+            )
+        if args.partitions > 1 and untouched:
+            print(
+                f"longest wait around the kill of an enqueue into a partition A did not lead: "
+                f"{max(untouched):.2f} s ({len(untouched)} enqueues)"
+            )
         expected = len(set(acked)) + 1 + args.log_objects
         assert stats.pending == expected, "an answered enqueue is missing"
     finally:
