@@ -41,7 +41,8 @@ def main() -> None:
     numbers = (  # noqa: SIM905
         "producers consumers batch rate sqs_clients sqs_rate job_rate worker_concurrency "
         "delayed delay_max grouped groups tenants disrupt_every sample_every lease_ttl "
-        "visibility_timeout store_timeout commit_timeout gc_grace checkpoint_interval drain"
+        "visibility_timeout store_timeout commit_timeout gc_grace checkpoint_interval "
+        "completed_retention drain"
     ).split()
     for name in numbers:
         value = getattr(defaults, name)

@@ -90,6 +90,8 @@ class SoakPlan:
     commit_timeout: float = 5.0
     gc_grace: float = 300.0
     checkpoint_interval: float = 60.0
+    #: seconds each queue remembers completed messages (their memory grows until it passes)
+    completed_retention: float = 3600.0
     drain: float = 10.0  # seconds consumers go on after the producers stop
 
     def broker_options(self) -> dict[str, Any]:
@@ -100,6 +102,7 @@ class SoakPlan:
             "commit_timeout": self.commit_timeout,
             "gc_grace": self.gc_grace,
             "checkpoint_interval": self.checkpoint_interval,
+            "completed_retention": self.completed_retention,
             "max_attempts": 3,
             "retry_delay": 0.2,
             "retry_delay_max": 1.0,
