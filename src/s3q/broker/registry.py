@@ -30,9 +30,6 @@ DEFAULT_LEASE_TTL = QueueConfig().lease_ttl
 log = logging.getLogger("s3q.broker")
 
 DOWN_FOR = 5.0  # seconds a broker that failed a forwarded call is not sent more
-#: seconds a broker trusts that a queue led elsewhere has one partition before asking again
-#: (a new queue may be given partitions before its first message; a count above 1 is final)
-RECOUNT_EVERY = 10.0
 
 
 class QueueRegistry:
@@ -81,7 +78,6 @@ class QueueRegistry:
         self._queues: dict[str, AsyncQueue] = {}
         self._forwarded: dict[str, ForwardedQueue] = {}
         self._partitioned: dict[str, PartitionedQueue] = {}
-        self._counted: dict[str, float] = {}  # queue led elsewhere -> when found unpartitioned
         self._down: dict[str, float] = {}  # broker address -> until when it counts as down
         self._opening: dict[str, asyncio.Lock] = {}
         self._closing_idle: set[str] = set()  # idle queues being closed
