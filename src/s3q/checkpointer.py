@@ -109,11 +109,11 @@ class Checkpointer:
             or bool(ops and self.clock() - self.last_at >= self.every_seconds)
         )
 
-    def sealed(self, seq: int, state: QueueState) -> bytearray | None:
-        """Log object ``seq`` leaves for the store: the encoded checkpoint of ``state`` as of
-        it, if one is due."""
+    def leaving(self, state: QueueState) -> bool:
+        """A log object leaves for the store: whether a checkpoint of ``state`` as of it is due
+        (counting that object)."""
         self.objects_since += 1
-        return self.take(seq, state) if self.due(state) else None
+        return self.due(state)
 
     def take(self, seq: int, state: QueueState) -> bytearray:
         """The encoded checkpoint of ``state``, which holds exactly the log up to ``seq``."""

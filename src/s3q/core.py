@@ -50,7 +50,7 @@ class Core:
         self.state = QueueState()  # recovery replaces it
         self.commit = commit
         self.token = token
-        self.cache = ObjectCache(config.payload_cache_bytes)
+        self.cache = ObjectCache(config.payload_cache_bytes, self._holds_live_payloads)
         self.closed = False
         self.tally = Tally()
         self.horizon = Horizon()  # how far history retention lets collection go
@@ -63,6 +63,10 @@ class Core:
         self.idle.set()
         self.unpaused = asyncio.Event()  # clear while the index is read back after a pause
         self.unpaused.set()
+
+    def _holds_live_payloads(self, seq: int) -> bool:
+        """Whether log object ``seq`` holds payloads of messages not finished."""
+        return seq in self.state.payloads.refs
 
     def check(self) -> None:
         """Raise why this writer stopped or paused, or that it was closed, if any."""

@@ -36,11 +36,13 @@ class Upkeep:
     # -- riding the commits ----------------------------------------------------------------------
 
     def sealing(self, batch: Batch) -> bytearray | None:
-        """``batch`` leaves for the store: prune if a checkpoint is due (the Prune rides the
-        batch the checkpoint is taken at), and take that checkpoint."""
-        if self.checkpointer.due(self.core.state):
-            self.prune()
-        return self.checkpointer.sealed(batch.seq, self.core.state)
+        """``batch`` leaves for the store: if a checkpoint is due as of it, prune (the Prune
+        rides ``batch``) and take that checkpoint. Pruning happens only here and on request,
+        so every due checkpoint, whatever made it due, must prune first."""
+        if not self.checkpointer.leaving(self.core.state):
+            return None
+        self.prune()
+        return self.checkpointer.take(batch.seq, self.core.state)
 
     def sealed_durable(self, batch: Batch, checkpoint: bytearray | None) -> None:
         """``batch`` is durable: keep its payloads at hand, and write its checkpoint if any."""
