@@ -20,6 +20,7 @@ import pytest
 from cli_runner import cli, data, failed, ok
 from conftest import child_env, free_port
 
+import s3q
 from s3q import ids
 
 
@@ -280,6 +281,73 @@ def test_dlq_list_and_redrive(tmp_path: Path) -> None:
     assert data(cli(tmp_path, "dlq", "list", "q", "--json"))["messages"] == []
     figures = counts(tmp_path)
     assert figures["pending"] == 3 and figures["dead"] == 0
+
+
+# --------------------------------------------------------------------------- create
+
+
+def saved_settings(tmp_path: Path, name: str = "q") -> dict[str, Any]:
+    """The settings in force of queue ``name`` of the test's store, read through the API."""
+    with s3q.open(str(tmp_path / "store" / name)) as q:
+        return dict(q.configure())
+
+
+def test_create_partitioned_queue_with_settings(tmp_path: Path) -> None:
+    made = data(
+        cli(tmp_path, "create", "q", "--partitions", "3", "--set", "max_attempts=5", "--json")
+    )
+    assert made == {
+        "queue": str(tmp_path / "store" / "q"),
+        "created": True,
+        "partitions": 3,
+        "settings": {"max_attempts": 5, "partitions": 3},
+    }
+    figures = counts(tmp_path)
+    assert len(figures["partitions"]) == 3 and figures["total_enqueued"] == 0
+    assert saved_settings(tmp_path)["max_attempts"] == 5
+    text = ok(cli(tmp_path, "create", "plain", "--set", "delivery=fair"))
+    assert text.strip() == (
+        f"created queue {tmp_path / 'store' / 'plain'}: partitions 1, delivery fair"
+    )
+
+
+def test_create_again_with_the_same_settings_says_it_existed(tmp_path: Path) -> None:
+    args = ("create", "q", "--partitions", "3", "--set", "visibility_timeout=60")
+    assert data(cli(tmp_path, *args, "--json"))["created"] is True
+    again = data(cli(tmp_path, *args, "--json"))
+    assert again["created"] is False and again["partitions"] == 3
+    assert again["settings"] == {"visibility_timeout": 60, "partitions": 3}
+    assert ok(cli(tmp_path, *args)).startswith("queue existed ")
+    assert len(counts(tmp_path)["partitions"]) == 3
+
+
+def test_create_refuses_other_partitions_once_a_message_was_enqueued(tmp_path: Path) -> None:
+    ok(cli(tmp_path, "create", "q", "--set", "max_attempts=4"))
+    ok(cli(tmp_path, "enqueue", "q", "x"))
+    error = failed(
+        cli(tmp_path, "create", "q", "--partitions", "2", "--set", "max_attempts=9"),
+        1,
+        "InvalidConfig",
+        "has partitions=1, not 2",
+        "never changed after",
+    )
+    assert "Traceback" not in error
+    figures = counts(tmp_path)
+    assert figures["partitions"] == [] and figures["pending"] == 1
+    settings = saved_settings(tmp_path)
+    assert settings["partitions"] == 1 and settings["max_attempts"] == 4  # nothing changed
+
+
+def test_create_refuses_a_bad_setting(tmp_path: Path) -> None:
+    failed(
+        cli(tmp_path, "create", "q", "--set", "max_attempts=many"),
+        1,
+        "InvalidConfig: max_attempts must be an integer",
+        "'many'",
+    )
+    failed(cli(tmp_path, "create", "q", "--set", "lease_ttl=5"), 1, "not a setting saved")
+    failed(cli(tmp_path, "create", "q", "--partitions", "65"), 1, "partitions must be")
+    assert not (tmp_path / "store" / "q").exists()  # nothing was created
 
 
 # --------------------------------------------------------------------------- purge

@@ -28,14 +28,14 @@ from ..broker.limits import (
     DEFAULT_MAX_BODY,
     DEFAULT_MAX_CONNECTIONS,
 )
-from ..config import MAX_WINDOW
+from ..config import MAX_WINDOW, check_settings
 from ..errors import S3QError
 from ..prices import S3, named_prices
 from ..store import queue_url
 from . import history
 from .demo import run_demo
 from .errors import friendly_errors, one_line
-from .inputs import Item, parse_attributes, read_items
+from .inputs import Item, parse_attributes, parse_settings, read_items
 from .render import (
     console,
     emit_json,
@@ -52,6 +52,7 @@ from .render import (
     watch_stats,
 )
 from .stores import (
+    exists,
     opened,
     resolve,
     scratch_store_option,
@@ -679,6 +680,51 @@ def dlq_redrive(name: str, ids: tuple[str, ...], as_json: bool, store: str | Non
 
 
 # --------------------------------------------------------------------------- writing
+
+
+@main.command()
+@click.argument("name")
+@click.option(
+    "--partitions",
+    type=int,
+    metavar="N",
+    help="Logs to spread the queue over, 1-64; only before its first message "
+    "[default: 1, or what the queue has].",
+)
+@click.option(
+    "--set",
+    "pairs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A setting saved with the queue (max_attempts, visibility_timeout, delivery, ...); "
+    "VALUE is JSON, else text; repeatable.",
+)
+@json_option
+@store_option
+@friendly_errors
+def create(
+    name: str, partitions: int | None, pairs: tuple[str, ...], as_json: bool, store: str | None
+) -> None:
+    """Make queue NAME with the settings given, and show it.
+
+    A queue that exists already is opened with them: the same settings change nothing, other
+    ones are saved; another partition count for a queue that held a message is refused, and
+    then nothing changes.
+    """
+    url = resolve(name, store)
+    settings = parse_settings(pairs)
+    if partitions is not None and settings.setdefault("partitions", partitions) != partitions:
+        raise click.UsageError("--partitions and --set partitions= differ")
+    check_settings(settings)  # a bad value is refused before the store is touched
+    existed = exists(url)
+    with opened(url, create=True, settings=settings) as q:
+        now = q.configure()  # the settings in force
+    given = {key: now[key] for key in settings}
+    text = f"{'queue existed' if existed else 'created queue'} {shown(url)}"
+    text += f": partitions {now['partitions']}"
+    text += "".join(f", {key} {value}" for key, value in given.items() if key != "partitions")
+    fields = {"created": not existed, "partitions": now["partitions"], "settings": given}
+    show_result(url, as_json, text, fields)
 
 
 @main.command()

@@ -1,5 +1,6 @@
 """What ``s3q enqueue`` reads: its PAYLOAD, the lines of stdin or a JSON Lines file, and
-``--attribute KEY=VALUE`` pairs, each message checked before any is enqueued."""
+``--attribute KEY=VALUE`` pairs, each message checked before any is enqueued; and the
+``--set KEY=VALUE`` queue settings of ``s3q create``."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from typing import Any
 import click
 from rich.console import Console
 
-from ..errors import InvalidArgument
+from ..config import PERSISTED, Setting
+from ..errors import InvalidArgument, InvalidConfig
 from ..validate import item_of
 from .errors import one_line
 from .render import progress_bar
@@ -38,15 +40,37 @@ class LineError(Exception):
     """What is wrong with one line of an enqueue file."""
 
 
-def parse_attributes(pairs: tuple[str, ...]) -> dict[str, str] | None:
-    """``--attribute KEY=VALUE`` pairs as a mapping; None for none."""
-    attributes: dict[str, str] = {}
+def parse_pairs(pairs: tuple[str, ...], option: str) -> dict[str, str]:
+    """``KEY=VALUE`` pairs of a repeatable ``option`` as a mapping (a later KEY wins)."""
+    mapping: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise click.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint="--attribute")
-        attributes[key] = value
-    return attributes or None
+            raise click.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint=option)
+        mapping[key] = value
+    return mapping
+
+
+def parse_attributes(pairs: tuple[str, ...]) -> dict[str, str] | None:
+    """``--attribute KEY=VALUE`` pairs as a mapping; None for none."""
+    return parse_pairs(pairs, "--attribute") or None
+
+
+def parse_settings(pairs: tuple[str, ...]) -> dict[str, Setting]:
+    """``--set KEY=VALUE`` queue settings (``s3q.config.PERSISTED``), each VALUE read as JSON
+    (``5``, ``0.5``, ``null``, ``{"team": "a"}``), else as text (``fair``): its type and bounds
+    are left to ``QueueConfig``, whose InvalidConfig says what is wrong."""
+    settings: dict[str, Setting] = {}
+    for key, text in parse_pairs(pairs, "--set").items():
+        if key not in PERSISTED:
+            raise InvalidConfig(
+                f"{key!r} is not a setting saved with a queue; those are: {', '.join(PERSISTED)}"
+            )
+        try:
+            settings[key] = json.loads(text)
+        except json.JSONDecodeError:
+            settings[key] = text
+    return settings
 
 
 def read_items(

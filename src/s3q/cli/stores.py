@@ -7,6 +7,7 @@ queues live, each queue at ``<store>/<NAME>``.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shlex
@@ -19,7 +20,9 @@ import click
 
 import s3q
 
-from ..store import DEFAULT_STORE, default_store, queue_url
+from ..config import Setting
+from ..lease import KEY as LEASE_KEY
+from ..store import DEFAULT_STORE, default_store, open_store, queue_url
 
 if TYPE_CHECKING:
     from ..client import RemoteQueue
@@ -92,21 +95,54 @@ def local_path(url: str) -> str | None:
 
 
 @contextmanager
-def opened(url: str, *, create: bool = False) -> Iterator[s3q.Queue | RemoteQueue]:
+def opened(
+    url: str, *, create: bool = False, settings: dict[str, Setting] | None = None
+) -> Iterator[s3q.Queue | RemoteQueue]:
     """The queue at ``url``, opened as its writer, or through the broker of an ``http(s)://``
     store (with ``$S3Q_TOKEN``); a missing local queue is an error unless ``create``
-    (reading a mistyped name must not create an empty queue)."""
+    (reading a mistyped name must not create an empty queue). ``settings``: queue settings
+    the open gives (saved with the queue), or the broker is asked to configure."""
     from ..client import TOKEN_ENV, connect, is_broker_url, split_queue_url
 
     if is_broker_url(url):
         broker, name = split_queue_url(url)
         with connect(broker, token=os.environ.get(TOKEN_ENV)) as client:
-            yield client.queue(name)
+            queue = client.queue(name)
+            if settings:
+                queue.configure(**settings)
+            yield queue
         return
     path = local_path(url)
     if not create and path is not None and not os.path.isdir(path):
         raise click.ClickException(
-            f"no queue at {url}: check NAME and --store (enqueue creates a queue)"
+            f"no queue at {url}: check NAME and --store (enqueue and create make a queue)"
         )
-    with s3q.open(url) as q:
+    with s3q.open(url, **(settings or {})) as q:
         yield q
+
+
+def exists(url: str) -> bool:
+    """Whether the store holds the queue at ``url`` (it was opened once); nothing is written."""
+    from ..client import TOKEN_ENV, QueueNotFound, connect, is_broker_url, split_queue_url
+
+    if is_broker_url(url):
+        broker, name = split_queue_url(url)
+        with connect(broker, token=os.environ.get(TOKEN_ENV)) as client:
+            try:
+                client.queue(name).stats()  # a read: the broker does not create the queue
+            except QueueNotFound:
+                return False
+            return True
+    path = local_path(url)
+    if path is not None:
+        return os.path.isdir(path)
+    return asyncio.run(_leased(url))
+
+
+async def _leased(url: str) -> bool:
+    """Whether the object store of ``url`` holds the queue's writer lease: one GET."""
+    store = open_store(url)
+    try:
+        return await store.get_versioned(LEASE_KEY) is not None
+    finally:
+        await store.close()
