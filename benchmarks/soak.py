@@ -82,7 +82,8 @@ def main() -> None:
         print(
             f"{d['kind']} of {d['broker']} (led {', '.join(d['queues'])}) at "
             f"{d['started']:.1f} s: served again after {d['served_again']} s "
-            f"{d['served_again_by_queue']}, taken over by {d['takers']}, a possible taker's "
+            f"{d['served_again_by_queue']}, taken over by {d['takers']} "
+            f"(their leases after {d['taken_after']} s), a possible taker's "
             f"store partitioned meanwhile {d['takers_partitioned']} s: recovered in "
             f"{d['recovered']} s"
         )

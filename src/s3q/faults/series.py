@@ -355,6 +355,9 @@ def report(run: SoakRun, command: str) -> dict[str, Any]:
                 "takers_partitioned": takers_partitioned(run, d),
                 "recovered": recovered(run, d),
                 "takers": {q: url for q, (url, _) in d.takers.items()},
+                #: seconds from the disruption to the lease naming the taker: the rest of
+                #: ``served_again`` is the clients finding it
+                "taken_after": {q: at - d.started for q, (_, at) in d.takers.items()},
             }
             for d in run.disruptions
         ],
