@@ -31,6 +31,12 @@ from .state import QueueState
 from .store import Store
 
 DELETE_CONCURRENCY = 16
+#: checkpoints newer than the stable one are thinned to about this many per ``gc_grace``
+#: (besides the newest ``KEEP_NEWEST``): what a later pass finds stable is at most
+#: ``gc_grace / RUNGS`` younger than it could have been, and a busy queue does not keep every
+#: checkpoint it took in ``gc_grace`` (at one per 100 log objects, hundreds of megabytes)
+RUNGS = 8
+KEEP_NEWEST = 2
 RELOCATE_BUDGET = 16 * 1024 * 1024  # bytes of payload copied forward per pass
 STRAGGLER_SHARE = 0.25  # an object whose live payloads are below this share of it is compacted
 
@@ -99,8 +105,59 @@ async def collect(writer: Writer) -> CompactionReport:
     report.stable_checkpoint = stable
     if stable:
         await _delete_garbage(writer, report, seqs, stable)
+    await _thin_checkpoints(writer, report, [s for s in seqs if s > stable])
     await _delete_orphans(writer, report)
     return report
+
+
+def thinned(seqs: list[int], taken: dict[int, float], step: float) -> list[int]:
+    """The checkpoints of ``seqs`` (sorted, all newer than the stable one) that can go: all
+    but the newest ``KEEP_NEWEST`` and the oldest taken in each ``step`` seconds of the clock
+    (fixed spans, so what one pass keeps the next keeps too, and some checkpoint ages into
+    the stable one every ``step``). One whose time ``taken`` does not hold (an earlier
+    writer's) is kept: it goes once it is older than a stable one.
+
+    Readers lose nothing: one that finds the checkpoint it chose gone starts from an older
+    one (the stable one is never thinned), and the log after that is kept."""
+    if step <= 0:
+        return []
+    doomed: list[int] = []
+    spans: set[float] = set()
+    for seq in seqs[: max(0, len(seqs) - KEEP_NEWEST)]:
+        at = taken.get(seq)
+        if at is None:
+            continue
+        span = at // step
+        if span in spans:
+            doomed.append(seq)
+        else:
+            spans.add(span)
+    return doomed
+
+
+async def _thin_checkpoints(writer: Writer, report: CompactionReport, newer: list[int]) -> None:
+    """Delete the checkpoints newer than the stable one that ``thinned`` lets go."""
+    known = writer.checkpoints
+    doomed = thinned(newer, known, writer.config.gc_grace / RUNGS)
+    failed = await _delete_all(writer.store, [checkpoint.key(s) for s in doomed], report)
+    for seq in doomed:
+        if checkpoint.key(seq) not in failed:
+            known.pop(seq, None)
+            report.deleted_checkpoints += 1
+
+
+async def _delete_all(store: Store, keys: list[str], report: CompactionReport) -> set[str]:
+    """Delete ``keys``, ``DELETE_CONCURRENCY`` at a time; those that failed (the store's
+    errors noted in ``report``)."""
+    limit = asyncio.Semaphore(DELETE_CONCURRENCY)
+
+    async def delete(key: str) -> None:
+        async with limit:
+            await store.delete(key)
+
+    results = await asyncio.gather(*(delete(k) for k in keys), return_exceptions=True)
+    report.errors += [str(r) for r in results if isinstance(r, S3QError)]
+    return {k for k, r in zip(keys, results, strict=True) if isinstance(r, BaseException)}
 
 
 async def _stable(writer: Writer, seqs: list[int], cutoff: float) -> int:
@@ -135,21 +192,7 @@ async def _delete_garbage(
     store, state, known = writer.store, writer.state, writer.checkpoints
     doomed = await _past_history(writer, report, state.payloads.doomed(stable))
     old_checkpoints = [checkpoint.key(s) for s in seqs if s < stable]
-    limit = asyncio.Semaphore(DELETE_CONCURRENCY)
-
-    async def delete(key: str) -> None:
-        async with limit:
-            await store.delete(key)
-
-    results = await asyncio.gather(
-        *(delete(k) for k in [*old_checkpoints, *doomed]), return_exceptions=True
-    )
-    failed = {
-        k
-        for k, r in zip([*old_checkpoints, *doomed], results, strict=True)
-        if isinstance(r, BaseException)
-    }
-    report.errors = [str(r) for r in results if isinstance(r, S3QError)]
+    failed = await _delete_all(store, [*old_checkpoints, *doomed], report)
     gone = set(doomed) - failed
     state.payloads.forget(gone)
     report.deleted_objects = len(gone)

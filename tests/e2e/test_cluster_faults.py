@@ -8,6 +8,7 @@ import copy
 from typing import Any
 
 from s3q.faults import HARSH, check
+from s3q.faults.cluster import PAUSE_PAST_LEASE
 from s3q.faults.workload import Plan
 
 
@@ -40,7 +41,7 @@ def test_brokers_whose_leader_is_paused_keep_every_promise(
     answered = [p for p in report.pauses if p.writer in opened]
     assert answered, f"no paused writer had answered a call: {report.pauses}"
     for pause in answered:
-        if pause.ended - pause.started < plan.lease_ttl + 1.5:
+        if pause.ended - pause.started < plan.lease_ttl + PAUSE_PAST_LEASE:
             continue  # the calls ended while it was paused
         assert pause.taken_by is not None, f"no other writer took the queue over: {pause}"
         assert opened[pause.taken_by] > pause.started
@@ -48,20 +49,23 @@ def test_brokers_whose_leader_is_paused_keep_every_promise(
     assert taken, "no pause ended in a takeover"
 
     # The check compared the paused writer's acknowledgements with its successor's open: one
-    # of its completions, sent again after that open and acknowledged, is a fenced ack.
-    pause = taken[0]
+    # of its deliveries or completions, sent again after that open and acknowledged, is a
+    # fenced ack. (Under load a paused writer may have answered only enqueues: another one.)
+    def acked_by(writer: str | None) -> list[Any]:
+        kinds = ("dequeue", "complete")
+        return [
+            c
+            for c in history.calls
+            if c.writer == writer and c.kind in kinds and c.outcome == "ok" and c.ids
+        ]
+
+    pause = next((p for p in taken if acked_by(p.writer)), None)
+    assert pause is not None, f"no paused writer acknowledged a delivery or completion: {taken}"
     assert pause.writer is not None and pause.taken_by is not None
     successor = opened[pause.taken_by]
-    acked = [
-        c
-        for c in history.calls
-        if c.writer == pause.writer and c.kind == "complete" and c.outcome == "ok" and c.ids
-    ]
-    assert acked, "the paused writer acknowledged no completion before it was paused"
-    late = copy.deepcopy(acked[-1])
+    late = copy.deepcopy(acked_by(pause.writer)[-1])
     late.invoked, late.returned = successor + 0.01, successor + 0.02
     corrupted = copy.deepcopy(history)
     corrupted.calls.append(late)
-    [violation] = check(corrupted)
-    assert violation.check == "fenced-ack", violation
-    assert pause.writer in violation.detail
+    found = check(corrupted)  # (a copied delivery may also read as a second lease)
+    assert any(v.check == "fenced-ack" and pause.writer in v.detail for v in found), found

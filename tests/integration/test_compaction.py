@@ -23,6 +23,7 @@ from histories import drain_all, observe, payload_for, random_history
 
 import s3q
 from s3q import log
+from s3q.collector import KEEP_NEWEST, RUNGS
 from s3q.store import open_store
 
 
@@ -340,3 +341,37 @@ def test_kill_during_checkpoints_and_gc_loses_nothing(durable_env: StoreEnv) -> 
         assert all(seen[mid].startswith(b"m-") for mid in acked)
     finally:
         q.close()
+
+
+def test_a_busy_queue_keeps_a_few_checkpoints_per_gc_grace_and_still_collects(
+    raw_env: StoreEnv,
+) -> None:
+    """A queue that checkpoints often (here every log object, once a second) does not keep
+    every checkpoint of the last gc_grace: collection thins those newer than the stable one
+    to about RUNGS per gc_grace, and what they let go is still collected once one of them is
+    gc_grace old. Reopening finds the newest."""
+    clock = FakeClock()
+    grace = 80.0
+    opts = dict(clock=clock, gc_grace=grace, completed_retention=0.0, checkpoint_interval=1.0)
+    q = raw_env.open(**opts)
+    first_logs: set[str] = set()
+
+    def checkpoints() -> list[str]:
+        return sorted(k for k in list(raw_env.keys()) if k.startswith("checkpoint/"))
+
+    most = 0
+    for second in range(200):
+        clock.advance(1.0)
+        q.enqueue(payload_for(second))  # a log object, and a checkpoint: one second passed
+        q.complete_batch(q.dequeue(max_messages=1))
+        q.compact()
+        first_logs = first_logs or {k for k in list(raw_env.keys()) if k.startswith("log/")}
+        most = max(most, len(checkpoints()))
+    assert most <= RUNGS + KEEP_NEWEST + 3, most  # not the 80 of a gc_grace
+    assert not first_logs & set(raw_env.keys())  # what the early checkpoints let go went
+    newest = checkpoints()[-1]
+    q.enqueue(b"last")
+    q.close()
+    with raw_env.open(**opts) as q:
+        assert [m.payload for m in q.dequeue(max_messages=5)] == [b"last"]
+    assert newest <= checkpoints()[-1]

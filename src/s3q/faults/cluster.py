@@ -38,6 +38,10 @@ from .proxy import FaultProxy
 from .workload import Budget, Plan, Report, queue_options, read_back, run_calls
 
 QUEUE = "work"
+#: seconds a paused leader stays paused past its lease: the time another broker has to notice
+#: the lease lapsed and take the queue over (``lease_ttl`` + 2 s is the promise: the rest
+#: is room for a loaded machine)
+PAUSE_PAST_LEASE = 3.0
 
 
 @dataclass
@@ -242,7 +246,7 @@ async def _pause_leaders(
     calls: asyncio.Future[None],
 ) -> None:
     """Until ``calls`` is done: about every ``every`` seconds, SIGSTOP the broker whose
-    address the writer lease names for ``lease_ttl + 1.5`` s, then SIGCONT it."""
+    address the writer lease names for ``lease_ttl + PAUSE_PAST_LEASE`` s, then SIGCONT it."""
     if not every:
         return
     rng = random.Random(f"pause-{plan.seed}")
@@ -258,7 +262,7 @@ async def _pause_leaders(
         started = time.monotonic()
         os.kill(child.pid, signal.SIGSTOP)
         try:
-            await asyncio.wait([calls], timeout=plan.lease_ttl + 1.5)
+            await asyncio.wait([calls], timeout=plan.lease_ttl + PAUSE_PAST_LEASE)
         finally:
             os.kill(child.pid, signal.SIGCONT)
         pauses.append(Pause(led_by or "", started, time.monotonic(), writer=lease.token))
