@@ -124,3 +124,60 @@ def test_a_stalled_leader_is_replaced_in_time_and_answers_nothing_it_lost(
         a.proc.send_signal(signal.SIGCONT)
         a.stop()
         b.stop()
+
+
+def test_a_deduplicated_enqueue_left_with_a_stalled_leader_is_made_with_the_next(
+    moto_server: MotoServer, s3_bucket: str, tmp_path: Path
+) -> None:
+    """A client of the other broker enqueues while the leader is stalled: its call, forwarded
+    to the stalled leader, is left in flight when that leader loses its lease. With a dedup id
+    on every message it is made again with the new leader and answered, exactly once; without,
+    its outcome is unknown (the stalled leader may have applied it)."""
+    store = f"s3://{s3_bucket}/{tmp_path.name}"
+    options = {**moto_server.store_options(), "lease_ttl": TTL}
+    ports = [free_port(), free_port()]
+    peers = [f"http://127.0.0.1:{port}" for port in ports]
+    a = Node(store, options, port=ports[0], peers=peers)
+    b = Node(store, options, port=ports[1], peers=peers)
+    try:
+        with connect(a.url, timeout=30) as ca:
+            ca.queue("held").enqueue(b"before", dedup_id="before")
+        assert a.led() == ["held"] and b.led() == []
+        answers: dict[str, object] = {}
+
+        def send(name: str, **keys: Any) -> None:
+            with connect(b.url, timeout=30) as cb:  # the broker that does not lead
+                try:
+                    answers[name] = cb.queue("held").enqueue(name.encode(), **keys)
+                except s3q.S3QError as exc:
+                    answers[name] = exc
+
+        a.proc.send_signal(signal.SIGSTOP)
+        stalled = time.monotonic()
+        try:
+            senders = [
+                threading.Thread(target=send, args=("deduplicated",), kwargs={"dedup_id": "d"}),
+                threading.Thread(target=send, args=("plain",)),
+            ]
+            for sender in senders:
+                sender.start()
+            for sender in senders:
+                sender.join(30)
+            answered = time.monotonic() - stalled
+            print(f"\nanswered {answered:.2f} s after the stall: {answers}")
+            assert isinstance(answers["deduplicated"], str), answers
+            assert isinstance(answers["plain"], s3q.OutcomeUnknown), answers
+            assert answered <= TTL + 2.0, answered
+            assert b.led() == ["held"]
+        finally:
+            a.proc.send_signal(signal.SIGCONT)
+        with connect(b.url) as cb:
+            on_b = cb.queue("held")
+            assert on_b.status(str(answers["deduplicated"])) is s3q.MessageStatus.PENDING
+            again = on_b.enqueue(b"deduplicated", dedup_id="d")
+            assert again == answers["deduplicated"]  # made once: the same id answers
+            assert on_b.stats().pending in (2, 3)  # before, deduplicated; plain if applied
+    finally:
+        a.proc.send_signal(signal.SIGCONT)
+        a.stop()
+        b.stop()

@@ -12,7 +12,11 @@ its lease: once that lapses, this broker takes the queue over and the call ends 
 
 Only calls that certainly did nothing are sent again: those that could not connect, and those
 the leader refused with ``Unavailable``. A call whose leader died after receiving it ends with
-a ``StoreError``, as with an embedded queue whose commit failed: its outcome is unknown.
+a ``StoreError``, as with an embedded queue whose commit failed: its outcome is unknown. One
+exception: an enqueue whose every message carries a dedup id, left in flight with a leader
+that lost its lease, is made again with the new leader. The old one can commit nothing more
+once the new one opened, and the new one holds every commit of the old: it answers the ids the
+first attempt made, or makes them, exactly once either way.
 
 A lease is only as trustworthy as the store, so calls go only to the configured peers
 (:class:`Peers`), and carry a signature of themselves (:mod:`.peerauth`), never the token.
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 import time
 import types
@@ -184,6 +189,26 @@ def _reusable(value: object) -> object:
     return value
 
 
+def _deduplicated(name: str, arguments: Mapping[str, Any]) -> bool:
+    """Whether a call of ``name`` with ``arguments`` makes nothing more if made again: an
+    enqueue whose every message carries a dedup id."""
+    if name == "enqueue":
+        return arguments.get("dedup_id") is not None
+    if name == "enqueue_batch":
+        items = arguments.get("items")
+        return (
+            isinstance(items, list)
+            and bool(items)
+            and all(isinstance(it, dict) and it.get("dedup_id") is not None for it in items)
+        )
+    return False
+
+
+class LeaseLost(OutcomeUnknown):
+    """The leader a call was sent to stopped answering and lost its lease while the call was
+    in flight: it may have applied it."""
+
+
 class forwarded(Generic[P, R]):
     """The coroutine method ``method`` of the queue surface, sent on to the queue's leader
     (``ForwardedQueue._call``): a descriptor, bound like a function."""
@@ -192,12 +217,14 @@ class forwarded(Generic[P, R]):
         self, method: Callable[Concatenate[AsyncQueueSurface, P], Coroutine[Any, Any, R]]
     ) -> None:
         name = method.__name__
+        signature = inspect.signature(method)
 
         @functools.wraps(method)
         async def send(self: ForwardedQueue, /, *args: P.args, **kwargs: P.kwargs) -> R:
             given = [_reusable(a) for a in args]
             named = {k: _reusable(v) for k, v in kwargs.items()}
-            return await self._call(lambda q: getattr(q, name)(*given, **named))
+            again = _deduplicated(name, signature.bind(self, *given, **named).arguments)
+            return await self._call(lambda q: getattr(q, name)(*given, **named), again)
 
         self.function = send
 
@@ -258,8 +285,12 @@ class ForwardedQueue:
             )
         return self._peer
 
-    async def _call(self, method: Callable[[AsyncQueueSurface], Awaitable[T]]) -> T:
-        """``method`` on the queue's leader: the one known, found again only after a failure."""
+    async def _call(
+        self, method: Callable[[AsyncQueueSurface], Awaitable[T]], again: bool = False
+    ) -> T:
+        """``method`` on the queue's leader: the one known, found again only after a failure.
+        ``again``: the call makes nothing more if made twice (``_deduplicated``), so one left
+        in flight with a leader that lost its lease is made with the next leader."""
         loop = asyncio.get_running_loop()
         deadline: float | None = None
         queue: AsyncQueueSurface | None = self._cluster.local(self.name)
@@ -283,6 +314,21 @@ class ForwardedQueue:
                         self._heard(seen)
                 heard(queue.writer if isinstance(queue, AsyncQueue) else None)
                 return await method(queue)
+            except LeaseLost as lost:
+                if not again:
+                    raise
+                if deadline is None:
+                    deadline = loop.time() + self._cluster.failover_timeout
+                elif loop.time() >= deadline:
+                    raise
+                log.info("queue %s: %s; made again with its next leader", self.name, lost)
+                target = await self._cluster.leader(self.name, deadline)  # (here, or found)
+                if isinstance(target, str):
+                    self.leader = target
+                    queue = self._remote()
+                else:
+                    queue = target
+                continue
             except (BrokerUnreachable, Unavailable, QueueClosed) as exc:
                 if not isinstance(queue, AsyncRemoteQueue):
                     raise  # this broker's own queue: nothing to fail over to
@@ -335,13 +381,13 @@ class ForwardedQueue:
                 except StoreError:  # the store is away
                     await asyncio.wait([task], timeout=ttl / 6)
                     continue
-                raise OutcomeUnknown(
+                raise LeaseLost(
                     f"queue {self.name}: its leader {self.leader} stopped answering and lost "
                     "its lease while this call was in flight; it may have applied it. This "
                     "broker leads the queue now: retry with a dedup id"
                 )
             if not task.done():
-                raise OutcomeUnknown(
+                raise LeaseLost(
                     f"queue {self.name}: its leader {self.leader} stopped answering and lost "
                     "its lease to another broker while this call was in flight; it may have "
                     "applied it: retry with a dedup id"
