@@ -52,15 +52,22 @@ def native(url: str, method: str, path: str, body: dict[str, Any] | None = None)
     )
 
 
-def test_a_stalled_leader_is_replaced_in_time_and_answers_nothing_it_lost(
-    moto_server: MotoServer, s3_bucket: str, tmp_path: Path
-) -> None:
+def two_brokers(moto_server: MotoServer, s3_bucket: str, tmp_path: Path) -> tuple[Node, Node]:
+    """Two brokers over one S3 store, each the other's peer, with a ``TTL`` lease."""
     store = f"s3://{s3_bucket}/{tmp_path.name}"
     options = {**moto_server.store_options(), "lease_ttl": TTL}
     ports = [free_port(), free_port()]
     peers = [f"http://127.0.0.1:{port}" for port in ports]
-    a = Node(store, options, port=ports[0], peers=peers)
-    b = Node(store, options, port=ports[1], peers=peers)
+    return (
+        Node(store, options, port=ports[0], peers=peers),
+        Node(store, options, port=ports[1], peers=peers),
+    )
+
+
+def test_a_stalled_leader_is_replaced_in_time_and_answers_nothing_it_lost(
+    moto_server: MotoServer, s3_bucket: str, tmp_path: Path
+) -> None:
+    a, b = two_brokers(moto_server, s3_bucket, tmp_path)
     try:
         cluster = httpx.get(a.url + "/v1/cluster").json()
         assert cluster == {"broker": a.url, "brokers": [a.url, b.url]}
@@ -133,12 +140,7 @@ def test_a_deduplicated_enqueue_left_with_a_stalled_leader_is_made_with_the_next
     to the stalled leader, is left in flight when that leader loses its lease. With a dedup id
     on every message it is made again with the new leader and answered, exactly once; without,
     its outcome is unknown (the stalled leader may have applied it)."""
-    store = f"s3://{s3_bucket}/{tmp_path.name}"
-    options = {**moto_server.store_options(), "lease_ttl": TTL}
-    ports = [free_port(), free_port()]
-    peers = [f"http://127.0.0.1:{port}" for port in ports]
-    a = Node(store, options, port=ports[0], peers=peers)
-    b = Node(store, options, port=ports[1], peers=peers)
+    a, b = two_brokers(moto_server, s3_bucket, tmp_path)
     try:
         with connect(a.url, timeout=30) as ca:
             ca.queue("held").enqueue(b"before", dedup_id="before")
