@@ -106,6 +106,12 @@ async def broker_expiry(store: Store, broker: str) -> float:
     return record.expires_at
 
 
+async def opened_once(store: Store) -> bool:
+    """Whether the queue in ``store`` was ever opened: its writer lease object is there. One
+    GET; nothing is written."""
+    return await store.get_versioned(KEY) is not None
+
+
 def writer_lease(
     store: Store,
     holder: str,

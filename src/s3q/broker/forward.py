@@ -223,7 +223,10 @@ class forwarded(Generic[P, R]):
         async def send(self: ForwardedQueue, /, *args: P.args, **kwargs: P.kwargs) -> R:
             given = [_reusable(a) for a in args]
             named = {k: _reusable(v) for k, v in kwargs.items()}
-            again = _deduplicated(name, signature.bind(self, *given, **named).arguments)
+
+            def again() -> bool:  # asked only when a leader lost its lease with the call
+                return _deduplicated(name, signature.bind(self, *given, **named).arguments)
+
             return await self._call(lambda q: getattr(q, name)(*given, **named), again)
 
         self.function = send
@@ -286,10 +289,12 @@ class ForwardedQueue:
         return self._peer
 
     async def _call(
-        self, method: Callable[[AsyncQueueSurface], Awaitable[T]], again: bool = False
+        self,
+        method: Callable[[AsyncQueueSurface], Awaitable[T]],
+        again: Callable[[], bool] = lambda: False,
     ) -> T:
         """``method`` on the queue's leader: the one known, found again only after a failure.
-        ``again``: the call makes nothing more if made twice (``_deduplicated``), so one left
+        ``again``: whether the call makes nothing more if made twice (``_deduplicated``): one left
         in flight with a leader that lost its lease is made with the next leader."""
         loop = asyncio.get_running_loop()
         deadline: float | None = None
@@ -315,7 +320,7 @@ class ForwardedQueue:
                 heard(queue.writer if isinstance(queue, AsyncQueue) else None)
                 return await method(queue)
             except LeaseLost as lost:
-                if not again:
+                if not again():
                     raise
                 if deadline is None:
                     deadline = loop.time() + self._cluster.failover_timeout

@@ -15,7 +15,7 @@ from ..api import AsyncQueue, open_log
 from ..client.nodes import rank
 from ..config import QueueConfig
 from ..errors import InvalidArgument, InvalidConfig, QueueLocked, Unavailable
-from ..lease import KEY as LEASE_KEY
+from ..lease import opened_once
 from ..partitions import PartitionedQueue
 from ..store import STORE_OPTIONS, open_store, queue_url
 from ..store.base import Counts
@@ -243,7 +243,7 @@ class QueueRegistry:
         there). One GET; nothing is written."""
         store = open_store(self._url_of(name), self.store_options)
         try:
-            return await store.get_versioned(LEASE_KEY) is not None
+            return await opened_once(store)
         finally:
             await store.close()
             self._spent.add(store.counts)

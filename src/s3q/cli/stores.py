@@ -21,7 +21,7 @@ import click
 import s3q
 
 from ..config import Setting
-from ..lease import KEY as LEASE_KEY
+from ..lease import opened_once
 from ..store import DEFAULT_STORE, default_store, open_store, queue_url
 
 if TYPE_CHECKING:
@@ -143,6 +143,6 @@ async def _leased(url: str) -> bool:
     """Whether the object store of ``url`` holds the queue's writer lease: one GET."""
     store = open_store(url)
     try:
-        return await store.get_versioned(LEASE_KEY) is not None
+        return await opened_once(store)
     finally:
         await store.close()
