@@ -92,7 +92,7 @@ def main() -> None:
                 ("the same flood, no tenant", True, None),
             ):
                 url, options = where(store)
-                dwell = asyncio.run(quiet_dwell(url, options, flood, tenant, args.seconds))
+                dwell = asyncio.run(quiet_dwell(url, options, flood, tenant, args.seconds)).dwell
                 sent = int(args.seconds / 0.25) * 4
                 print(
                     f"| {store} | {label} | {len(dwell)} of ~{sent} | {at(dwell, 0.5)} | "

@@ -820,6 +820,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "slow: takes more than a few seconds (runs by default; -m 'not slow' skips it)"
     )
+    config.addinivalue_line(
+        "markers",
+        "alone: holds figures of time (a soak's availability) that a saturated machine would "
+        "miss: scripts/test runs it after the others, one test at a time",
+    )
 
 
 def open_after_crash(env: StoreEnv, **kw: Any) -> tuple[Any, FakeClock]:

@@ -26,7 +26,8 @@ from s3q.faults.series import (
 )
 from s3q.faults.soak import SoakPlan, run_soak
 
-pytestmark = pytest.mark.xdist_group("soak")  # three brokers and a steady load: alone
+# three brokers and a steady load, held to availability and recovery times: after the rest
+pytestmark = pytest.mark.alone
 
 TTL = 3.0
 

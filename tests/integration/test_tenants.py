@@ -18,7 +18,7 @@ import pytest
 from broker_harness import Broker
 from cli_runner import cli, data, ok
 from conftest import FakeClock, StoreEnv, make_env
-from floods import quiet_dwell
+from floods import CONSUMERS, Quiet, quiet_dwell
 from sqs_broker import SqsBroker
 
 import s3q
@@ -306,24 +306,21 @@ def s3_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreEnv]
 
 
 @pytest.mark.slow
-def test_quiet_tenants_dwell_within_twice_their_time_without_a_flood(s3_env: StoreEnv) -> None:
+def test_quiet_tenants_are_not_overtaken_by_a_flood(s3_env: StoreEnv) -> None:
     """On S3, a tenant floods 100x a quiet tenant's rate, past what the consumers can take:
-    the quiet tenants' messages wait at most twice as long as with no flood (the median), and
-    four times at the 90th percentile (a busy writer's commits queue behind each other: two
-    PUTs, not one, for each of the enqueue and the lease). Without tenants the flood is one
-    crowd, and they wait behind its backlog."""
+    every quiet message is delivered, and once its enqueue is acknowledged, at most one message
+    of the flood per consumer goes ahead of it (those chosen before it was there). Without
+    tenants the flood is one crowd, and the quiet messages wait behind its backlog. (Counts,
+    not seconds: the test holds on a loaded machine; benchmarks/tenants.py times the waits.)"""
 
-    def run(flood: bool, tenant: str | None) -> list[float]:
+    def run(flood: bool, tenant: str | None, drain: float) -> Quiet:
         env = s3_env.sibling()
-        return asyncio.run(quiet_dwell(env.url, env.options, flood, tenant, seconds=4.0))
+        return asyncio.run(quiet_dwell(env.url, env.options, flood, tenant, 4.0, drain))
 
-    calm, flooded, crowd = run(False, "big"), run(True, "big"), run(True, None)
-    assert len(calm) >= 60 and len(flooded) >= 60, (len(calm), len(flooded))
-
-    def at(dwell: list[float], p: float) -> float:
-        return dwell[int(p * (len(dwell) - 1))]
-
-    figures = {p: (at(calm, p), at(flooded, p)) for p in (0.5, 0.9)}
-    assert figures[0.5][1] <= 2 * figures[0.5][0], figures
-    assert figures[0.9][1] <= 4 * figures[0.9][0], figures
-    assert len(crowd) < 10 or at(crowd, 0.5) > 10 * at(calm, 0.5), crowd
+    calm, flooded = run(False, "big", 30.0), run(True, "big", 30.0)
+    crowd = run(True, None, 0.3)
+    assert len(calm.dwell) == len(flooded.dwell) == 64, (len(calm.dwell), len(flooded.dwell))
+    assert calm.overtaken[-1] == 0, calm.overtaken
+    assert flooded.overtaken[-1] <= CONSUMERS, flooded.overtaken
+    # the crowd: 3,000 and more ahead, taken 160 a second at most
+    assert len(crowd.dwell) < 10, crowd.dwell
