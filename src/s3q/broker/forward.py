@@ -12,11 +12,13 @@ its lease: once that lapses, this broker takes the queue over and the call ends 
 
 Only calls that certainly did nothing are sent again: those that could not connect, and those
 the leader refused with ``Unavailable``. A call whose leader died after receiving it ends with
-a ``StoreError``, as with an embedded queue whose commit failed: its outcome is unknown. One
-exception: an enqueue whose every message carries a dedup id, left in flight with a leader
-that lost its lease, is made again with the new leader. The old one can commit nothing more
-once the new one opened, and the new one holds every commit of the old: it answers the ids the
-first attempt made, or makes them, exactly once either way.
+a ``StoreError``, as with an embedded queue whose commit failed: its outcome is unknown. The
+exceptions are calls left in flight with a leader that lost its lease which may be made twice
+(``_repeatable``): reads, an enqueue whose every message carries a dedup id, a dequeue that
+completes nothing. They are made again with the new leader. The old one can commit nothing
+more once the new one opened, and the new one holds every commit of the old: it answers the
+ids the first enqueue made, or makes them, exactly once either way; a lease the first dequeue
+made lapses after its visibility timeout, as one whose answer was lost.
 
 A lease is only as trustworthy as the store, so calls go only to the configured peers
 (:class:`Peers`), and carry a signature of themselves (:mod:`.peerauth`), never the token.
@@ -189,9 +191,18 @@ def _reusable(value: object) -> object:
     return value
 
 
-def _deduplicated(name: str, arguments: Mapping[str, Any]) -> bool:
-    """Whether a call of ``name`` with ``arguments`` makes nothing more if made again: an
-    enqueue whose every message carries a dedup id."""
+#: calls that only read: made again with the next leader as they are
+READS = frozenset({"status", "stats", "peek", "dead_letters"})
+
+
+def _repeatable(name: str, arguments: Mapping[str, Any]) -> bool:
+    """Whether a call of ``name`` with ``arguments``, left in flight with a leader that lost
+    its lease, may be made again with the next leader: it only reads; it is an enqueue whose
+    every message carries a dedup id (the next leader answers the ids the first attempt made,
+    or makes them); or it is a dequeue that completes nothing (a lease the first attempt made
+    lapses after its visibility timeout, as one whose answer was lost on the way does)."""
+    if name in READS:
+        return True
     if name == "enqueue":
         return arguments.get("dedup_id") is not None
     if name == "enqueue_batch":
@@ -201,6 +212,8 @@ def _deduplicated(name: str, arguments: Mapping[str, Any]) -> bool:
             and bool(items)
             and all(isinstance(it, dict) and it.get("dedup_id") is not None for it in items)
         )
+    if name in ("dequeue", "dequeue_pages"):
+        return not arguments.get("complete")
     return False
 
 
@@ -225,7 +238,7 @@ class forwarded(Generic[P, R]):
             named = {k: _reusable(v) for k, v in kwargs.items()}
 
             def again() -> bool:  # asked only when a leader lost its lease with the call
-                return _deduplicated(name, signature.bind(self, *given, **named).arguments)
+                return _repeatable(name, signature.bind(self, *given, **named).arguments)
 
             return await self._call(lambda q: getattr(q, name)(*given, **named), again)
 
@@ -294,8 +307,8 @@ class ForwardedQueue:
         again: Callable[[], bool] = lambda: False,
     ) -> T:
         """``method`` on the queue's leader: the one known, found again only after a failure.
-        ``again``: whether the call makes nothing more if made twice (``_deduplicated``): one left
-        in flight with a leader that lost its lease is made with the next leader."""
+        ``again``: whether the call may be made twice (``_repeatable``): one left in flight with
+        a leader that lost its lease is then made with the next leader."""
         loop = asyncio.get_running_loop()
         deadline: float | None = None
         queue: AsyncQueueSurface | None = self._cluster.local(self.name)
@@ -440,7 +453,7 @@ class ForwardedQueue:
                 max_messages, visibility_timeout, wait, per_group=per_group, complete=settle
             )
 
-        return await self._call(take)
+        return await self._call(take, lambda: _repeatable("dequeue_pages", {"complete": settle}))
 
     async def close(self) -> None:
         pass  # nothing to close: the leader owns the queue
