@@ -128,6 +128,12 @@ class AsyncQueue:
         then every call raises it, and the queue must be reopened."""
         return self._engine.failure
 
+    def best_priority(self) -> int | None:
+        """The highest priority of the messages a dequeue would deliver now; None if it would
+        deliver none, or if priorities share deliveries (``delivery="fair"``). How a
+        partitioned queue chooses which of its partitions to take from first."""
+        return self._engine.best_priority()
+
     @property
     def writer(self) -> str:
         """This open's writer token, new at each open of the queue: what a broker's answers

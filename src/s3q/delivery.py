@@ -456,6 +456,36 @@ class DeliveryIndex:
 
     # -- reads -------------------------------------------------------------------------------------
 
+    def best_priority(self, now: float, max_attempts: int) -> int | None:
+        """The highest priority of a message deliverable at ``now``, as ``select`` would find
+        it (the timers due by then fired), None if there is none; what ``select`` would choose
+        is left as it is."""
+        best = self._top_priority()
+        timers, records = self._timers, self._records
+        due = [0] if timers else []  # the heap's entries due by ``now``, walked from its root
+        while due:
+            i = due.pop()
+            if i >= len(timers) or timers[i][0] > now:
+                continue
+            due += (2 * i + 1, 2 * i + 2)
+            _, _, version, mid = timers[i]
+            rec = records.get(mid)
+            if rec is None or rec.version != version or (best is not None and rec.priority <= best):
+                continue
+            if not (rec.state == LEASED and rec.attempts >= max_attempts) and not self.follows(rec):
+                best = rec.priority
+        lapsed = self._stretch_timers
+        due = [0] if lapsed and max_attempts > 1 else []  # (a stretch's members: one attempt)
+        while due:
+            i = due.pop()
+            if i >= len(lapsed) or lapsed[i][0] > now:
+                continue
+            due += (2 * i + 1, 2 * i + 2)
+            stretch = self._stretches.get(lapsed[i][2])
+            if stretch is not None and stretch.left and (best is None or stretch.priority > best):
+                best = stretch.priority
+        return best
+
     def next_change(self) -> float | None:
         """The earliest time a timer fires (a delay ends, a lease expires), if any."""
         timers, when = self._timers, None

@@ -487,6 +487,14 @@ class Engine:
         """Long polls end now with what is there, and later ones do not wait."""
         self._core.stop_waiting()
 
+    def best_priority(self) -> int | None:
+        """The highest priority a dequeue would deliver now, None if it would deliver nothing
+        or the queue shares priorities (``delivery="fair"``)."""
+        core = self._core
+        if core.fair or self.failure is not None:
+            return None
+        return core.state.best_priority(core.clock(), core.config.max_attempts)
+
     @_read
     async def status(self, mid: str) -> MessageStatus:
         return await self._reads.status(mid)

@@ -15,14 +15,16 @@ the whole queue, is ``s3q.broker.registry``'s.
   scope it); the others to the partitions led here in turn (no hop to another broker), else to
   every partition in turn. A batch is split by partition, one call per partition. Staged
   objects (``s3q.staging``) lie under the queue's own prefix: they commit into partition 0.
-- **Dequeue** takes from the partitions led here first, then from the others, starting each
-  call one partition further on, so none is starved; a long poll waits on every partition at
-  once and wakes on the first with a message. Receipts and ids begin with their partition's
+- **Dequeue** takes from the partitions led here first, the one whose best message has the
+  highest priority first (``AsyncQueue.best_priority``), then from the others; partitions
+  alike take turns, each call starting one further on, so none is starved; a long poll waits
+  on every partition at once and wakes on the first with a message. Receipts and ids begin with their partition's
   queue id (``s3q.ids``), so ``complete``, ``fail``, ``extend``, ``release`` and ``status`` go
   straight to it.
 - **Order.** Within a partition every promise of a queue holds (priorities, groups in order,
-  fair delivery). Across partitions there is no order: a message may be delivered before one
-  of a higher priority, or enqueued earlier, in another partition.
+  fair delivery). Across partitions only priority's, among those led here: a message may be
+  delivered before one enqueued earlier in another partition, or before one of a higher
+  priority in a partition led elsewhere.
 - **Everything else** (stats, peek, dead letters, redrive, purge, settings) spans the
   partitions; a batch over several partitions is one commit in each (all or none per
   partition, not across them).
@@ -136,6 +138,8 @@ class Led(Paging, Protocol):
     async def changed(self, timeout: float) -> None: ...
 
     def stop_waiting(self) -> None: ...
+
+    def best_priority(self) -> int | None: ...
 
 
 @runtime_checkable
@@ -257,12 +261,27 @@ class PartitionedQueue:
     # -- routing ---------------------------------------------------------------------------------
 
     def _order(self) -> list[Partition]:
-        """The partitions in the order a call tries them: those led here, then the others,
-        each list starting one further on than the call before."""
+        """The partitions in the order a call tries them: those led here, the one whose best
+        message has the highest priority first (``AsyncQueue.best_priority``; those with none
+        last), then the others; those alike each starting one further on than the call
+        before."""
         turn = next(self._turn)
-        led = [p for p in self.partitions if p.led is not None]
-        others = [p for p in self.partitions if p.led is None]
-        return _rotated(led, turn) + _rotated(others, turn)
+        led: list[tuple[Partition, Led]] = []
+        others = []
+        for part in self.partitions:
+            queue = part.led
+            if queue is None:
+                others.append(part)
+            else:
+                led.append((part, queue))
+        best = {part.index: queue.best_priority() for part, queue in led}
+
+        def ahead(part: Partition) -> tuple[bool, int]:  # (sorted is stable: turns kept)
+            priority = best[part.index]
+            return priority is None, -(priority or 0)
+
+        first = sorted(_rotated([part for part, _ in led], turn), key=ahead)
+        return first + _rotated(others, turn)
 
     def _limits(self) -> tuple[int, float]:
         """The largest message and delay the queue takes: partition 0's settings if it is led

@@ -478,6 +478,10 @@ class QueueState:
         """What ``select`` would deliver at ``now``, leaving the index as it is."""
         return self.delivery.peek(now, limit, max_attempts, fair, per_group)
 
+    def best_priority(self, now: float, max_attempts: int) -> int | None:
+        """``DeliveryIndex.best_priority``."""
+        return self.delivery.best_priority(now, max_attempts)
+
     def next_change(self) -> float | None:
         """The earliest time a timer fires (a delay ends, a lease expires), if any."""
         return self.delivery.next_change()

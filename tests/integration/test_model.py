@@ -1112,8 +1112,15 @@ class PartitionedMachine(QueueMachine):
         self, got: list[s3q.Message], expected: list[MMsg], k: int, per_group: int = 1
     ) -> list[MMsg]:
         """Each partition's messages in ``got`` come first in its order; as many as ``k``, or
-        every one the partitions have."""
+        every one the partitions have; the first of the highest priority any partition has
+        (every partition is led here: a dequeue starts with the partition whose best message
+        is the best)."""
         each = [self.deliverable(10**9, per_group, only=p) for p in range(self.partitions)]
+        tops = [ready[0].priority for ready in each if ready]
+        if got and self.delivery == "strict":
+            assert got[0].priority == max(tops), (got[0].priority, tops)
+            if len(set(tops)) > 1:
+                event("partitions' best priorities differ")
         for p, ready in enumerate(each):
             mine = [m.id for m in got if self.partition_of(m.id) == p]
             assert mine == [mm.id for mm in ready[: len(mine)]], (

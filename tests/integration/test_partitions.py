@@ -142,6 +142,20 @@ def test_dequeue_takes_from_every_partition_and_starves_none(env: StoreEnv) -> N
         assert len(rest) == 60  # a dequeue takes from as many partitions as it needs
 
 
+def test_a_dequeue_starts_with_the_partition_of_the_highest_priority(env: StoreEnv, clock) -> None:
+    """Across partitions led in one process, the best message any partition has goes first,
+    whichever partition's turn it is."""
+    with env.open(partitions=3, clock=clock) as q:
+        low = q.enqueue_batch([{"payload": b"low", "priority": 1}] * 2)  # (a batch: one partition)
+        high = q.enqueue(b"high", priority=9)
+        later = q.enqueue(b"later", priority=5, delay=10.0)
+        assert len({_partition(q, mid) for mid in (low[0], high, later)}) == 3
+        assert [m.payload for m in q.dequeue(2)] == [b"high", b"low"]
+        clock.advance(11.0)  # (the delay's end is a timer: the best message once it is due)
+        assert [m.payload for m in q.dequeue(1)] == [b"later"]
+        assert [m.payload for m in q.dequeue(5)] == [b"low"]
+
+
 def test_a_long_poll_wakes_on_any_partition(env: StoreEnv, parked: Parked) -> None:
     async def run() -> None:
         q = await s3q.open_async(env.url, partitions=4, **env.options)
