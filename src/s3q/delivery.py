@@ -82,9 +82,20 @@ class DeliveryIndex:
         """Index ``rec`` anew after a change: a timer for when it next becomes deliverable."""
         rec.version += 1
         if rec.state != LEASED and self.follows(rec):
-            return  # scheduled when it heads its group (a leased one: to die when it runs out)
+            # scheduled when it heads its group (a leased one: to die when it runs out); its
+            # head may have waited for its lease, which is over
+            self._head_again(rec)
+            return
         when = rec.lease_until if rec.state == LEASED else rec.visible_at
         heapq.heappush(self._timers, (when, rec.arrival, rec.version, rec.id))
+
+    def _head_again(self, rec: Record) -> None:
+        """Index the head of ``rec``'s group anew: ``rec``, after it, is no longer leased, and
+        the head may have been waiting for that (``_deliverable_head``)."""
+        assert rec.group is not None
+        members = self.groups.members.get(rec.group)
+        if members and members[0] != rec.id:
+            self.schedule(self._records[members[0]])
 
     def leased(self, recs: list[Record]) -> None:
         """``recs`` were leased, in this order: each is a delivery of its priority (``shares``)
@@ -109,10 +120,13 @@ class DeliveryIndex:
         return self.groups.follows(rec)
 
     def leave(self, rec: Record) -> None:
-        """``rec`` is finished: the next message of its group may head it."""
+        """``rec`` is finished: the next message of its group may head it, or its head, if it
+        was waiting for ``rec``'s lease, may go."""
         head = self.groups.leave(rec)
         if head is not None:
             self.schedule(head)
+        else:
+            self._head_again(rec)
 
     def clear(self) -> None:
         """Nothing is left to deliver (a purge)."""
@@ -371,6 +385,8 @@ class DeliveryIndex:
                         n += len(recs)
                     continue
                 self._fresh[priority].popleft()
+                if not self._deliverable_head(fresh, now):
+                    continue  # (a head restored untouched whose followers are still leased)
                 out.append(fresh)
             else:
                 rec = self._records[heapq.heappop(self._ready[priority])[2]]

@@ -18,9 +18,9 @@ the whole queue, is ``s3q.broker.registry``'s.
 - **Dequeue** takes from the partitions led here first, the one whose best message has the
   highest priority first (``AsyncQueue.best_priority``), then from the others; partitions
   alike take turns, each call starting one further on, so none is starved; a long poll waits
-  on every partition at once and wakes on the first with a message. Receipts and ids begin with their partition's
-  queue id (``s3q.ids``), so ``complete``, ``fail``, ``extend``, ``release`` and ``status`` go
-  straight to it.
+  on every partition at once and wakes on the first with a message. Receipts and ids begin
+  with their partition's queue id (``s3q.ids``), so ``complete``, ``fail``, ``extend``,
+  ``release`` and ``status`` go straight to it.
 - **Order.** Within a partition every promise of a queue holds (priorities, groups in order,
   fair delivery). Across partitions only priority's, among those led here: a message may be
   delivered before one enqueued earlier in another partition, or before one of a higher

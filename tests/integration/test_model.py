@@ -32,7 +32,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 import s3q
 import s3q.partitions
 import s3q.tenants
-from s3q import pages
+from s3q import checkpoint, pages, tables
 
 pytestmark = pytest.mark.slow
 
@@ -929,6 +929,28 @@ class QueueMachine(RuleBasedStateMachine):
             assert got in allowed, (
                 f"{mm.payload[:20]!r} ({mm.state}): status {got}, model {allowed}"
             )
+
+    @invariant()
+    def a_checkpoint_restores_what_delivers_next(self) -> None:
+        """A checkpoint of each log taken now restores an index that would deliver what the
+        live one would, in its order (a reopen from it must not change what comes next)."""
+
+        async def compare() -> None:
+            for queue in self._logs():
+                engine = queue._engine
+                state, config = engine.state, engine.config
+                data = checkpoint.encode(checkpoint.Checkpoint(0, "w", 0.0, checkpoint.take(state)))
+                restored = checkpoint.restore(checkpoint.decode(bytes(data), "model").snapshot)
+                now, attempts, fair = self.now, config.max_attempts, self.delivery == "fair"
+                for index in (state, restored):  # (runs' tables read back, as a dequeue does)
+                    while wanted := index.wanted(1000, fair):
+                        await tables.fill(engine.store, index, wanted)
+                for per_group in (1, 3):
+                    live = [r.id for r in state.peek(now, 1000, attempts, fair, per_group)]
+                    again = [r.id for r in restored.peek(now, 1000, attempts, fair, per_group)]
+                    assert again == live, (per_group, live, again)
+
+        self.q._run(compare())
 
     @invariant()
     def stats_match(self) -> None:

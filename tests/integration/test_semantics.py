@@ -577,6 +577,23 @@ def test_per_group_delivers_a_groups_messages_together_in_order(
             q.dequeue(1, per_group=bad)
 
 
+@pytest.mark.parametrize("ending", ["complete", "release", "fail"])
+def test_a_head_waiting_for_the_message_after_it_goes_once_that_ones_lease_ends(
+    make_queue, ending: str
+) -> None:
+    """The head of a group given back while the message delivered after it is leased waits
+    for that lease; once it ends early (completed, released, failed), the head goes at once,
+    not at the end of the lease it waited for."""
+    q = make_queue(retry_delay=50.0, retry_delay_max=50.0)
+    a, b = (q.enqueue(name, group="G") for name in (b"a", b"b"))
+    first, second = q.dequeue(10, visibility_timeout=30, per_group=2)
+    q.release(first)
+    assert q.dequeue(10, per_group=2) == [], "the head waits for the message after it"
+    getattr(q, ending)(second)
+    got = [m.id for m in q.dequeue(10, per_group=2)]
+    assert got == ([a, b] if ending == "release" else [a])  # (a failed b waits for its retry)
+
+
 def test_group_order_beats_priority(make_queue) -> None:
     q = make_queue()
     low = q.enqueue(b"low-first", group="G", priority=0)
