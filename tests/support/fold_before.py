@@ -564,9 +564,18 @@ class QueueState:
         """Index ``rec`` anew after a change: a timer for when it next becomes deliverable."""
         rec.version += 1
         if rec.state != LEASED and self._follows(rec):
-            return  # scheduled when it heads its group (a leased one: to die when it runs out)
+            # scheduled when it heads its group (a leased one: to die when it runs out); its
+            # head may have waited for its lease (the fix of 7357bfd, made here too)
+            self._head_again(rec)
+            return
         when = rec.lease_until if rec.state == LEASED else rec.visible_at
         heapq.heappush(self._timers, (when, rec.arrival, rec.version, rec.id))
+
+    def _head_again(self, rec: Record) -> None:
+        assert rec.group is not None
+        members = self._groups.get(rec.group)
+        if members and members[0] != rec.id:
+            self._schedule(self.messages[members[0]])
 
     def _complete(self, mids: list[str], at: float) -> None:
         """Messages completed at ``at``: those whose ids name their places leave the records
@@ -642,6 +651,8 @@ class QueueState:
             del self._groups[rec.group]
         elif was_head:
             self._schedule(self.messages[members[0]])
+        else:
+            self._head_again(rec)
 
     def _redrive(self, rec: Record, at: float) -> None:
         del self.dead[rec.id]
@@ -981,6 +992,8 @@ class QueueState:
                     out.extend(self._take_many(fresh, room))
                     continue
                 self._fresh[priority].popleft()
+                if not self._deliverable_head(fresh, now):
+                    continue
                 out.append(fresh)
             else:
                 rec = self.messages[heapq.heappop(self._ready[priority])[2]]
