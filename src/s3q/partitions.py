@@ -39,7 +39,7 @@ import hashlib
 import heapq
 import itertools
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkable
 
 import msgspec
 
@@ -47,7 +47,7 @@ from . import ids, pages, validate
 from .collector import CompactionReport
 from .config import MAX_DELAY, MAX_MESSAGE_SIZE, MAX_PARTITIONS, QueueConfig, Setting
 from .engine import MAX_DEQUEUE
-from .errors import InvalidArgument, InvalidConfig, S3QError
+from .errors import InvalidArgument, InvalidConfig, OutcomeUnknown, S3QError
 from .message import Message, MessageStatus, QueueStats
 from .pages import Pages
 from .snapshot import Located
@@ -384,11 +384,12 @@ class PartitionedQueue:
         if len(places) == 1:  # one partition: the batch as it is, in one call
             (part,) = places
             return await part.queue.enqueue_batch(listed, durability=durability)
-        answers = await asyncio.gather(
-            *(
-                part.queue.enqueue_batch([listed[k] for k in where], durability=durability)
+        answers = await _in_each(
+            "enqueue_batch",
+            {
+                part: part.queue.enqueue_batch([listed[k] for k in where], durability=durability)
                 for part, where in places.items()
-            )
+            },
         )
         out = [""] * len(listed)
         for where, answer in zip(places.values(), answers, strict=True):
@@ -456,7 +457,9 @@ class PartitionedQueue:
         # the completions of the first partition tried ride on its lease's commit; the
         # others' go to their partitions at once, beside it
         first = settle.pop(order[0], [])
-        settled = asyncio.gather(*(p.queue.complete_batch(r) for p, r in settle.items()))
+        settled = asyncio.ensure_future(
+            _in_each("complete", {p: p.queue.complete_batch(r) for p, r in settle.items()})
+        )
         answers: list[Pages] = []
         failure: BaseException | None = None
         try:
@@ -575,7 +578,7 @@ class PartitionedQueue:
 
     async def complete_batch(self, targets: Iterable[Target]) -> None:
         split = await self._by_partition(targets)
-        await asyncio.gather(*(p.queue.complete_batch(r) for p, r in split.items()))
+        await _in_each("complete_batch", {p: p.queue.complete_batch(r) for p, r in split.items()})
 
     async def fail(self, target: Target, error: str | None = None) -> float | None:
         receipt = validate.receipt_of(target)
@@ -584,7 +587,7 @@ class PartitionedQueue:
     async def release(self, targets: Target | Iterable[Target]) -> None:
         items = [targets] if isinstance(targets, Message | str) else targets
         split = await self._by_partition(items)
-        await asyncio.gather(*(p.queue.release(r) for p, r in split.items()))
+        await _in_each("release", {p: p.queue.release(r) for p, r in split.items()})
 
     async def extend(self, target: Target, seconds: float, *, revive: bool = False) -> None:
         receipt = validate.receipt_of(target)
@@ -742,6 +745,35 @@ def _joined(answers: list[Pages]) -> Pages:
         joined += [pages.moved(p, at) for p in answer.pages]
         messages += answer.messages
     return Pages(messages, joined)
+
+
+async def _in_each(what: str, calls: dict[Partition, Awaitable[T]]) -> list[T]:
+    """The answers of ``calls``, one per partition, made at once. Each partition is all or
+    none, the whole is not: if some failed and others did not, OutcomeUnknown, which names
+    them, rather than the failure, which a caller would take for "nothing was done" (and a
+    client would send again, to partitions that had done it)."""
+    answers = await asyncio.gather(*calls.values(), return_exceptions=True)
+    failed = [
+        (part, a) for part, a in zip(calls, answers, strict=True) if isinstance(a, BaseException)
+    ]
+    if not failed:
+        return cast("list[T]", answers)
+    for _, error in failed:
+        if not isinstance(error, Exception):
+            raise error  # (cancelled)
+    first = next((e for _, e in failed if isinstance(e, OutcomeUnknown)), failed[0][1])
+    if len(failed) == len(answers):
+        raise first  # (nothing done anywhere, unless a partition's outcome is unknown)
+    done = [
+        part.index
+        for part, a in zip(calls, answers, strict=True)
+        if not isinstance(a, BaseException)
+    ]
+    raise OutcomeUnknown(
+        f"{what} was done in partitions {done} of the queue but not in "
+        f"{[part.index for part, _ in failed]} ({type(first).__name__}: {first}): each "
+        "partition is all or none, a batch over several is not"
+    ) from first
 
 
 def _rotated(items: list[T], turn: int) -> list[T]:

@@ -69,3 +69,31 @@ def test_brokers_whose_leader_is_paused_keep_every_promise(
     corrupted.calls.append(late)
     found = check(corrupted)  # (a copied delivery may also read as a second lease)
     assert any(v.check == "fenced-ack" and pause.writer in v.detail for v in found), found
+
+
+def test_a_partitioned_queue_through_paused_brokers_keeps_every_promise(
+    moto_server: Any, s3_bucket: str
+) -> None:
+    """A queue of three partitions served by two brokers over S3 through the proxy, the leader
+    of a partition drawn at random SIGSTOPped past its lease, then woken: the other broker
+    takes that partition over, and the history, checked over every partition's log, keeps
+    every promise."""
+    from s3q.faults.cluster import run_cluster
+
+    plan = Plan(seed=7, ops=1500, profile=HARSH, store_timeout=0.5, lease_ttl=1.5, partitions=3)
+    report = asyncio.run(
+        run_cluster(
+            plan, moto_server.endpoint, s3_bucket, moto_server.store_options(), pause_every=1.0
+        )
+    )
+    print(report.summary())
+    assert report.pauses, "no leader was ever paused"
+    assert report.violations == [], report.violations[:5]
+    final = report.history.final
+    assert final is not None and final.total_enqueued > 0 and final.completed > 0
+    # a broker whose writer of a partition was fenced hands the partition on (it evicts the
+    # stopped writer, as it does a queue's): no call is answered WriterFenced
+    fenced = [c for c in report.history.calls if c.error == "WriterFenced"]
+    assert fenced == [], fenced[:3]
+    whole = [p for p in report.pauses if p.ended - p.started >= plan.lease_ttl + PAUSE_PAST_LEASE]
+    assert any(p.taken_by is not None for p in whole), f"no partition was taken over: {whole}"

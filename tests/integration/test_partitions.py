@@ -131,6 +131,26 @@ def test_receipts_go_to_their_partition(env: StoreEnv) -> None:
             q.status("ffffffff" + done.id[8:])
 
 
+def test_a_batch_done_in_some_partitions_but_not_all_is_of_unknown_outcome(
+    env: StoreEnv,
+) -> None:
+    """Each partition is all or none, a batch over several is not: one partition refusing
+    (a stale receipt) while another completed its part is OutcomeUnknown, naming both, not
+    the refusal (a caller would take that for "nothing was done", and send it again); a
+    batch refused everywhere raises the refusal."""
+    with env.open(partitions=2) as q:
+        q.enqueue(b"a")
+        q.enqueue(b"b")
+        first, second = q.dequeue(10)
+        assert _partition(q, first.id) != _partition(q, second.id)
+        q.complete(first)
+        with pytest.raises(s3q.OutcomeUnknown, match=r"done in partitions \[\d\] .* not in"):
+            q.complete_batch([first, second])  # first's receipt is stale now
+        assert q.status(second.id) is S.COMPLETED
+        with pytest.raises(s3q.ReceiptExpired):
+            q.complete_batch([first, second])
+
+
 def test_dequeue_takes_from_every_partition_and_starves_none(env: StoreEnv) -> None:
     with env.open(partitions=4) as q:
         for p in range(4):  # a backlog in each partition: one batch each

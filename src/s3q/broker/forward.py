@@ -49,6 +49,7 @@ from typing import (
 )
 from urllib.parse import urlsplit
 
+from .. import partitions
 from ..api import AsyncQueue
 from ..client import AsyncClient, AsyncRemoteQueue
 from ..client.answers import Answers, answers, heard, spread
@@ -59,6 +60,7 @@ from ..errors import (
     QueueLocked,
     StoreError,
     Unavailable,
+    WriterFenced,
 )
 from ..message import Message
 from ..pages import Pages
@@ -181,6 +183,12 @@ class Cluster(Protocol):
 
     def unreachable(self, address: str, error: Exception) -> None:
         """The broker at ``address`` did not serve a forwarded call."""
+
+    async def evict_stopped(self, name: str | None) -> bool:
+        """Forget queue ``name`` if it is open here and its writer stopped (it was fenced)."""
+
+    async def whole(self, name: str) -> AsyncQueueSurface:
+        """Queue ``name`` as this broker serves it whole (its partitions as one queue)."""
 
 
 def _reusable(value: object) -> object:
@@ -319,8 +327,7 @@ class ForwardedQueue:
                 self.leader = target
             else:
                 queue = target
-        if queue is None:
-            queue = self._remote()
+        queue = self._remote() if queue is None else await self._whole(queue)
         while True:
             try:
                 if isinstance(queue, AsyncRemoteQueue):
@@ -345,10 +352,14 @@ class ForwardedQueue:
                     self.leader = target
                     queue = self._remote()
                 else:
-                    queue = target
+                    queue = await self._whole(target)
                 continue
-            except (BrokerUnreachable, Unavailable, QueueClosed) as exc:
-                if not isinstance(queue, AsyncRemoteQueue):
+            except (BrokerUnreachable, Unavailable, QueueClosed, WriterFenced) as exc:
+                if isinstance(exc, WriterFenced):
+                    # nothing was done: the writer (here, or the leader's) lost the queue to
+                    # another; one stopped here is forgotten, and the queue followed
+                    await self._cluster.evict_stopped(self.name)
+                elif not isinstance(queue, AsyncRemoteQueue):
                     raise  # this broker's own queue: nothing to fail over to
                 # nothing was done: find the leader again (a dead one's lease lapses; one that
                 # answered has handed the queue on, or is stopping, but serves its other queues)
@@ -367,7 +378,17 @@ class ForwardedQueue:
                 self.leader = target
                 queue = self._remote()
             else:
-                queue = target  # this broker took the queue over
+                queue = await self._whole(target)  # this broker took the queue over
+
+    async def _whole(self, queue: AsyncQueueSurface) -> AsyncQueueSurface:
+        """``queue``, led here, as the calls to this name want it: a queue of several
+        partitions as a whole (its own log is only partition 0), once this broker leads it."""
+        if not isinstance(queue, AsyncQueue) or queue.config.partitions == 1:
+            return queue
+        if partitions.split_name(self.name)[1] is not None:
+            return queue  # (one partition, named)
+        self.partitions = queue.config.partitions
+        return await self._cluster.whole(self.name)
 
     def _heard(self, seen: Answers) -> None:
         """What the leader's answer said: noted here, and passed on to this broker's answer."""

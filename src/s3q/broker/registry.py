@@ -142,6 +142,11 @@ class QueueRegistry:
             self._used[partitions.name_of(name, index)] = now
         return whole
 
+    async def whole(self, name: str) -> AsyncQueue | ForwardedQueue | PartitionedQueue:
+        """Queue ``name`` as :meth:`get` finds it, never made anew (a forwarded queue that
+        learns it leads the queue asks for its partitions this way)."""
+        return await self.get(name, create=False)
+
     async def _partition(
         self, name: str, count: int, first: AsyncQueue | ForwardedQueue
     ) -> PartitionedQueue:
@@ -351,13 +356,20 @@ class QueueRegistry:
             await self.evict(name, queue)
 
     async def evict_stopped(self, name: str | None) -> bool:
-        """Evict queue ``name`` if it is open here and its writer stopped; whether it was."""
-        queue = self._queues.get(name) if name is not None else None
-        if queue is None or queue.stopped is None:
+        """Evict queue ``name`` if it is open here and its writer stopped, and so each of its
+        partitions open here (a call to the whole queue reaches them); whether one was."""
+        if name is None:
             return False
-        assert name is not None
-        await self.evict(name, queue)
-        return True
+        base, index = partitions.split_name(name)
+        stopped = [
+            (log, queue)
+            for log, queue in self._queues.items()
+            if queue.stopped is not None
+            and (log == partitions.log_name(name) or (index is None and _partition_of(log, base)))
+        ]
+        for log, queue in stopped:
+            await self.evict(log, queue)
+        return bool(stopped)
 
     async def evict(self, name: str, queue: AsyncQueue) -> None:
         """Forget a queue whose writer stopped (fenced, or a failed commit): the next request
@@ -429,3 +441,9 @@ def _normalized(address: str | None) -> str | None:
         return normalize(address)
     except InvalidConfig:
         return None
+
+
+def _partition_of(log: str, name: str) -> bool:
+    """Whether the log a broker keeps as ``log`` is a partition of queue ``name``."""
+    base, index = partitions.split_name(log)
+    return index is not None and base == name

@@ -13,6 +13,13 @@ checked as for an embedded queue. Each call records the writer that answered it 
 answer (:func:`~s3q.faults.history.first_answers`), so the fenced-ack check sees every
 acknowledgement of a writer sent after its successor opened; each pause records the writer
 paused (from the lease) and the one that took the queue over.
+
+With ``plan.partitions`` above 1 the queue is made with that many partitions (through a
+broker, before the first message), the brokers lead them between them, and each pause stops
+the broker leading a partition drawn at random; the history is checked on every partition's
+log read back together. A call to such a queue may be answered by several writers (one per
+partition it reached), so calls carry no writer and the fenced-ack check has nothing to check:
+a pause's takeover is read from the paused partition's lease instead.
 """
 
 from __future__ import annotations
@@ -29,13 +36,14 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import partitions
 from ..broker.server import spawn
 from ..client import AsyncRemoteQueue, connect_async
 from ..lease import LeaseRecord, read_record
 from ..store import Store, open_store, queue_url
 from .history import History, check, first_answers
 from .proxy import FaultProxy
-from .workload import Budget, Plan, Report, queue_options, read_back, run_calls
+from .workload import Budget, Plan, Report, merged, queue_options, read_back, run_calls
 
 QUEUE = "work"
 #: seconds a paused leader stays paused past its lease: the time another broker has to notice
@@ -119,7 +127,10 @@ async def run_cluster(
             connect_async(urls[-1], timeout=plan.commit_timeout + 5),
         ]
         try:
-            raw = open_store(queue_url(root, QUEUE), options)
+            url = queue_url(root, QUEUE)
+            raws = [open_store(partitions.url_of(url, i), options) for i in range(plan.partitions)]
+            if plan.partitions > 1:
+                await clients[0].queue(QUEUE).configure(partitions=plan.partitions)
             started = time.monotonic()
             pauses: list[Pause] = []
             calls = asyncio.ensure_future(
@@ -128,7 +139,7 @@ async def run_cluster(
                 )
             )
             nemesis = asyncio.ensure_future(
-                _pause_leaders(raw, children.children, plan, pause_every, pauses, calls)
+                _pause_leaders(raws, children.children, plan, pause_every, pauses, calls)
             )
             await calls
             seconds = time.monotonic() - started
@@ -138,21 +149,25 @@ async def run_cluster(
         for proxy in proxies:
             proxy.schedule.enabled = False
     # the brokers have closed their queues: read what they left
-    history.final = await read_back(raw)
+    history.final = merged([await read_back(raw) for raw in raws])
+    if plan.partitions > 1:  # (a call's writer is one of those it reached: see above)
+        for call in history.calls:
+            call.writer = None
     history.opens = first_answers(history.calls)
     answered = sorted((c for c in history.calls if c.outcome == "ok"), key=lambda c: c.returned)
     for pause in pauses:
         pause.served_again = next(
             (c.returned for c in answered if c.returned > pause.started), None
         )
-        pause.taken_by = next(
-            (
-                c.writer
-                for c in answered
-                if c.returned > pause.started and c.writer not in (None, pause.writer)
-            ),
-            None,
-        )
+        if plan.partitions == 1:
+            pause.taken_by = next(
+                (
+                    c.writer
+                    for c in answered
+                    if c.returned > pause.started and c.writer not in (None, pause.writer)
+                ),
+                None,
+            )
     return ClusterReport(
         plan,
         history,
@@ -238,7 +253,7 @@ def broker_options(plan: Plan, options: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _pause_leaders(
-    raw: Store,
+    raws: list[Store],
     children: dict[str, subprocess.Popen[bytes]],
     plan: Plan,
     every: float,
@@ -246,7 +261,9 @@ async def _pause_leaders(
     calls: asyncio.Future[None],
 ) -> None:
     """Until ``calls`` is done: about every ``every`` seconds, SIGSTOP the broker whose
-    address the writer lease names for ``lease_ttl + PAUSE_PAST_LEASE`` s, then SIGCONT it."""
+    address the writer lease of a partition (of ``raws``, drawn at random) names for
+    ``lease_ttl + PAUSE_PAST_LEASE`` s, then SIGCONT it. With partitions, a pause's
+    ``taken_by`` is the writer the partition's lease names after it, if another."""
     if not every:
         return
     rng = random.Random(f"pause-{plan.seed}")
@@ -254,6 +271,7 @@ async def _pause_leaders(
         await asyncio.wait([calls], timeout=rng.expovariate(1 / every))
         if calls.done():
             return
+        raw = rng.choice(raws)
         lease = await holder(raw)
         led_by = lease.address if lease is not None else None
         child = children.get(led_by or "")
@@ -265,7 +283,12 @@ async def _pause_leaders(
             await asyncio.wait([calls], timeout=plan.lease_ttl + PAUSE_PAST_LEASE)
         finally:
             os.kill(child.pid, signal.SIGCONT)
-        pauses.append(Pause(led_by or "", started, time.monotonic(), writer=lease.token))
+        pause = Pause(led_by or "", started, time.monotonic(), writer=lease.token)
+        if len(raws) > 1:
+            after = await holder(raw)
+            if after is not None and after.token != lease.token:
+                pause.taken_by = after.token
+        pauses.append(pause)
 
 
 async def holder(raw: Store) -> LeaseRecord | None:

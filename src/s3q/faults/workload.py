@@ -342,7 +342,7 @@ def queue_options(plan: Plan) -> dict[str, Any]:
     }
 
 
-def _merged(finals: list[Final]) -> Final:
+def merged(finals: list[Final]) -> Final:
     """The queue of several partitions, from each partition's log."""
     return Final(
         remaining=[mid for final in finals for mid in final.remaining],
@@ -386,7 +386,7 @@ async def run_embedded(plan: Plan, target: Target | None = None) -> Report:
     seconds = time.monotonic() - started
     target.schedule.enabled = False
     await writer.close()
-    history.final = _merged([await read_back(t.raw) for t in targets])
+    history.final = merged([await read_back(t.raw) for t in targets])
     return Report(
         plan,
         history,
