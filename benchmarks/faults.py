@@ -54,9 +54,7 @@ def main() -> None:
     parser.add_argument("--pause-every", type=float, default=0.0)
     parser.add_argument("--lease-ttl", type=float, default=3.0)
     parser.add_argument("--clock-jumps", type=float, default=0.0)
-    parser.add_argument(
-        "--partitions", type=int, default=1, help="the queue's partitions"
-    )
+    parser.add_argument("--partitions", type=int, default=1, help="the queue's partitions")
     args = parser.parse_args()
     logging.basicConfig(level=logging.CRITICAL)
     print("$ python " + " ".join(shlex.quote(a) for a in sys.argv))
