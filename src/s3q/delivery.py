@@ -17,7 +17,7 @@ from __future__ import annotations
 import heapq
 from collections import ChainMap, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
-from typing import cast
+from typing import Any, TypeVar, cast
 
 from .groups import Groups
 from .lanes import LaneHooks, Lanes, front
@@ -26,11 +26,24 @@ from .shares import Shares
 from .stretches import Stretch
 from .tenants import Tenants
 
+T = TypeVar("T", bound=tuple[Any, ...])
+
 Chosen = Record | Stretch  # what a delivery hands out: a message, or a stretch of a run's
 
 
 def _same(run: Run) -> Run:
     return run
+
+
+def _due(heap: list[T], now: float) -> Iterator[T]:
+    """The entries of timer ``heap`` (each a tuple starting with its time) due by ``now``, in
+    no order: the heap walked from its root, never below an entry not due."""
+    stack = [0] if heap else []
+    while stack:
+        i = stack.pop()
+        if i < len(heap) and heap[i][0] <= now:
+            stack += (2 * i + 1, 2 * i + 2)
+            yield heap[i]
 
 
 class DeliveryIndex:
@@ -477,29 +490,22 @@ class DeliveryIndex:
         it (the timers due by then fired), None if there is none; what ``select`` would choose
         is left as it is."""
         best = self._top_priority()
-        timers, records = self._timers, self._records
-        due = [0] if timers else []  # the heap's entries due by ``now``, walked from its root
-        while due:
-            i = due.pop()
-            if i >= len(timers) or timers[i][0] > now:
-                continue
-            due += (2 * i + 1, 2 * i + 2)
-            _, _, version, mid = timers[i]
+        records = self._records
+        for _, _, version, mid in _due(self._timers, now):
             rec = records.get(mid)
             if rec is None or rec.version != version or (best is not None and rec.priority <= best):
                 continue
             if not (rec.state == LEASED and rec.attempts >= max_attempts) and not self.follows(rec):
                 best = rec.priority
-        lapsed = self._stretch_timers
-        due = [0] if lapsed and max_attempts > 1 else []  # (a stretch's members: one attempt)
-        while due:
-            i = due.pop()
-            if i >= len(lapsed) or lapsed[i][0] > now:
-                continue
-            due += (2 * i + 1, 2 * i + 2)
-            stretch = self._stretches.get(lapsed[i][2])
-            if stretch is not None and stretch.left and (best is None or stretch.priority > best):
-                best = stretch.priority
+        if max_attempts > 1:  # (a stretch's members have had one attempt)
+            for _, _, token in _due(self._stretch_timers, now):
+                stretch = self._stretches.get(token)
+                if (
+                    stretch is not None
+                    and stretch.left
+                    and (best is None or stretch.priority > best)
+                ):
+                    best = stretch.priority
         return best
 
     def next_change(self) -> float | None:
