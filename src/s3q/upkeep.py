@@ -9,6 +9,7 @@ at a time. Collection copies live stragglers forward into the log (``relocate``)
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 
 from . import collector
@@ -22,6 +23,8 @@ from .ops import Prune, Relocate
 from .payloads import Payloads, Span
 from .state import QueueState
 from .store import Store
+
+logger = logging.getLogger("s3q")
 
 
 class Upkeep:
@@ -84,7 +87,18 @@ class Upkeep:
         """One garbage collection pass at a time, never in the way of commits."""
         if self.collecting is None or self.collecting.done():
             self.collecting = asyncio.create_task(collector.collect(self))
+            self.collecting.add_done_callback(self._collection_done)
             await asyncio.wait([self.collecting])
+
+    def _collection_done(self, task: asyncio.Task[collector.CompactionReport]) -> None:
+        """A pass that met a store fault is one line in the log: the next pass (after the
+        next checkpoint) collects what it left."""
+        if task.cancelled() or (exc := task.exception()) is None:
+            return
+        if isinstance(exc, S3QError):
+            logger.warning("garbage collection of %s stopped: %s", self.store.url, exc)
+        else:  # a bug: its traceback, once
+            logger.error("garbage collection of %s failed", self.store.url, exc_info=exc)
 
     async def collected(self) -> None:
         """Once the collection pass under way, if any, is over."""

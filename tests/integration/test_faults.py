@@ -10,6 +10,8 @@ writer's own retry layer; nothing is mocked.
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 import os
 import random
 import time
@@ -323,6 +325,44 @@ def test_a_checkpoint_the_store_had_no_room_for_is_taken_again_later() -> None:
         await engine.close()
 
     run(main)
+
+
+def test_a_collection_pass_that_meets_a_store_fault_is_one_warning_and_the_next_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The pass after a checkpoint meets a store that fails every listing of checkpoints
+    (more than the retries last): one warning line names it, no traceback; the pass after
+    the next checkpoint collects the log the first one could not."""
+
+    async def main() -> None:
+        faulty, store = stack()
+        config_ = config(checkpoint_interval=3600, gc_grace=0, clock=FakeClock())
+        engine = await Engine.open(store, config_)
+        q = s3q.AsyncQueue(engine)
+
+        async def checkpointed() -> None:
+            for i in range(40):  # 120 log objects, none of them live
+                await q.enqueue(b"%d" % i)
+                (message,) = await q.dequeue()
+                await q.complete(message.receipt)
+            while engine._tasks:  # the checkpoint's write, then its collection pass
+                await asyncio.wait(set(engine._tasks))
+
+        faulty.script("before", "list", "checkpoint/", times=1000)
+        await checkpointed()
+        assert faulty.injected["before"] > 0
+        said = [r for r in caplog.records if "garbage collection" in r.getMessage()]
+        assert len(said) == 1 and said[0].levelname == "WARNING" and not said[0].exc_info
+        left = len(await store.keys("log/"))
+        faulty.schedule._scripted.clear()
+        await checkpointed()
+        assert len(await store.keys("log/")) < left
+        await engine.close()
+
+    caplog.set_level(logging.WARNING)
+    run(main)
+    gc.collect()  # an exception no one retrieved is logged when its task is collected
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
 
 
 def test_a_long_replay_is_checkpointed_so_the_next_open_is_short() -> None:

@@ -197,3 +197,25 @@ def test_a_writer_acknowledging_after_its_successor_first_answered_is_flagged() 
     late.invoked = 2.35  # sent after w2 answered: w1 was fenced by then
     [violation] = check(h)
     assert violation.check == "fenced-ack" and "writer w1" in violation.detail, violation
+
+
+def test_a_completion_older_than_the_retention_may_be_forgotten_but_no_more() -> None:
+    """Completions are remembered ``completed_retention`` from when they were made: read back
+    at 10 s with a 5 s retention, a's completion (sent at 2.2 s) may be gone from the counters;
+    read back at 6 s it must still be there; and only completions can be forgotten."""
+    h = good_history()
+    h.completed_retention = 5.0
+    h.final = Final(remaining=[h.calls[1].ids[0]], total_enqueued=2, completed=0, read_at=10.0)
+    assert check(h) == []
+    h.final.completed = 1  # not pruned yet: as good
+    assert check(h) == []
+    h.final.read_at = 6.0
+    h.final.completed = 0  # (nor may it be missing from the sum)
+    found = check(h)
+    assert {v.check for v in found} == {"stats"}
+    assert [v for v in found if "completed 0 outside [1, 1]" in v.detail], found
+    h.final.read_at = 10.0  # an enqueue of unknown outcome made a third message, and it vanished
+    h.calls.append(Call("p", "enqueue", 4.0, 4.1, "unknown", wall=4.0, dedup="d3", error="U"))
+    h.final.total_enqueued = 3
+    [violation] = check(h)
+    assert violation.check == "stats" and "at most 1" in violation.detail

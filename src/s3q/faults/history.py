@@ -49,11 +49,14 @@ class Call(msgspec.Struct, omit_defaults=True):
 
 
 class Final(msgspec.Struct):
-    """The queue after the run: ids still in it (any status but completed), its counters."""
+    """The queue after the run: ids still in it (any status but completed), its counters
+    (``completed``: the completions it still remembers), and by when it was read (monotonic;
+    0: not known, which counts every completion as remembered)."""
 
     remaining: list[str]
     total_enqueued: int
     completed: int
+    read_at: float = 0.0
 
 
 class Violation(msgspec.Struct, frozen=True):
@@ -63,11 +66,12 @@ class Violation(msgspec.Struct, frozen=True):
 
 class History(msgspec.Struct):
     """Calls, the writers' opens (token, monotonic time the open returned, or a time known to
-    be no earlier: see :func:`first_answers`), the lease length used, the writer's clock
-    jumps (monotonic time, its offset from then on), and the queue as read back after the
-    run."""
+    be no earlier: see :func:`first_answers`), the lease length used, how long the queue
+    remembers a completion, the writer's clock jumps (monotonic time, its offset from then
+    on), and the queue as read back after the run."""
 
     visibility_timeout: float
+    completed_retention: float = float("inf")
     calls: list[Call] = []
     opens: list[tuple[str, float]] = []
     clock_jumps: list[tuple[float, float]] = []
@@ -262,8 +266,13 @@ def _stats(h: History) -> list[Violation]:
                 f"{len(made_high)}] (acknowledged, attempted)",
             )
         )
-    done_low = {mid for c in _of(h.calls, "complete", "ok") for mid in c.ids}
-    done_high = {mid for c in _of(h.calls, "complete") if c.outcome != "fail" for mid in c.ids}
+    # A completion is remembered for ``completed_retention`` from when the writer made it, no
+    # earlier than the call was sent: one sent after ``kept_from`` surely still is, one sent
+    # before it may be forgotten (its message then counted neither completed nor remaining).
+    kept_from = final.read_at - h.completed_retention
+    tried = [c for c in _of(h.calls, "complete") if c.outcome != "fail"]
+    done_low = {mid for c in tried if c.outcome == "ok" and c.invoked > kept_from for mid in c.ids}
+    done_high = {mid for c in tried for mid in c.ids}
     if not len(done_low) <= final.completed <= len(done_high):
         out.append(
             Violation(
@@ -271,12 +280,15 @@ def _stats(h: History) -> list[Violation]:
                 f"completed {final.completed} outside [{len(done_low)}, {len(done_high)}]",
             )
         )
-    if final.total_enqueued != final.completed + len(final.remaining):
+    forgettable = {mid for c in tried if c.invoked <= kept_from for mid in c.ids} - done_low
+    forgotten = final.total_enqueued - final.completed - len(final.remaining)
+    if not 0 <= forgotten <= len(forgettable):
         out.append(
             Violation(
                 "stats",
                 f"total_enqueued {final.total_enqueued} != completed {final.completed} + "
-                f"{len(final.remaining)} in the queue",
+                f"{len(final.remaining)} in the queue + forgotten (at most {len(forgettable)} "
+                f"completions older than the retention)",
             )
         )
     return out

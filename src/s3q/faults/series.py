@@ -170,6 +170,14 @@ def intervals(run: SoakRun) -> list[dict[str, Any]]:
             d.started < hi and d.started + (served_again(run, d) or 0.0) > lo
             for d in run.disruptions
         )
+        finished: dict[str, float] = {}
+        for s in inside:
+            if s.kind in FINISHING:
+                finished[s.queue] = finished.get(s.queue, 0.0) + s.messages / span
+        moved = previous is not None and any(
+            was is not None and point.leaders.get(q) not in (None, was)
+            for q, was in previous.leaders.items()
+        )
         rows.append(
             {
                 "start": round(begin, 1),
@@ -183,7 +191,17 @@ def intervals(run: SoakRun) -> list[dict[str, Any]]:
                 "errors": errors,
                 "calls": len(inside),
                 "availability": availability(inside, clipped, span),
+                "finished_per_s_by_queue": finished,
                 "disturbed": disrupted,  # by a kill or a stall (partitions come and go)
+                # a queue's lease moved without a kill or stall: its leader's store was cut off
+                # for longer than the lease, or it lost a renewal to a fault
+                "taken_over": moved and not disrupted,
+                "store_cut_s": {
+                    url: round(
+                        _length([(max(a, lo), min(b, hi)) for a, b in cuts if a < hi and b > lo]), 1
+                    )
+                    for url, cuts in run.partitions_of.items()
+                },
                 "checkpointed": previous is not None and point.checkpoint != previous.checkpoint,
                 "collected": previous is not None
                 and any(point.garbage[q] < previous.garbage.get(q, 0) for q in point.garbage),
@@ -252,13 +270,21 @@ def targets(run: SoakRun, rows: list[dict[str, Any]] | None = None) -> list[Targ
     windows_out = outages(run)
     e_lat = latencies(_outside(_samples(run, early), windows_out))
     l_lat = latencies(_outside(_samples(run, late), windows_out))
+    # The S3 server's own p99 (each interval's, averaged over the window) drifts as it runs;
+    # s3q's part is the call's p99 over the store's.
+    e_up = _mean([r["upstream_p99"] for r in e_rows])
+    l_up = _mean([r["upstream_p99"] for r in l_rows])
     for kind in sorted(set(e_lat) & set(l_lat)):
         a, b = e_lat[kind]["p99"], l_lat[kind]["p99"]
+        if a is None or b is None or not e_up or not l_up:
+            out.append(Target(f"p99 {kind} over the S3 server's p99", "-", False))
+            continue
+        ea, lb = a / (e_up * 1000), b / (l_up * 1000)
         out.append(
             Target(
-                f"p99 {kind} late within 10 % of early",
-                f"{a:.0f} -> {b:.0f} ms" if a is not None and b is not None else "-",
-                _within(b, a),
+                f"p99 {kind} over the S3 server's p99, late within 10 % of early",
+                f"{a:.0f} / {e_up * 1000:.0f} = {ea:.2f} -> {b:.0f} / {l_up * 1000:.0f} = {lb:.2f}",
+                _within(lb, ea),
             )
         )
     for what in ("objects", "bytes"):
@@ -271,16 +297,27 @@ def targets(run: SoakRun, rows: list[dict[str, Any]] | None = None) -> list[Targ
                 _within(b, a),
             )
         )
-    steady_rows = [r for r in rows[1:] if not r["disturbed"] and r["end"] <= plan.seconds + 1]
+    timed = [r for r in rows[1:] if not r["disturbed"] and r["end"] <= plan.seconds + 1]
+    steady_rows = [r for r in timed if not r["taken_over"]]
     steady = statistics.median([r["finished_per_s"] for r in steady_rows]) if steady_rows else 0.0
     busy = [r for r in steady_rows if r["checkpointed"] or r["collected"]]
     low = min((r["finished_per_s"] for r in busy), default=None)
+    moved = [r for r in timed if r["taken_over"]]
+    moved_low = min((r["finished_per_s"] for r in moved), default=None)
     out.append(
         Target(
-            "throughput >= 80 % of steady while checkpointing / collecting",
-            f"steady {steady:.0f} msg/s, lowest {low:.0f} msg/s in {len(busy)} intervals"
-            if low is not None
-            else f"steady {steady:.0f} msg/s, no such interval",
+            "throughput >= 80 % of steady while checkpointing / collecting (intervals with a "
+            "takeover apart)",
+            (
+                f"steady {steady:.0f} msg/s, lowest {low:.0f} msg/s in {len(busy)} intervals"
+                if low is not None
+                else f"steady {steady:.0f} msg/s, no such interval"
+            )
+            + (
+                f"; {len(moved)} with a takeover, lowest {moved_low:.0f} msg/s"
+                if moved_low is not None
+                else ""
+            ),
             low is not None and low >= 0.8 * steady,
         )
     )

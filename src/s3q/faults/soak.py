@@ -160,6 +160,7 @@ class Point:
     dead: dict[str, int]
     upstream_p50: float | None  # the S3 server's own time per request since the last point
     upstream_p99: float | None
+    leaders: dict[str, str | None] = field(default_factory=dict)  # queue -> its lease's broker
 
 
 @dataclass
@@ -188,7 +189,9 @@ class _Recorder:
 
     def __init__(self, plan: SoakPlan) -> None:
         self.samples: list[Sample] = []
-        self.histories = {q: History(visibility_timeout=plan.visibility_timeout) for q in QUEUES}
+        self.histories = {
+            q: History(plan.visibility_timeout, plan.completed_retention) for q in QUEUES
+        }
 
     async def call(
         self, queue: str, kind: str, act: Callable[[], Awaitable[T]], messages: int = 1
@@ -788,8 +791,9 @@ async def _point(
     for url, child in brokers.children.items():
         rss[url], fds[url] = _proc(child.pid) if child.poll() is None else (None, None)
     objects, size = await whole.usage()
-    unchecked, garbage, newest, backlog, dead = {}, {}, {}, {}, {}
+    unchecked, garbage, newest, backlog, dead, leaders = {}, {}, {}, {}, {}, {}
     for name, store in raw.items():
+        leaders[name] = await leader(store)
         seqs = [s for k in await store.keys(log.PREFIX) if (s := log.seq_of(k)) is not None]
         ckpts = [
             s
@@ -822,4 +826,5 @@ async def _point(
         dead,
         upstream[len(upstream) // 2] if upstream else None,
         upstream[int(len(upstream) * 0.99)] if upstream else None,
+        leaders,
     )

@@ -348,6 +348,7 @@ def merged(finals: list[Final]) -> Final:
         remaining=[mid for final in finals for mid in final.remaining],
         total_enqueued=sum(final.total_enqueued for final in finals),
         completed=sum(final.completed for final in finals),
+        read_at=max((final.read_at for final in finals), default=0.0),
     )
 
 
@@ -361,6 +362,7 @@ async def read_back(raw: Store) -> Final:
         total_enqueued=loaded.state.total_enqueued,
         completed=sum(1 for rec in messages if rec.state == DONE)
         + loaded.state.retention.completed.count,
+        read_at=time.monotonic(),
     )
 
 
