@@ -457,9 +457,10 @@ class PartitionedQueue:
         # the completions of the first partition tried ride on its lease's commit; the
         # others' go to their partitions at once, beside it
         first = settle.pop(order[0], [])
-        settled = asyncio.ensure_future(
-            _in_each("complete", {p: p.queue.complete_batch(r) for p, r in settle.items()})
+        others = asyncio.ensure_future(
+            _outcomes({p: p.queue.complete_batch(r) for p, r in settle.items()})
         )
+        completions: dict[Partition, object] = {}  # partition -> None (done) or its failure
         answers: list[Pages] = []
         failure: BaseException | None = None
         try:
@@ -472,16 +473,23 @@ class PartitionedQueue:
                     answers.append(await take.of(part, want, 0.0, receipts))
                 except Exception as exc:
                     if receipts:
-                        raise  # those completions did not happen: the caller must know
+                        completions[part] = exc  # those completions did not happen
+                        break
                     failure = failure or exc  # another partition may still have messages
+                else:
+                    if receipts:
+                        completions[part] = None
             if first:  # (no message wanted: the first partition's completions alone)
-                await order[0].queue.complete_batch(first)
-            await settled
+                completions[order[0]] = await _outcome(order[0].queue.complete_batch(first))
+            completions.update(await others)
         except BaseException:
             with contextlib.suppress(BaseException):
-                await settled  # (what it did, it did: its caller learns of the failure)
+                await others  # (what it did, it did: its caller learns of the failure)
             await self._give_back(answers)
             raise
+        if any(outcome is not None for outcome in completions.values()):
+            await self._give_back(answers)
+            _judged("complete", completions)  # (raises: a failure, or OutcomeUnknown)
         got = _joined(answers)
         if failure is not None and not _count(got):
             raise failure
@@ -748,30 +756,43 @@ def _joined(answers: list[Pages]) -> Pages:
 
 
 async def _in_each(what: str, calls: dict[Partition, Awaitable[T]]) -> list[T]:
-    """The answers of ``calls``, one per partition, made at once. Each partition is all or
-    none, the whole is not: if some failed and others did not, OutcomeUnknown, which names
-    them, rather than the failure, which a caller would take for "nothing was done" (and a
-    client would send again, to partitions that had done it)."""
+    """The answers of ``calls``, one per partition, made at once (see :func:`_judged`)."""
+    return cast("list[T]", _judged(what, await _outcomes(calls)))
+
+
+async def _outcomes(calls: dict[Partition, Awaitable[T]]) -> dict[Partition, object]:
+    """What each of ``calls`` answered, or the exception it raised; made at once."""
     answers = await asyncio.gather(*calls.values(), return_exceptions=True)
-    failed = [
-        (part, a) for part, a in zip(calls, answers, strict=True) if isinstance(a, BaseException)
-    ]
+    return dict(zip(calls, answers, strict=True))
+
+
+async def _outcome(call: Awaitable[object]) -> object:
+    """None, or the exception ``call`` raised."""
+    try:
+        await call
+    except Exception as exc:
+        return exc
+    return None
+
+
+def _judged(what: str, outcomes: dict[Partition, object]) -> list[object]:
+    """The answers of a call made in several partitions, in their order, if none failed.
+    Each partition is all or none, the whole is not: if some failed and others did not,
+    OutcomeUnknown, which names them, rather than the failure, which a caller would take for
+    "nothing was done" (and a client would send again, to partitions that had done it)."""
+    failed = [(part, a) for part, a in outcomes.items() if isinstance(a, BaseException)]
     if not failed:
-        return cast("list[T]", answers)
+        return list(outcomes.values())
     for _, error in failed:
         if not isinstance(error, Exception):
             raise error  # (cancelled)
     first = next((e for _, e in failed if isinstance(e, OutcomeUnknown)), failed[0][1])
-    if len(failed) == len(answers):
+    if len(failed) == len(outcomes):
         raise first  # (nothing done anywhere, unless a partition's outcome is unknown)
-    done = [
-        part.index
-        for part, a in zip(calls, answers, strict=True)
-        if not isinstance(a, BaseException)
-    ]
+    done = sorted(part.index for part, a in outcomes.items() if not isinstance(a, BaseException))
     raise OutcomeUnknown(
         f"{what} was done in partitions {done} of the queue but not in "
-        f"{[part.index for part, _ in failed]} ({type(first).__name__}: {first}): each "
+        f"{sorted(part.index for part, _ in failed)} ({type(first).__name__}: {first}): each "
         "partition is all or none, a batch over several is not"
     ) from first
 

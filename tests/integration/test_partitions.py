@@ -151,6 +151,32 @@ def test_a_batch_done_in_some_partitions_but_not_all_is_of_unknown_outcome(
             q.complete_batch([first, second])
 
 
+@pytest.mark.parametrize("stale_first", [True, False])
+def test_a_dequeue_completing_in_some_partitions_but_not_all_is_of_unknown_outcome(
+    env: StoreEnv, stale_first: bool
+) -> None:
+    """A dequeue's completions go to their partitions (the first one tried on its lease's
+    commit): one partition refusing its part while another did it is OutcomeUnknown, and
+    what the call leased is given back; whichever partition the dequeue tries first."""
+    with env.open(partitions=2) as q:
+        q.enqueue(b"a")
+        q.enqueue(b"b")
+        first, second = q.dequeue(10)
+        stale_in = _partition(q, first.id)
+        assert stale_in != _partition(q, second.id)
+        q.complete(first)  # first's receipt is stale now
+        # the dequeue starts with the partition of the best message: put it where wanted
+        tried_first = stale_in if stale_first else 1 - stale_in
+        more = [q.enqueue(b"c", priority=5)]
+        here = _partition(q, more[0]) == tried_first
+        more.append(q.enqueue(b"d", priority=1 if here else 9))  # (in turn: the other one)
+        assert [_partition(q, mid) == tried_first for mid in more] == [here, not here]
+        with pytest.raises(s3q.OutcomeUnknown, match=r"done in partitions \[\d\] .* not in"):
+            q.dequeue(10, complete=[first, second])
+        assert q.status(second.id) is S.COMPLETED
+        assert {q.status(mid) for mid in more} == {S.PENDING}  # leased, then given back
+
+
 def test_dequeue_takes_from_every_partition_and_starves_none(env: StoreEnv) -> None:
     with env.open(partitions=4) as q:
         for p in range(4):  # a backlog in each partition: one batch each
