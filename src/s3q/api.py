@@ -128,6 +128,13 @@ class AsyncQueue:
         then every call raises it, and the queue must be reopened."""
         return self._engine.failure
 
+    def writing_since(self) -> float | None:
+        """When this writer's log object in flight began to be written (``time.monotonic``);
+        None if none is, so a call made now is written at once. How a partitioned queue
+        chooses the partition of a message that may go to any: the one whose next write
+        leaves soonest."""
+        return self._engine.writing_since()
+
     def best_priority(self) -> int | None:
         """The highest priority of the messages a dequeue would deliver now; None if it would
         deliver none, or if priorities share deliveries (``delivery="fair"``). How a

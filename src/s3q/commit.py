@@ -174,6 +174,9 @@ class GroupCommit:
         self.task: asyncio.Task[None] | None = None
         self.commits = 0
         self.ops_committed = 0
+        #: when the log object in flight began to be written (time.monotonic); None: none is,
+        #: so an operation added now leaves at once (after the window)
+        self.writing_since: float | None = None
         #: called with (seconds, operations) after each durable commit
         self.listeners: list[Callable[[float, int], None]] = []
 
@@ -275,6 +278,7 @@ class GroupCommit:
                 self.unflushed[batch.seq] = batch
                 self.filling = Batch(batch.seq + 1)
                 started = time.perf_counter()
+                self.writing_since = time.monotonic()
                 try:
                     await self._write_until_known(batch)
                 except StoreFull as exc:
@@ -287,6 +291,7 @@ class GroupCommit:
                     # A bug or an unexpected failure: never leave callers hanging.
                     self.fail(StoreError(f"commit to {self.store.url} failed: {exc!r}"))
                     raise
+                self.writing_since = None
                 self.unflushed.pop(batch.seq, None)
                 self.durable = batch.seq
                 self.commits += 1
@@ -298,6 +303,7 @@ class GroupCommit:
                     self._on_durable(batch, sealed)
         finally:
             self.task = None
+            self.writing_since = None
 
     async def _gather(self, batch: Batch) -> None:
         """Wait for company until ``batch``'s window has passed, if waiting has been gathering

@@ -487,6 +487,11 @@ class Engine:
         """Long polls end now with what is there, and later ones do not wait."""
         self._core.stop_waiting()
 
+    def writing_since(self) -> float | None:
+        """When the log object in flight began to be written (time.monotonic); None if none
+        is."""
+        return self._core.commit.writing_since
+
     def best_priority(self) -> int | None:
         """The highest priority a dequeue would deliver now, None if it would deliver nothing
         or the queue shares priorities (``delivery="fair"``)."""

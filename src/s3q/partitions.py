@@ -14,7 +14,8 @@ the whole queue, is ``s3q.broker.registry``'s.
   (a message with both is deduplicated within its group, as SQS's high-throughput FIFO queues
   scope it); the others to the partitions led here in turn (no hop to another broker), else to
   every partition in turn. A batch is split by partition, one call per partition. Staged
-  objects (``s3q.staging``) lie under the queue's own prefix: they commit into partition 0.
+  objects (``s3q.staging``, a Spark write) lie under the prefix of the partition they are
+  for, which commits them, its messages placed as an enqueue's are (``placed``).
 - **Dequeue** takes from the partitions led here first, the one whose best message has the
   highest priority first (``AsyncQueue.best_priority``), then from the others; partitions
   alike take turns, each call starting one further on, so none is starved; a long poll waits
@@ -70,6 +71,22 @@ def url_of(url: str, index: int) -> str:
 def key_of(index: int, key: str) -> str:
     """The key, from the queue's URL, of object ``key`` of partition ``index``."""
     return key if index == 0 else f"partitions/{index}/{key}"
+
+
+def split_key(key: str) -> tuple[int, str]:
+    """A key from the queue's URL as its partition's number and its key there (``key_of``)."""
+    head, _, rest = key.partition("/")
+    number, _, inner = rest.partition("/")
+    if head == "partitions" and number.isdigit() and str(int(number)) == number and inner:
+        return int(number), inner
+    return 0, key
+
+
+def placed(group: object, dedup_id: object, count: int) -> int | None:
+    """The partition a message with ``group`` and ``dedup_id`` must go to: its group's, else its
+    dedup id's; None: any (or a key that is not a string, which the partition refuses)."""
+    key = group if group is not None else dedup_id
+    return home(key, count) if isinstance(key, str) else None
 
 
 def name_of(name: str, index: int) -> str:
@@ -140,6 +157,8 @@ class Led(Paging, Protocol):
     def stop_waiting(self) -> None: ...
 
     def best_priority(self) -> int | None: ...
+
+    def writing_since(self) -> float | None: ...
 
 
 @runtime_checkable
@@ -293,13 +312,17 @@ class PartitionedQueue:
         return MAX_MESSAGE_SIZE, MAX_DELAY
 
     def _for_new(self, group: str | None, dedup_id: str | None, turn: int) -> Partition:
-        """Where a new message goes: its group's partition, else its dedup id's, else the
-        ``turn``-th of those led here (of all, if none is)."""
-        key = group if group is not None else dedup_id
-        if isinstance(key, str):  # (not a string: the partition's checks refuse it)
-            return self.partitions[home(key, len(self.partitions))]
-        led = [p for p in self.partitions if p.led is not None] or self.partitions
-        return led[turn % len(led)]
+        """Where a new message goes: its group's partition, else its dedup id's, else the one
+        led here whose next log write leaves soonest (one writing nothing, else the one whose
+        write in flight began first), the ``turn``-th first among equals; if none is led
+        here, the ``turn``-th."""
+        index = placed(group, dedup_id, len(self.partitions))
+        if index is not None:
+            return self.partitions[index]
+        led = [p for p in self.partitions if p.led is not None]
+        if not led:
+            return self.partitions[turn % len(self.partitions)]
+        return min(_rotated(led, turn), key=_next_write)
 
     async def _known(self) -> None:
         """Learn the queue id of every partition (once)."""
@@ -400,9 +423,43 @@ class PartitionedQueue:
     async def enqueue_staged(
         self, objects: Iterable[StagedObject], token: str | None = None
     ) -> Sequence[str] | None:
-        # staged objects lie under the queue's own prefix, which is partition 0's: only its
-        # log can name them (and a token replayed finds it there again)
-        return await self.partitions[0].queue.enqueue_staged(objects, token)
+        # Each object lies under the prefix of the partition whose log commits it (its key
+        # from the queue's URL, ``key_of``): one commit in each partition named, with
+        # ``token`` (``token@i`` in partition i > 0). The ids committed now, in the objects'
+        # order; None if every partition had seen its token (the objects of one that had, if
+        # others had not, are left to its collector).
+        given = list(objects)
+        split: dict[Partition, list[StagedObject]] = {}
+        where: list[Partition] = []
+        for obj in given:
+            index, key = split_key(obj.key)
+            if index >= len(self.partitions):
+                raise InvalidArgument(
+                    f"staged object {obj.key} lies in partition {index}; the queue has "
+                    f"{len(self.partitions)}"
+                )
+            _check_placed(obj, index, len(self.partitions))
+            part = self.partitions[index]
+            split.setdefault(part, []).append(msgspec.structs.replace(obj, key=key))
+            where.append(part)
+        if len(split) <= 1:
+            part = where[0] if where else self.partitions[0]
+            return await part.queue.enqueue_staged(split.get(part, []), _token_of(token, part))
+        answers = await _in_each(
+            "enqueue_staged",
+            {p: p.queue.enqueue_staged(objs, _token_of(token, p)) for p, objs in split.items()},
+        )
+        made = dict(zip(split, answers, strict=True))
+        if all(answer is None for answer in answers):
+            return None
+        out: list[str] = []
+        taken = dict.fromkeys(split, 0)
+        for obj, part in zip(given, where, strict=True):
+            done = made[part]
+            if done is not None:
+                out += done[taken[part] : taken[part] + len(obj)]
+                taken[part] += len(obj)
+        return out
 
     # -- dequeue ---------------------------------------------------------------------------------
 
@@ -795,6 +852,34 @@ def _judged(what: str, outcomes: dict[Partition, object]) -> list[object]:
         f"{sorted(part.index for part, _ in failed)} ({type(first).__name__}: {first}): each "
         "partition is all or none, a batch over several is not"
     ) from first
+
+
+def _next_write(part: Partition) -> float:
+    """When ``part``'s next log write may leave: now (-inf) if it writes nothing, else the
+    sooner the earlier its write in flight began."""
+    led = part.led
+    since = led.writing_since() if led is not None else None
+    return float("-inf") if since is None else since
+
+
+def _token_of(token: str | None, part: Partition) -> str | None:
+    """The commit token of a staged commit in ``part`` (partition 0: the token itself)."""
+    return token if token is None or part.index == 0 else f"{token}{SEPARATOR}{part.index}"
+
+
+def _check_placed(obj: StagedObject, index: int, count: int) -> None:
+    """Every message of ``obj`` with a group or dedup id belongs in partition ``index``."""
+    if count == 1 or (obj.groups is None and obj.dedup_ids is None):
+        return
+    groups = obj.groups or [None] * len(obj)
+    dedups = obj.dedup_ids or [None] * len(obj)
+    for i, (group, dedup_id) in enumerate(zip(groups, dedups, strict=False)):
+        home_index = placed(group, dedup_id, count)
+        if home_index is not None and home_index != index:
+            raise InvalidArgument(
+                f"{obj.row(i)}: its {'group' if group is not None else 'dedup id'} belongs in "
+                f"partition {home_index} of the queue, not in {index} where it was staged"
+            )
 
 
 def _rotated(items: list[T], turn: int) -> list[T]:

@@ -59,7 +59,10 @@ class AsyncQueueSurface(Protocol):
     ) -> Sequence[str] | None:
         """Commit the messages of staged objects (``s3q.staging``) in one log object, all or
         none. With ``token``, a commit carrying a token seen before enqueues nothing and
-        returns None (a replayed streaming batch); otherwise the ids, as ``enqueue_batch``."""
+        returns None (a replayed streaming batch); otherwise the ids, as ``enqueue_batch``.
+        A partitioned queue commits each object in the partition it lies in (its key from the
+        queue's URL: ``partitions/<i>/staged/…``), one commit per partition, all or none in
+        each, ``token`` in each; None only if every partition had seen it."""
 
     async def dequeue(
         self,

@@ -7,10 +7,12 @@ import time
 from collections import Counter
 
 import pytest
-from conftest import Parked, StoreEnv, drain, woke
+from conftest import MotoServer, Parked, StoreEnv, drain, woke
 
 import s3q
 from s3q import partitions
+from s3q.faults.proxy import FaultProxy
+from s3q.faults.schedule import S3_LATENCY
 
 S = s3q.MessageStatus
 
@@ -175,6 +177,37 @@ def test_a_dequeue_completing_in_some_partitions_but_not_all_is_of_unknown_outco
             q.dequeue(10, complete=[first, second])
         assert q.status(second.id) is S.COMPLETED
         assert {q.status(mid) for mid in more} == {S.PENDING}  # leased, then given back
+
+
+def test_a_message_with_no_key_goes_where_the_next_write_leaves_soonest(
+    moto_server: MotoServer, s3_bucket: str
+) -> None:
+    """On S3 with S3's latency (a write takes 20-60 ms): while partition 1 writes, a message
+    that may go anywhere goes to partition 0, which writes nothing, though the turn names
+    partition 1 (it would wait for the write in flight, then its own)."""
+    busy = next(g for g in map(str, range(100)) if partitions.home(g, 2) == 1)
+
+    async def main() -> None:
+        with FaultProxy(moto_server.endpoint, S3_LATENCY, seed=1) as proxy:
+            options = {**moto_server.store_options(), "endpoint_url": proxy.endpoint}
+            q = await s3q.open_async(f"s3://{s3_bucket}/soonest", partitions=2, **options)
+            assert isinstance(q, partitions.PartitionedQueue)
+            try:
+                ids = (await q.stats()).queue_id.split(",")
+                writer = q.partitions[1].led
+                assert writer is not None
+                for _ in range(5):  # each time two turns: the message's names partition 1
+                    keyed = asyncio.ensure_future(q.enqueue(b"keyed", group=busy))
+                    while writer.writing_since() is None and not keyed.done():
+                        await asyncio.sleep(0.001)  # (its write begins: no event says so)
+                    assert not keyed.done()
+                    free = await q.enqueue(b"free")
+                    assert ids.index(free[:8]) == 0
+                    assert ids.index((await keyed)[:8]) == 1
+            finally:
+                await q.close()
+
+    asyncio.run(main())
 
 
 def test_dequeue_takes_from_every_partition_and_starves_none(env: StoreEnv) -> None:

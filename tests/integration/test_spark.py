@@ -26,6 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import s3q.spark
+from s3q.partitions import home, split_key
 
 # one worker runs them all (pytest-xdist, --dist loadgroup): one JVM, not one per worker
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark")]
@@ -62,8 +63,9 @@ def with_store(reader: Any, env: StoreEnv) -> Any:
 
 
 def staged(env: StoreEnv) -> list[str]:
-    """Staged payload objects (an aborted job's empty marker is left for the collector)."""
-    keys = [k for k in list(env.keys()) if k.startswith("staged/")]
+    """Staged payload objects, in every partition (an aborted job's empty marker is left for
+    the collector)."""
+    keys = [k for k in list(env.keys()) if split_key(k)[1].startswith("staged/")]
     markers = [k for k in keys if "-abort-marker-" in k]
     assert all(env.read(k) == b"" for k in markers)
     return [k for k in keys if k not in markers]
@@ -304,21 +306,26 @@ def test_streaming_read_survives_a_driver_kill(spark: SparkSession, file_env: St
     shutil.rmtree(work, ignore_errors=True)
 
 
+@pytest.mark.parametrize("partitions", [1, 3])
 def test_streaming_write_replay_enqueues_nothing_twice(
-    spark: SparkSession, file_env: StoreEnv, tmp_path: Path
+    spark: SparkSession, file_env: StoreEnv, tmp_path: Path, partitions: int
 ) -> None:
+    """A micro-batch Spark replays enqueues nothing twice; in a queue of three partitions each
+    batch (its rows grouped five ways) commits in several, each with its own token."""
+    file_env.open(partitions=partitions).close()
     source, checkpoint = tmp_path / "source", tmp_path / "checkpoint"
     for part in range(3):
         spark.range(part * 100, part * 100 + 100, numPartitions=1).select(
-            F.col("id").cast("string").alias("payload")
+            F.col("id").cast("string").alias("payload"),
+            F.concat(F.lit("g"), (F.col("id") % 5).cast("string")).alias("group"),
         ).write.parquet(str(source / f"part={part}"))
 
     def run() -> None:
         query = (
-            spark.readStream.schema("payload string, part int")
+            spark.readStream.schema("payload string, group string, part int")
             .option("maxFilesPerTrigger", 1)
             .parquet(str(source))
-            .select("payload")
+            .select("payload", "group")
             .writeStream.format("s3q")
             .option("checkpointLocation", str(checkpoint))
             .start(file_env.url)
@@ -329,6 +336,7 @@ def test_streaming_write_replay_enqueues_nothing_twice(
     run()
     assert stats(file_env).total_enqueued == 300
     objects = staged(file_env)
+    assert len({split_key(k)[0] for k in objects}) == min(partitions, 3)
     last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
     for name in (str(last), f".{last}.crc"):  # as if the driver died before logging it
         (checkpoint / "commits" / name).unlink(missing_ok=True)
@@ -338,9 +346,42 @@ def test_streaming_write_replay_enqueues_nothing_twice(
     assert after.total_enqueued == 300
     assert sorted(staged(file_env)) == sorted(objects), "the replay's staged objects are deleted"
     q = file_env.open()
-    payloads = [m.payload for m in q.dequeue(max_messages=1000)]
+    payloads = [m.payload for m in q.peek(1000)]
     q.close()
     assert sorted(payloads) == sorted(str(i).encode() for i in range(300))
+
+
+def test_a_write_to_a_partitioned_queue_spreads_its_tasks_and_places_its_keys(
+    spark: SparkSession, file_env: StoreEnv
+) -> None:
+    """Each task stages its rows under the partitions they go to: a row with a group in its
+    group's partition (in order), one with a dedup id in that id's, the others in the task's
+    own; every partition commits its part."""
+    file_env.open(partitions=3).close()
+    i = F.col("id")
+    df = spark.range(0, 3000, numPartitions=4).select(
+        F.concat(F.lit("p"), i.cast("string")).cast("binary").alias("payload"),
+        F.when(i % 3 == 0, F.concat(F.lit("g"), (i % 4).cast("string"))).alias("group"),
+        F.when(i % 3 == 1, F.concat(F.lit("d"), i.cast("string"))).alias("dedup_id"),
+    )
+    with_store(df.write.format("s3q").mode("append"), file_env).save(file_env.url)
+    table = with_store(spark.read.format("s3q"), file_env).load(file_env.url).toArrow()
+    rows = table.to_pylist()
+    assert len(rows) == 3000
+    with file_env.open() as q:
+        ids_of = q.stats().queue_id.split(",")
+    where = {r["payload"]: ids_of.index(r["id"][:8]) for r in rows}
+    for r in rows:
+        key = r["group"] if r["group"] is not None else r["dedup_id"]
+        if key is not None:
+            assert where[r["payload"]] == home(key, 3), r
+    plain = {where[r["payload"]] for r in rows if r["group"] is None and r["dedup_id"] is None}
+    assert plain == {0, 1, 2}, "four tasks, each in its turn's partition: all three used"
+    for g in range(4):  # a group's messages lie in the order written (ids tell the log's)
+        mine = sorted((r["id"], int(r["payload"][1:])) for r in rows if r["group"] == f"g{g}")
+        numbers = [n for _, n in mine]
+        assert numbers == sorted(numbers) and len(numbers) == 250, g
+    assert {split_key(k)[0] for k in staged(file_env)} == {0, 1, 2}
 
 
 def test_commit_refused_by_a_held_queue_deletes_the_staged_objects(file_env: StoreEnv) -> None:
@@ -772,6 +813,23 @@ def test_history_lives_and_a_replay_through_the_sink(
         replay.write.format("s3q").mode("append").save(target)
     with s3q.open(target) as q:
         assert q.stats().pending == 40
+
+
+def test_history_read_covers_every_partition(spark: SparkSession, file_env: StoreEnv) -> None:
+    """A queue of three partitions: the history read plans each partition's log, and each
+    event names the partition whose log holds it."""
+    with file_env.open(partitions=3) as q:
+        sent = [q.enqueue(b"m%d" % k) for k in range(9)]  # (in turn: three in each)
+        for message in q.dequeue(9):
+            q.complete(message)
+        parts = q.stats().queue_id.split(",")
+    events = with_store(spark.read.format("s3q").option("history", "true"), file_env)
+    rows = events.load(file_env.url).where(F.col("id").isNotNull()).toArrow().to_pylist()
+    assert {r["partition"] for r in rows} == {0, 1, 2}
+    assert all(parts[r["partition"]] == r["id"][:8] for r in rows)
+    kinds = {(r["id"], r["kind"]) for r in rows}
+    for kind in ("enqueued", "leased", "completed"):
+        assert {mid for mid, k in kinds if k == kind} == set(sent), kind
 
 
 def test_history_refuses_bad_options(spark: SparkSession, file_env: StoreEnv) -> None:

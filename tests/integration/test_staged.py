@@ -11,12 +11,16 @@ from conftest import FakeClock, StoreEnv
 from histories import drain_all, observe, payload_for, random_history
 
 import s3q
+from s3q.partitions import home, key_of, url_of
 from s3q.staging import ORPHAN_AGE, StagedObject, object_key
 from s3q.store import open_store
 
 
-def stage(env: StoreEnv, payloads: list[bytes], job: str = "job", **columns: Any) -> StagedObject:
-    """Write ``payloads`` back to back into one staged object of ``env``'s queue."""
+def stage(
+    env: StoreEnv, payloads: list[bytes], job: str = "job", partition: int = 0, **columns: Any
+) -> StagedObject:
+    """Write ``payloads`` back to back into one staged object of ``env``'s queue (of its
+    partition ``partition``; the key is from the queue's URL)."""
     key = object_key(job, "t", columns.pop("now", None))
     body = b"".join(payloads)
     offsets, at = [], 0
@@ -25,13 +29,13 @@ def stage(env: StoreEnv, payloads: list[bytes], job: str = "job", **columns: Any
         at += len(p)
 
     async def put() -> None:
-        store = open_store(env.url, env.options)
+        store = open_store(url_of(env.url, partition), env.options)
         await store.put(key, body)
         await store.close()
 
     asyncio.run(put())
     return StagedObject(
-        key=key,
+        key=key_of(partition, key),
         size=len(body),
         offsets=offsets,
         sizes=[len(p) for p in payloads],
@@ -107,6 +111,33 @@ def test_token_makes_a_replay_a_no_op_across_reopen(durable_env: StoreEnv) -> No
     assert q.enqueue_staged([stage(durable_env, [b"three"])], token="sink:8") is not None
     assert q.stats().total_enqueued == 3
     q.close()
+
+
+def test_a_partitioned_queue_commits_each_staged_object_where_it_lies(env: StoreEnv) -> None:
+    """Objects staged under partitions 1 and 2 commit there, each partition with its own
+    token; a replay commits nothing; an object holding a group that belongs elsewhere, or
+    lying in a partition the queue does not have, is refused and nothing changes."""
+    with env.open(partitions=3) as q:
+        parts = q.stats().queue_id.split(",")
+        ids = q.enqueue_staged(
+            [stage(env, [b"a1", b"a2"], partition=1), stage(env, [b"b1"], partition=2)], "sink:1"
+        )
+        assert ids is not None and [parts.index(mid[:8]) for mid in ids] == [1, 1, 2]
+        assert [q.status(mid) for mid in ids] == [s3q.MessageStatus.PENDING] * 3
+        again = [stage(env, [b"a1", b"a2"], partition=1), stage(env, [b"b1"], partition=2)]
+        assert q.enqueue_staged(again, "sink:1") is None
+        assert q.stats().total_enqueued == 3
+        there = home("g", 3)
+        misplaced = stage(env, [b"x", b"y"], partition=(there + 1) % 3, groups=[None, "g"])
+        with pytest.raises(
+            s3q.InvalidArgument, match=f"row 1 of the test: its group belongs in partition {there}"
+        ):
+            q.enqueue_staged([stage(env, [b"ok"], partition=there), misplaced])
+        beyond = stage(env, [b"z"])
+        beyond.key = f"partitions/5/{beyond.key}"
+        with pytest.raises(s3q.InvalidArgument, match="lies in partition 5; the queue has 3"):
+            q.enqueue_staged([beyond])
+        assert q.stats().total_enqueued == 3
 
 
 @pytest.mark.parametrize("seed", [4, 5])

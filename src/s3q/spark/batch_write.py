@@ -25,6 +25,7 @@ from .stage import (
     commit_staged,
     delete_staged,
     mark_committing,
+    partition_count,
     stage_all,
     staged_keys,
     was_committing,
@@ -39,12 +40,15 @@ class BatchWriter(DataSourceArrowWriter):
     def __init__(self, options: Options) -> None:
         self.options = options
         self.job = f"{int(time.time())}-{secrets.token_hex(6)}"  # shared by every task
+        self.partitions = run(partition_count(options))  # the queue's, where tasks stage
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Staged:
         context = TaskContext.get()
         partition = context.partitionId() if context is not None else 0
         origin = f"partition {partition}"
-        return stage_all(self.options, self.job, origin, iterator, watch_abort=True)
+        return stage_all(
+            self.options, self.job, origin, iterator, True, self.partitions, turn=partition
+        )
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         objects = [o for m in messages if isinstance(m, Staged) for o in m.objects]
@@ -52,7 +56,7 @@ class BatchWriter(DataSourceArrowWriter):
         try:
             run(commit_staged(self.options, objects))
         except NOT_COMMITTED:  # certain: tidy up now (Spark's abort will find nothing)
-            run(delete_staged(self.options, self.job, staged_keys(messages)))
+            run(delete_staged(self.options, self.job, staged_keys(messages), self.partitions))
             raise
         # Any other failure leaves the outcome unknown: the marker stays, abort deletes
         # nothing, and the collector deletes whatever no commit refers to, later.
@@ -66,5 +70,5 @@ class BatchWriter(DataSourceArrowWriter):
                 self.job,
             )
             return
-        deleted = run(abort_job(self.options, self.job))
+        deleted = run(abort_job(self.options, self.job, self.partitions))
         logger.info("s3q write job %s aborted: %d staged object(s) deleted", self.job, deleted)

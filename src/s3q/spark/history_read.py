@@ -1,8 +1,9 @@
 """Batch read of a queue's history: ``spark.read.format("s3q").option("history", "true")``.
 
 One row per event (``s3q.history``), read straight from the log objects by the executors (no
-writer, no snapshot). The driver lists the log objects and plans input partitions of
-consecutive ones (ranges of log sequence numbers). Filters Spark pushes down narrow the read:
+writer, no snapshot). The driver lists the log objects (of every partition of a partitioned
+queue, ``s3q.partitions``) and plans input partitions of consecutive ones (ranges of log
+sequence numbers of one partition). Filters Spark pushes down narrow the read:
 
 - on ``at`` (``>``, ``>=``, ``<``, ``<=``, ``=``): the driver keeps only the log objects that may
   hold events of that window, found by binary search over their stamps (``s3q.timeline``),
@@ -16,6 +17,7 @@ lies; with it, whole log objects (and the staged or blob objects that hold other
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from collections.abc import AsyncGenerator, Iterable, Iterator, Sequence
 from typing import Any
@@ -35,7 +37,7 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
-from .. import history, ids, log, timeline
+from .. import history, ids, log, partitions, timeline
 from ..errors import InvalidConfig
 from ..history import Block, Each
 from ..store import Store
@@ -63,6 +65,7 @@ COLUMNS: list[tuple[str, pa.DataType, str]] = [
     ("dedup_id", pa.string(), "string"),
     ("size", pa.int64(), "bigint"),
     ("attributes", pa.map_(pa.string(), pa.string()), "map<string,string>"),
+    ("partition", pa.int32(), "int"),  # the queue's partition whose log holds the event
 ]
 PAYLOAD = ("payload", pa.binary(), "binary")
 
@@ -168,14 +171,22 @@ class Window:
 
 
 class LogRange(InputPartition):
-    """Consecutive log objects for one task to read; ``strict``: one collected before it is
-    read is a :class:`s3q.history.HistoryGap`, not skipped."""
+    """Consecutive log objects of the queue's partition ``partition`` for one task to read;
+    ``strict``: one collected before it is read is a :class:`s3q.history.HistoryGap`, not
+    skipped."""
 
     def __init__(
-        self, index: int, queue: str, seqs: list[int], window: Window, strict: bool = False
+        self,
+        index: int,
+        queue: str,
+        seqs: list[int],
+        window: Window,
+        strict: bool = False,
+        partition: int = 0,
     ) -> None:
         super().__init__(index)
         self.queue, self.seqs, self.window, self.strict = queue, seqs, window, strict
+        self.partition = partition
 
 
 class HistoryReader(DataSourceReader):
@@ -196,18 +207,24 @@ class HistoryReader(DataSourceReader):
             yield f  # Spark checks the time bounds again (and whatever else there is)
 
     def partitions(self) -> list[InputPartition]:
-        queue, seqs = run(_plan(self.options, self.window))
-        self.planned = seqs
+        plan = run(_plan(self.options, self.window))
+        self.planned = [seq for _, _, seqs in plan for seq in seqs]
         step = self.per_partition
-        ranges = [seqs[i : i + step] for i in range(0, len(seqs), step)]
-        return [LogRange(i, queue, r, self.window) for i, r in enumerate(ranges)] or [
-            LogRange(0, queue, [], self.window)
+        ranges = [
+            (index, queue, seqs[i : i + step])
+            for index, queue, seqs in plan
+            for i in range(0, len(seqs), step)
         ]
+        return [
+            LogRange(i, queue, r, self.window, partition=index)
+            for i, (index, queue, r) in enumerate(ranges)
+        ] or [LogRange(0, plan[0][1], [], self.window)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, LogRange)
         if partition.seqs:
-            yield from read_range(self.options.open_store(), partition, self.payloads)
+            store = self.options.open_store(partition.partition)
+            yield from read_range(store, partition, self.payloads)
 
 
 def wanted(options: Options) -> bool:
@@ -227,17 +244,30 @@ def flag(options: Options, name: str, default: bool = False) -> bool:
     return raw == "true"
 
 
-async def _plan(options: Options, window: Window) -> tuple[str, list[int]]:
-    """The queue's id and the log objects that may hold the events wanted."""
-    store = options.open_store()
+async def _plan(options: Options, window: Window) -> list[tuple[int, str, list[int]]]:
+    """For each partition of the queue with a log (partition 0 alone, for most queues): its
+    number, its queue id and the log objects that may hold the events wanted."""
+    root = options.open_store()
     try:
-        queue = await history.queue_id(store)
-        seqs = await history.seqs(store)
-        since, until = window.seconds()
-        chosen, _ = await timeline.window(store, seqs, since, until)
-        return queue, chosen
+        found = {0: await history.seqs(root)}
+        for key in await root.keys("partitions/"):
+            index, inner = partitions.split_key(key)
+            if index and (seq := log.seq_of(inner)) is not None:
+                found.setdefault(index, []).append(seq)
     finally:
-        await store.close()
+        await root.close()
+    since, until = window.seconds()
+
+    async def planned(index: int, seqs: list[int]) -> tuple[int, str, list[int]]:
+        store = options.open_store(index)
+        try:
+            queue = await history.queue_id(store)
+            chosen, _ = await timeline.window(store, sorted(seqs), since, until)
+            return index, queue, chosen
+        finally:
+            await store.close()
+
+    return list(await asyncio.gather(*(planned(i, seqs) for i, seqs in sorted(found.items()))))
 
 
 def read_range(store: Store, part: LogRange, payloads: bool) -> Iterator[pa.RecordBatch]:
@@ -261,7 +291,7 @@ async def _batches(
     reader = history.Reader(part.queue)
     window = part.window
     whole = payloads and window.payload_bytes()
-    rows = Rows(payloads, window)
+    rows = Rows(payloads, window, part.partition)
     async for seq, data in history.objects(
         store, part.seqs, whole=whole, concurrency=READ_CONCURRENCY, strict=part.strict
     ):
@@ -370,15 +400,15 @@ class Rows:
     """Blocks of events gathered into the columns of one record batch, those outside the
     window dropped."""
 
-    def __init__(self, payloads: bool, window: Window) -> None:
-        self.with_payloads, self.window = payloads, window
+    def __init__(self, payloads: bool, window: Window, partition: int = 0) -> None:
+        self.with_payloads, self.window, self.partition = payloads, window, partition
         self.payloads: dict[str, bytes] = {}
         self.count = 0
         self.columns = {
             name: Column(kind, seconds=kind == TIME)
             for name, kind, _ in [*COLUMNS, *([PAYLOAD] if payloads else [])]
         }
-        self.fields = [name for name, _, _ in COLUMNS[5:]]
+        self.fields = [name for name, _, _ in COLUMNS[5:] if name != "partition"]
 
     def __len__(self) -> int:
         return self.count
@@ -391,6 +421,7 @@ class Rows:
         columns["at"].add(block.at, n)
         columns["kind"].add(block.kind, n)
         columns["id"].add_ids(block.ids)
+        columns["partition"].add(self.partition, n)
         fields = block.fields
         for name in self.fields:
             columns[name].add(fields.get(name), n)

@@ -2,15 +2,17 @@
 
 Each task concatenates its payloads into objects of about ``stageBytes`` (one PUT each, not one
 per row) and describes the messages in them (``s3q.staging.StagedObject``); the driver commits
-them all at once. Bad rows fail the task with an error naming the row, before anything is
-committed; a failing task deletes what it staged.
+them all at once. In a queue of several partitions (``s3q.partitions``) a task stages each row
+under the partition it goes to (``routed``): its group's or dedup id's, else the task's own, so
+the tasks of a job spread over the partitions. Bad rows fail the task with an error naming the
+row, before anything is committed; a failing task deletes what it staged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 
+from .. import snapshot
 from ..api import open_async
 from ..config import QueueConfig
 from ..errors import (
@@ -28,6 +31,7 @@ from ..errors import (
     QueueLocked,
     S3QError,
 )
+from ..partitions import key_of, placed, split_key
 from ..staging import StagedObject, job_prefix, object_key
 from ..store import Store, queue_name
 from .options import Options
@@ -45,12 +49,16 @@ class Staged(WriterCommitMessage):
 
 
 class Stager:
-    """Stages the rows of one task: ``add`` batches, then ``finish``."""
+    """Stages the rows of one task for one partition of the queue: ``add`` batches, then
+    ``flush`` and ``close`` (or ``discard``)."""
 
-    def __init__(self, options: Options, job: str, origin: str, watch_abort: bool) -> None:
-        self.store: Store = options.open_store()
+    def __init__(
+        self, options: Options, job: str, origin: str, watch_abort: bool, partition: int = 0
+    ) -> None:
+        self.store: Store = options.open_store(partition)
         self.watch_abort = watch_abort
-        self.job, self.origin = job, origin
+        self.job, self.origin, self.partition = job, origin, partition
+        self._numbers: np.ndarray | None = None  # the rows of the batch being added, in the task
         self.limit = options.integer("stageBytes", STAGE_BYTES)
         self.max_size = options.integer("maxMessageSize", DEFAULT_MAX_SIZE)
         self.loop = asyncio.new_event_loop()
@@ -65,8 +73,10 @@ class Stager:
         self._columns: dict[str, list[Any]] = {c: [] for c in ("offsets", "sizes", *COLUMNS[1:])}
         self._present: set[str] = set()
 
-    def add(self, batch: pa.RecordBatch) -> None:
-        """Check and append one batch; stage an object whenever enough bytes gathered."""
+    def add(self, batch: pa.RecordBatch, numbers: np.ndarray | None = None) -> None:
+        """Check and append one batch (``numbers``: the task's number of each of its rows, if
+        it is a part of the task's); stage an object whenever enough bytes gathered."""
+        self._numbers = numbers
         names = set(batch.schema.names)
         if "payload" not in names:
             raise InvalidArgument(
@@ -111,7 +121,8 @@ class Stager:
             self._flush()
 
     def _row(self, index: int) -> str:
-        return f"row {self.rows + index} of {self.origin}"
+        number = self.rows + index if self._numbers is None else int(self._numbers[index])
+        return f"row {number} of {self.origin}"
 
     def _payloads(self, column: pa.Array) -> tuple[pa.Buffer, np.ndarray, np.ndarray]:
         """The payload bytes of a binary or string column, back to back, with each one's start
@@ -182,7 +193,7 @@ class Stager:
         columns, present = self._columns, self._present
         self.staged.append(
             StagedObject(
-                key=key,
+                key=key_of(self.partition, key),
                 size=len(body),
                 offsets=columns["offsets"],
                 sizes=columns["sizes"],
@@ -208,19 +219,15 @@ class Stager:
             await self.store.delete(key)
             raise JobAborted(f"s3q write job {self.job} was aborted")
 
-    def finish(self) -> Staged:
-        """Stage what is left; what the driver needs to commit."""
-        try:
-            self._flush()
-            return Staged(self.staged)
-        finally:
-            self.close()
+    def flush(self) -> None:
+        """Stage what is left."""
+        self._flush()
 
     def discard(self) -> None:
-        """Delete what this task staged (it failed)."""
+        """Delete what this task staged (it failed), and close."""
 
         async def delete_all() -> None:
-            await asyncio.gather(*(self.store.delete(o.key) for o in self.staged))
+            await asyncio.gather(*(self.store.delete(split_key(o.key)[1]) for o in self.staged))
 
         with contextlib.suppress(S3QError):
             self.loop.run_until_complete(delete_all())
@@ -238,24 +245,89 @@ def stage_all(
     origin: str,
     batches: Iterable[pa.RecordBatch],
     watch_abort: bool = False,
+    partitions: int = 1,
+    turn: int = 0,
 ) -> Staged:
-    """Stage every batch of one task; on any failure delete what was staged, and re-raise.
-    ``watch_abort``: stop (and delete) once the job's abort marker exists."""
-    stager = Stager(options, job, origin, watch_abort)
+    """Stage every batch of one task (the ``turn``-th) for a queue of ``partitions``; on any
+    failure delete what was staged, and re-raise. ``watch_abort``: stop (and delete) once the
+    job's abort marker exists."""
+    stagers: dict[int, Stager] = {}
     try:
+        first = 0
         for batch in batches:
-            stager.add(batch)
-        return stager.finish()
+            for index, part, numbers in routed(batch, partitions, turn, first):
+                if index not in stagers:
+                    stagers[index] = Stager(options, job, origin, watch_abort, index)
+                stagers[index].add(part, numbers)
+            first += batch.num_rows
+        for stager in stagers.values():
+            stager.flush()
     except BaseException:
-        stager.discard()
+        for stager in stagers.values():
+            stager.discard()
         raise
+    for stager in stagers.values():
+        stager.close()
+    return Staged([obj for stager in stagers.values() for obj in stager.staged])
 
 
-async def delete_staged(options: Options, job: str | None, extra: Iterable[str] = ()) -> int:
-    """Delete the ``extra`` staged objects and every one of ``job`` if given: after an abort."""
+def routed(
+    batch: pa.RecordBatch, partitions: int, turn: int, first: int
+) -> Iterator[tuple[int, pa.RecordBatch, np.ndarray]]:
+    """``batch`` (its rows numbered from ``first``) split by the partition each row goes to,
+    with the rows' numbers: a row with a group or dedup id to that key's
+    (``s3q.partitions.placed``), the others to the ``turn``-th."""
+    n, names = batch.num_rows, set(batch.schema.names)
+    numbers = np.arange(first, first + n)
+    mine = turn % partitions
+    if partitions == 1 or not names & {"group", "dedup_id"}:
+        yield mine, batch, numbers
+        return
+    groups = batch.column("group").to_pylist() if "group" in names else [None] * n
+    dedups = batch.column("dedup_id").to_pylist() if "dedup_id" in names else [None] * n
+    where = np.fromiter(
+        (
+            mine if (index := placed(group, dedup_id, partitions)) is None else index
+            for group, dedup_id in zip(groups, dedups, strict=True)
+        ),
+        dtype=np.int64,
+        count=n,
+    )
+    for index in np.unique(where).tolist():
+        rows = np.flatnonzero(where == index)
+        yield index, batch if rows.size == n else batch.take(pa.array(rows)), numbers[rows]
+
+
+async def partition_count(options: Options) -> int:
+    """How many partitions the queue has (1 for a queue not made yet): the driver asks once
+    per job, for its tasks to stage each row where it goes."""
+    broker = options.text("broker")
+    if broker:
+        from ..client import connect_async  # needs the client extra: only through a broker
+
+        async with connect_async(broker, token=options.text("token")) as client:
+            stats = await client.queue(queue_name(options.url)).stats()
+        return max(1, len(stats.partitions))
     store = options.open_store()
     try:
-        keys = set(extra) | set(await store.keys(job_prefix(job)) if job else ())
+        loaded = await snapshot.load(store)
+    finally:
+        await store.close()
+    count = loaded.state.settings.get("partitions", 1)
+    return count if isinstance(count, int) else 1
+
+
+async def delete_staged(
+    options: Options, job: str | None, extra: Iterable[str] = (), partitions: int = 1
+) -> int:
+    """Delete the ``extra`` staged objects (keys from the queue's URL) and, if ``job`` is
+    given, every one of it in each of the queue's ``partitions``: after an abort."""
+    store = options.open_store()
+    try:
+        keys = set(extra)
+        if job:
+            for index in range(partitions):
+                keys.update(await store.keys(key_of(index, job_prefix(job))))
         await asyncio.gather(*(store.delete(k) for k in keys))
         return len(keys)
     finally:
@@ -324,12 +396,18 @@ async def _aborted(store: Store, job: str) -> bool:
     return any(ABORT_MARKER in key for key in await store.keys(job_prefix(job)))
 
 
-async def abort_job(options: Options, job: str) -> int:
-    """Abort ``job``: leave a marker its late tasks see, then delete its staged objects."""
+async def abort_job(options: Options, job: str, partitions: int = 1) -> int:
+    """Abort ``job``: leave a marker its late tasks see (in the job's place in each of the
+    queue's ``partitions``), then delete its staged objects."""
     store = options.open_store()
     try:
-        await store.put(object_key(job, ABORT_MARKER), b"")
-        doomed = [k for k in await store.keys(job_prefix(job)) if ABORT_MARKER not in k]
+        places = [key_of(index, job_prefix(job)) for index in range(partitions)]
+        await asyncio.gather(
+            *(store.put(key_of(i, object_key(job, ABORT_MARKER)), b"") for i in range(partitions))
+        )
+        doomed = [
+            key for place in places for key in await store.keys(place) if ABORT_MARKER not in key
+        ]
         await asyncio.gather(*(store.delete(k) for k in doomed))
         return len(doomed)
     finally:

@@ -24,6 +24,7 @@ from .stage import (
     commit_staged,
     delete_staged,
     mark_committing,
+    partition_count,
     stage_all,
     staged_keys,
     was_committing,
@@ -47,6 +48,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
             )
         self.sink = sink
         self.tag = hashlib.sha256(sink.encode()).hexdigest()[:16]
+        self.partitions = run(partition_count(options))  # the queue's, where tasks stage
 
     def _job(self, batch_id: int | str) -> str:
         return f"stream-{self.tag}-{batch_id}"
@@ -56,7 +58,9 @@ class StreamWriter(DataSourceStreamArrowWriter):
         partition = context.partitionId() if context is not None else 0
         batch_id = (context.getLocalProperty(BATCH_ID) if context is not None else None) or "x"
         origin = f"partition {partition} of batch {batch_id}"
-        return stage_all(self.options, self._job(batch_id), origin, iterator)
+        return stage_all(
+            self.options, self._job(batch_id), origin, iterator, False, self.partitions, partition
+        )
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         objects = [o for m in messages if isinstance(m, Staged) for o in m.objects]
