@@ -37,13 +37,16 @@ class StagedObject(msgspec.Struct, kw_only=True):
     tenants: list[str | None] | None = None
     origin: str = "the staged data"  # where the rows came from, for error messages
     first_row: int = 0  # the row number of the first message within ``origin``
+    rows: list[int] | None = None  # each message's row number, if they do not follow on
 
     def __len__(self) -> int:
         return len(self.offsets)
 
     def row(self, index: int) -> str:
         """Names message ``index`` for an error message."""
-        return f"row {self.first_row + index} of {self.origin}"
+        rows = self.rows
+        number = rows[index] if rows is not None and index < len(rows) else self.first_row + index
+        return f"row {number} of {self.origin}"
 
 
 def job_prefix(job: str) -> str:

@@ -245,7 +245,16 @@ def staged(obj: StagedObject, max_size: int, max_delay: float = MAX_DELAY) -> No
     n = len(obj.offsets)
     if not obj.key.startswith(staging.PREFIX) or ".." in obj.key.split("/"):
         raise InvalidArgument(f"staged object key must start with {staging.PREFIX!r}: {obj.key!r}")
-    for column in ("sizes", "priorities", "delays", "groups", "dedup_ids", "attributes", "tenants"):
+    for column in (
+        "sizes",
+        "priorities",
+        "delays",
+        "groups",
+        "dedup_ids",
+        "attributes",
+        "tenants",
+        "rows",
+    ):
         values = getattr(obj, column)
         if values is not None and len(values) != n:
             raise InvalidArgument(

@@ -70,6 +70,7 @@ class Stager:
         self._chunks: list[Any] = []
         self._size = 0
         self._first = self.rows
+        self._task_rows: list[int] | None = None  # (rows not following on: see ``add``)
         self._columns: dict[str, list[Any]] = {c: [] for c in ("offsets", "sizes", *COLUMNS[1:])}
         self._present: set[str] = set()
 
@@ -77,6 +78,10 @@ class Stager:
         """Check and append one batch (``numbers``: the task's number of each of its rows, if
         it is a part of the task's); stage an object whenever enough bytes gathered."""
         self._numbers = numbers
+        if numbers is not None:
+            if self._task_rows is None:
+                self._task_rows = []
+            self._task_rows.extend(numbers.tolist())
         names = set(batch.schema.names)
         if "payload" not in names:
             raise InvalidArgument(
@@ -204,7 +209,8 @@ class Stager:
                 attributes=columns["attributes"] if "attributes" in present else None,
                 tenants=columns["tenant"] if "tenant" in present else None,
                 origin=self.origin,
-                first_row=self._first,
+                first_row=self._task_rows[0] if self._task_rows else self._first,
+                rows=self._task_rows,
             )
         )
         self._reset()
@@ -273,16 +279,16 @@ def stage_all(
 
 def routed(
     batch: pa.RecordBatch, partitions: int, turn: int, first: int
-) -> Iterator[tuple[int, pa.RecordBatch, np.ndarray]]:
+) -> Iterator[tuple[int, pa.RecordBatch, np.ndarray | None]]:
     """``batch`` (its rows numbered from ``first``) split by the partition each row goes to,
-    with the rows' numbers: a row with a group or dedup id to that key's
+    with the rows' numbers (None: the batch whole): a row with a group or dedup id to that key's
     (``s3q.partitions.placed``), the others to the ``turn``-th."""
     n, names = batch.num_rows, set(batch.schema.names)
-    numbers = np.arange(first, first + n)
     mine = turn % partitions
     if partitions == 1 or not names & {"group", "dedup_id"}:
-        yield mine, batch, numbers
+        yield mine, batch, None  # (the rows follow on: the stager numbers them)
         return
+    numbers = np.arange(first, first + n)
     groups = batch.column("group").to_pylist() if "group" in names else [None] * n
     dedups = batch.column("dedup_id").to_pylist() if "dedup_id" in names else [None] * n
     where = np.fromiter(
