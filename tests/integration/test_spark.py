@@ -896,6 +896,44 @@ def test_history_stream_lands_each_event_once_across_runs(
     assert last == {"seq": max(file_env.log_seqs()) + 1}
 
 
+def test_history_stream_tails_every_partition_with_an_offset_each(
+    spark: SparkSession, file_env: StoreEnv, tmp_path: Path
+) -> None:
+    """A queue of three partitions: the stream's offsets hold a log position per partition,
+    and every event of every partition lands once, across two runs."""
+    checkpoint, out = tmp_path / "checkpoint", tmp_path / "events"
+    with file_env.open(partitions=3) as q:
+        for k in range(9):
+            q.enqueue(b"m%d" % k)
+    options = {"maxObjectsPerBatch": "2"}
+    assert _history_stream(spark, file_env, checkpoint, out, **options).exception() is None
+    with file_env.open() as q:
+        q.complete_batch(q.dequeue(9))
+    assert _history_stream(spark, file_env, checkpoint, out, **options).exception() is None
+    landed = [
+        (r.partition, r.seq, r.op, r.id, r.kind) for r in spark.read.parquet(str(out)).collect()
+    ]
+    assert len(landed) == len(set(landed)), "an event landed twice"
+    every = with_store(spark.read.format("s3q").option("history", "true"), file_env)
+    expected = [
+        (r.partition, r.seq, r.op, r.id, r.kind) for r in every.load(file_env.url).collect()
+    ]
+    assert sorted(landed) == sorted(expected)
+    assert {p for p, *_ in landed} == {0, 1, 2}
+    batches = [int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()]
+    last = json.loads((checkpoint / "offsets" / str(max(batches))).read_text().splitlines()[-1])
+    ends = [max(file_env.log_seqs()) + 1] + [
+        1 + max(partitions_log_seqs(file_env, i)) for i in (1, 2)
+    ]
+    assert last == {"seq": ends[0], "partitions": ends[1:]}
+
+
+def partitions_log_seqs(env: StoreEnv, index: int) -> list[int]:
+    """The log objects of partition ``index`` of ``env``'s queue."""
+    prefix = f"partitions/{index}/log/"
+    return [int(k[len(prefix) :]) for k in list(env.keys()) if k.startswith(prefix)]
+
+
 def test_history_stream_names_a_gap_the_collector_made(
     spark: SparkSession, file_env: StoreEnv, tmp_path: Path
 ) -> None:
