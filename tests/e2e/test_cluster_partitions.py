@@ -5,6 +5,8 @@ while the rest keep serving. Brokers are real processes on 127.0.0.1 that know e
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import time
 from collections.abc import Iterator
@@ -147,3 +149,39 @@ def test_a_killed_brokers_partitions_move_and_nothing_is_lost(pair: tuple[Node, 
             got += msgs
             qb.complete_batch(msgs)
         assert sorted(m.id for m in got) == sorted(acked)
+
+
+@pytest.mark.parametrize("pair", ["s3"], indirect=True)
+def test_a_stalled_brokers_partitions_are_taken_over_though_no_call_reaches_them(
+    pair: tuple[Node, Node],
+) -> None:
+    """A broker SIGSTOPped: the other leads its partitions within lease ttl + 2 s though its
+    own calls never reach them (it enqueues into the partitions it leads, and dequeues fewer
+    than those hold), and their messages are delivered again."""
+    a, b = pair
+    _made(a, b)
+    with Client(b.url, follow=False) as cb:
+        qb = cb.queue(NAME)
+        qb.stats()  # (b learns the partitions)
+        stuck = {
+            qb.enqueue(b"stuck", group=g)
+            for g in (f"k{i}" for i in range(64))
+            if f"{NAME}@{partitions.home(g, COUNT)}".replace("@0", "") in a.led()
+        }
+        assert stuck, "a leads partitions holding messages"
+        for _ in range(20):
+            qb.enqueue(b"own")  # (no key: into b's partitions)
+        os.kill(a.proc.pid, signal.SIGSTOP)
+        try:
+            stalled = time.monotonic()
+            got: set[str] = set()
+            while sorted(b.led()) != LOGS:
+                assert time.monotonic() - stalled < 2.0 + 2.0, (b.led(), "not taken over")
+                qb.enqueue(b"own")  # (b's calls keep to its own partitions)
+                [message] = qb.dequeue(1)
+                got.add(message.id)
+            while not stuck <= got:
+                assert time.monotonic() - stalled < 2.0 + 2.0 + 5.0, "stuck messages not served"
+                got |= {m.id for m in qb.dequeue(10, per_group=2)}
+        finally:
+            os.kill(a.proc.pid, signal.SIGCONT)

@@ -14,7 +14,14 @@ from .. import partitions
 from ..api import AsyncQueue, open_log
 from ..client.nodes import rank
 from ..config import QueueConfig
-from ..errors import InvalidArgument, InvalidConfig, QueueLocked, Unavailable
+from ..errors import (
+    InvalidArgument,
+    InvalidConfig,
+    QueueLocked,
+    S3QError,
+    StoreError,
+    Unavailable,
+)
 from ..lease import opened_once
 from ..partitions import PartitionedQueue
 from ..store import STORE_OPTIONS, open_store, queue_url
@@ -85,6 +92,7 @@ class QueueRegistry:
         self._leaving: list[Counts] = []  # those of queues being closed
         self._used: dict[str, float] = {}  # queue -> loop time of its latest call
         self._sweeper: asyncio.Task[None] | None = None
+        self._adopter: asyncio.Task[None] | None = None  # (once a partitioned queue is served)
         self._draining = asyncio.Event()
         self._closing = asyncio.Event()
         self._closed = False
@@ -137,6 +145,8 @@ class QueueRegistry:
         whole = self._partitioned.get(name)
         if whole is None or len(whole.partitions) != count:
             whole = self._partitioned[name] = await self._partition(name, count, queue)
+            if self._adopter is None:
+                self._adopter = asyncio.create_task(self._adopt_lapsed())
         now = self._now()
         for index in range(1, count):  # in use: none of them is idle
             self._used[partitions.name_of(name, index)] = now
@@ -303,6 +313,29 @@ class QueueRegistry:
             for name in [n for n in self._partitioned if self._used.get(n, 0.0) < idle_since]:
                 del self._partitioned[name]
 
+    async def _adopt_lapsed(self) -> None:
+        """Every half lease, open here each partition of the partitioned queues served here
+        whose leader's lease has lapsed (a broker dead, paused or cut off from the store), so
+        its messages are served again within about a lease though no call reaches it (this
+        broker's calls find enough in the partitions it leads). A read of the partition's
+        lease each; a partition whose lease runs is left alone."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), self.lease_ttl / 2)
+                return
+            for name, whole in list(self._partitioned.items()):
+                for part in whole.partitions:
+                    if part.led is not None:
+                        continue
+                    try:
+                        await self.take_over(partitions.name_of(name, part.index))
+                    except (QueueLocked, Unavailable, StoreError):
+                        continue  # its lease runs (or the store or the broker is away)
+                    except S3QError as exc:
+                        log.warning("taking %s@%d over failed: %s", name, part.index, exc)
+                        continue
+                    log.info("took %s@%d over: its leader's lease had lapsed", name, part.index)
+
     @property
     def lease_ttl(self) -> float:
         """The writer lease length of the queues this broker opens."""
@@ -415,6 +448,8 @@ class QueueRegistry:
         self._closing.set()
         if self._sweeper is not None:
             await self._sweeper  # it ends between two sweeps: a queue it closes is closed
+        if self._adopter is not None:
+            await self._adopter
         queues, self._queues = list(self._queues.values()), {}
         results = await asyncio.gather(*(self._shut(q) for q in queues), return_exceptions=True)
         for queue, result in zip(queues, results, strict=True):
