@@ -96,4 +96,5 @@ def test_a_partitioned_queue_through_paused_brokers_keeps_every_promise(
     fenced = [c for c in report.history.calls if c.error == "WriterFenced"]
     assert fenced == [], fenced[:3]
     whole = [p for p in report.pauses if p.ended - p.started >= plan.lease_ttl + PAUSE_PAST_LEASE]
-    assert any(p.taken_by is not None for p in whole), f"no partition was taken over: {whole}"
+    # the other broker takes a paused leader's partition over whether or not a call needs it
+    assert whole and all(p.taken_by is not None for p in whole), whole
