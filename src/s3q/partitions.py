@@ -54,7 +54,7 @@ from .pages import Pages
 from .snapshot import Located
 from .staging import StagedObject
 from .store import queue_url
-from .store.base import Counts
+from .store.base import PARTITIONS, Counts
 from .surface import AsyncQueueSurface, Target, documented
 
 T = TypeVar("T")
@@ -65,19 +65,19 @@ SEPARATOR = "@"
 
 def url_of(url: str, index: int) -> str:
     """The URL of partition ``index`` of the queue at ``url``."""
-    return url if index == 0 else queue_url(url, f"partitions/{index}")
+    return url if index == 0 else queue_url(url, f"{PARTITIONS}/{index}")
 
 
 def key_of(index: int, key: str) -> str:
     """The key, from the queue's URL, of object ``key`` of partition ``index``."""
-    return key if index == 0 else f"partitions/{index}/{key}"
+    return key if index == 0 else f"{PARTITIONS}/{index}/{key}"
 
 
 def split_key(key: str) -> tuple[int, str]:
     """A key from the queue's URL as its partition's number and its key there (``key_of``)."""
     head, _, rest = key.partition("/")
     number, _, inner = rest.partition("/")
-    if head == "partitions" and number.isdigit() and str(int(number)) == number and inner:
+    if head == PARTITIONS and number.isdigit() and str(int(number)) == number and inner:
         return int(number), inner
     return 0, key
 

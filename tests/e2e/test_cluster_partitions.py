@@ -169,8 +169,10 @@ def test_a_stalled_brokers_partitions_are_taken_over_though_no_call_reaches_them
             if f"{NAME}@{partitions.home(g, COUNT)}".replace("@0", "") in a.led()
         }
         assert stuck, "a leads partitions holding messages"
-        for _ in range(20):
+        began = time.monotonic()
+        while time.monotonic() - began < 2.0:  # a lease: b read a's partitions' leases
             qb.enqueue(b"own")  # (no key: into b's partitions)
+        assert sorted(a.led() + b.led()) == LOGS, "a live broker's partition taken"
         os.kill(a.proc.pid, signal.SIGSTOP)
         try:
             stalled = time.monotonic()

@@ -346,7 +346,10 @@ def test_streaming_write_replay_enqueues_nothing_twice(
     assert after.total_enqueued == 300
     assert sorted(staged(file_env)) == sorted(objects), "the replay's staged objects are deleted"
     q = file_env.open()
-    payloads = [m.payload for m in q.peek(1000)]
+    payloads: list[bytes] = []
+    while taken := q.dequeue(max_messages=1000, per_group=10):
+        payloads += [m.payload for m in taken]
+        q.complete_batch(taken)
     q.close()
     assert sorted(payloads) == sorted(str(i).encode() for i in range(300))
 

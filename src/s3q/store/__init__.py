@@ -23,7 +23,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 from obstore.store import MemoryStore, S3Store, from_url
 
 from ..errors import InvalidConfig
-from .base import AlreadyExists, Conflict, NotFound, Store, TransientError
+from .base import AlreadyExists, Conflict, NotFound, Store, TransientError, levels_up
 from .local import LocalStore
 from .objectstore import DEFAULT_TIMEOUT, RETRY, ObjectStore, client_options
 from .retry import RetryingStore
@@ -150,8 +150,16 @@ def store_kind(store: Store) -> StoreKind:
 
 
 def _beside(url: str, options: dict[str, Any]) -> Callable[[str], Store]:
-    """Opens the store ``name`` in the folder holding ``url``, with the same ``options``."""
-    return lambda name: open_store(queue_url(parent_url(url), name), options)
+    """Opens the store ``name`` in the folder holding the queue at ``url`` (``Store.beside``),
+    with the same ``options``."""
+
+    def beside(name: str) -> Store:
+        folder = url
+        for _ in range(levels_up(urlsplit(url).path if "://" in url else url)):
+            folder = parent_url(folder)
+        return open_store(queue_url(folder, name), options)
+
+    return beside
 
 
 def _retrying(store: Store, timeout: float) -> RetryingStore:

@@ -52,6 +52,17 @@ class Counts:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
+#: the folder, inside a queue's, of its partitions ``1..N-1`` (``s3q.partitions``)
+PARTITIONS = "partitions"
+
+
+def levels_up(path: str) -> int:
+    """How many levels above the store at ``path`` lies the folder holding its queue: 1, or 3
+    for a partition of a queue (``<queue>/partitions/<i>``)."""
+    parts = path.rstrip("/").split("/")
+    return 3 if len(parts) >= 3 and parts[-2] == PARTITIONS and parts[-1].isdigit() else 1
+
+
 class Store(abc.ABC):
     """Immutable objects by key, plus create-if-absent and compare-and-swap.
 
@@ -124,9 +135,10 @@ class Store(abc.ABC):
         """
 
     def beside(self, name: str) -> Store:
-        """The store ``name`` next to this one (in the same parent folder), reached the same way:
-        where a broker keeps the lease that its queues' leases ride on. InvalidConfig if this
-        store has no parent folder."""
+        """The store ``name`` next to this queue's (in the folder holding the queue, or, for a
+        partition of a queue, the queue's: :func:`levels_up`), reached the same way: where a
+        broker keeps the lease that its queues' leases ride on. InvalidConfig if there is no
+        such folder."""
         raise InvalidConfig(f"{self.url} has no parent folder to hold {name}")
 
     def _wrote(self, data: bytes | bytearray) -> None:

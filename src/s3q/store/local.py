@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import StoreError, StoreFull
-from .base import AlreadyExists, Conflict, NotFound, Store
+from .base import AlreadyExists, Conflict, NotFound, Store, levels_up
 
 _TMP = ".tmp-"
 #: writes up to this size may run on the caller's thread (see ``Writes``)
@@ -48,7 +48,10 @@ class LocalStore(Store):
         return self.root.as_uri()
 
     def beside(self, name: str) -> LocalStore:
-        return LocalStore(self.root.parent / name)
+        folder = self.root
+        for _ in range(levels_up(folder.as_posix())):
+            folder = folder.parent
+        return LocalStore(folder / name)
 
     def path(self, key: str) -> Path:
         parts = key.split("/")
