@@ -13,9 +13,10 @@ the whole queue, is ``s3q.broker.registry``'s.
   stays in order; else one with a dedup id to that id's partition, so deduplication stays exact
   (a message with both is deduplicated within its group, as SQS's high-throughput FIFO queues
   scope it); the others to the partition led here whose next log write leaves soonest (no
-  hop to another broker; alike ones in turn), else to every partition in turn. A batch is split by partition, one call per partition. Staged
-  objects (``s3q.staging``, a Spark write) lie under the prefix of the partition they are
-  for, which commits them, its messages placed as an enqueue's are (``placed``).
+  hop to another broker; alike ones in turn), else to every partition in turn. A batch is
+  split by partition, one call per partition. Staged objects (``s3q.staging``, a Spark write)
+  lie under the prefix of the partition they are for, which commits them, its messages placed
+  as an enqueue's are (``placed``).
 - **Dequeue** takes from the partitions led here first, the one whose best message has the
   highest priority first (``AsyncQueue.best_priority``), then from the others; partitions
   alike take turns, each call starting one further on, so none is starved; a long poll waits

@@ -210,7 +210,8 @@ def test_a_bad_priority_fails_the_job_naming_the_row(
 def test_snapshot_read_while_the_writer_and_gc_run(spark: SparkSession, file_env: StoreEnv) -> None:
     """A reader sees a consistent snapshot while the writer enqueues, completes, checkpoints
     and collects garbage beside it: reads go on until the collector has deleted objects."""
-    q = file_env.open(gc_grace=3.0, checkpoint_ops=500, completed_retention=0.0)
+    grace = 3.0
+    q = file_env.open(gc_grace=grace, checkpoint_ops=500, completed_retention=0.0)
     stop, started = threading.Event(), threading.Event()
     errors: list[BaseException] = []
     deleted = [0]
@@ -243,7 +244,15 @@ def test_snapshot_read_while_the_writer_and_gc_run(spark: SparkSession, file_env
         while reads < 3 or not deleted[0]:
             assert time.monotonic() < deadline, "the collector deleted nothing in 120 s"
             assert not errors, errors
-            rows = spark.read.format("s3q").load(file_env.url).toArrow().to_pylist()
+            began = time.monotonic()
+            try:
+                rows = spark.read.format("s3q").load(file_env.url).toArrow().to_pylist()
+            except Exception as exc:
+                # a read slower than gc_grace (a loaded machine) may find an object gone,
+                # as documented; one within it never does
+                if "SnapshotExpired" in str(exc) and time.monotonic() - began >= grace:
+                    continue
+                raise
             assert rows, "the queue always holds messages here"
             assert len({r["id"] for r in rows}) == len(rows)
             for r in rows:

@@ -139,7 +139,7 @@ async def run_cluster(
                 )
             )
             nemesis = asyncio.ensure_future(
-                _pause_leaders(raws, children.children, plan, pause_every, pauses, calls)
+                _pause_leaders(raws, children.children, plan, pause_every, pauses, calls, history)
             )
             await calls
             seconds = time.monotonic() - started
@@ -259,11 +259,15 @@ async def _pause_leaders(
     every: float,
     pauses: list[Pause],
     calls: asyncio.Future[None],
+    history: History,
 ) -> None:
     """Until ``calls`` is done: about every ``every`` seconds, SIGSTOP the broker whose
     address the writer lease of a partition (of ``raws``, drawn at random) names for
-    ``lease_ttl + PAUSE_PAST_LEASE`` s, then SIGCONT it. With partitions, a pause's
-    ``taken_by`` is the writer the partition's lease names after it, if another."""
+    ``lease_ttl + PAUSE_PAST_LEASE`` s, then SIGCONT it. With one partition, only a writer
+    that has answered a call (``history``) is paused: a lease may name a writer that has not
+    served yet, or never will (its open failed), and pausing it tests nothing. With
+    partitions, a pause's ``taken_by`` is the writer the partition's lease names after it,
+    if another."""
     if not every:
         return
     rng = random.Random(f"pause-{plan.seed}")
@@ -277,6 +281,8 @@ async def _pause_leaders(
         child = children.get(led_by or "")
         if lease is None or child is None:
             continue
+        if len(raws) == 1 and not any(c.writer == lease.token for c in history.calls):
+            continue  # (not serving yet, or not at all: see above)
         started = time.monotonic()
         os.kill(child.pid, signal.SIGSTOP)
         try:
