@@ -165,7 +165,7 @@ def intervals(run: SoakRun) -> list[dict[str, Any]]:
         for s in inside:
             if s.error is not None:
                 errors[s.error] = errors.get(s.error, 0) + 1
-        clipped = [(max(a, lo), min(b, hi)) for a, b in windows if a < hi and b > lo]
+        clipped = _clipped(windows, lo, hi)
         disrupted = any(
             d.started < hi and d.started + (served_again(run, d) or 0.0) > lo
             for d in run.disruptions
@@ -197,9 +197,7 @@ def intervals(run: SoakRun) -> list[dict[str, Any]]:
                 # for longer than the lease, or it lost a renewal to a fault
                 "taken_over": moved and not disrupted,
                 "store_cut_s": {
-                    url: round(
-                        _length([(max(a, lo), min(b, hi)) for a, b in cuts if a < hi and b > lo]), 1
-                    )
+                    url: round(_length(_clipped(cuts, lo, hi)), 1)
                     for url, cuts in run.partitions_of.items()
                 },
                 "checkpointed": previous is not None and point.checkpoint != previous.checkpoint,
@@ -211,6 +209,11 @@ def intervals(run: SoakRun) -> list[dict[str, Any]]:
         )
         begin, previous = point.at, point
     return rows
+
+
+def _clipped(spans: list[tuple[float, float]], lo: float, hi: float) -> list[tuple[float, float]]:
+    """The parts of ``spans`` between ``lo`` and ``hi``."""
+    return [(max(a, lo), min(b, hi)) for a, b in spans if a < hi and b > lo]
 
 
 def windows(run: SoakRun) -> tuple[tuple[float, float], tuple[float, float]]:

@@ -41,6 +41,7 @@ from .. import history, ids, log, partitions, timeline
 from ..errors import InvalidConfig
 from ..history import Block, Each
 from ..store import Store
+from ..store.base import PARTITIONS
 from .options import Options, run
 from .pieces import _loop
 
@@ -247,27 +248,42 @@ def flag(options: Options, name: str, default: bool = False) -> bool:
 async def _plan(options: Options, window: Window) -> list[tuple[int, str, list[int]]]:
     """For each partition of the queue with a log (partition 0 alone, for most queues): its
     number, its queue id and the log objects that may hold the events wanted."""
-    root = options.open_store()
-    try:
-        found = {0: await history.seqs(root)}
-        for key in await root.keys("partitions/"):
-            index, inner = partitions.split_key(key)
-            if index and (seq := log.seq_of(inner)) is not None:
-                found.setdefault(index, []).append(seq)
-    finally:
-        await root.close()
     since, until = window.seconds()
 
     async def planned(index: int, seqs: list[int]) -> tuple[int, str, list[int]]:
         store = options.open_store(index)
         try:
-            queue = await history.queue_id(store)
-            chosen, _ = await timeline.window(store, sorted(seqs), since, until)
-            return index, queue, chosen
+            chosen, _ = await timeline.window(store, seqs, since, until)
         finally:
             await store.close()
+        return index, await queue_id_of(options, index), chosen
 
-    return list(await asyncio.gather(*(planned(i, seqs) for i, seqs in sorted(found.items()))))
+    logs = await partition_logs(options)
+    return list(await asyncio.gather(*(planned(i, seqs) for i, seqs in sorted(logs.items()))))
+
+
+async def partition_logs(options: Options) -> dict[int, list[int]]:
+    """The log objects of each partition of the queue with a log (partition 0 alone, for most
+    queues; ``s3q.partitions``), in order, listed from the queue's prefix."""
+    root = options.open_store()
+    try:
+        found = {0: await history.seqs(root)}
+        for key in await root.keys(f"{PARTITIONS}/"):
+            index, inner = partitions.split_key(key)
+            if index and (seq := log.seq_of(inner)) is not None:
+                found.setdefault(index, []).append(seq)
+    finally:
+        await root.close()
+    return {index: sorted(seqs) for index, seqs in found.items()}
+
+
+async def queue_id_of(options: Options, index: int) -> str:
+    """What the message ids of the queue's partition ``index`` begin with."""
+    store = options.open_store(index)
+    try:
+        return await history.queue_id(store)
+    finally:
+        await store.close()
 
 
 def read_range(store: Store, part: LogRange, payloads: bool) -> Iterator[pa.RecordBatch]:

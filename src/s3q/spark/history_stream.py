@@ -45,7 +45,15 @@ from pyspark.sql.streaming.datasource import (
 
 from .. import history, partitions
 from ..errors import InvalidConfig
-from .history_read import OBJECTS_PER_PARTITION, LogRange, Window, flag, read_range
+from .history_read import (
+    OBJECTS_PER_PARTITION,
+    LogRange,
+    Window,
+    flag,
+    partition_logs,
+    queue_id_of,
+    read_range,
+)
 from .options import Options, run
 
 logger = logging.getLogger("s3q.spark")
@@ -177,24 +185,12 @@ class HistoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 async def _partition_count(options: Options) -> int:
-    """1 + the highest partition number with an object under the queue's prefix."""
-    store = options.open_store()
-    try:
-        numbers = {partitions.split_key(key)[0] for key in await store.keys("partitions/")}
-    finally:
-        await store.close()
-    return 1 + max(numbers, default=0)
+    """1 + the highest number of a partition with a log."""
+    return 1 + max(await partition_logs(options))
 
 
 async def _queue_ids(options: Options, count: int) -> list[str]:
-    async def one(index: int) -> str:
-        store = options.open_store(index)
-        try:
-            return await history.queue_id(store)
-        finally:
-            await store.close()
-
-    return list(await asyncio.gather(*(one(i) for i in range(count))))
+    return list(await asyncio.gather(*(queue_id_of(options, i) for i in range(count))))
 
 
 def offset(seqs: list[int]) -> Offset:
