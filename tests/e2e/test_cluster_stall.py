@@ -140,8 +140,8 @@ def test_calls_left_with_a_stalled_leader_are_made_with_the_next_if_they_may_be_
     calls, forwarded to the stalled leader, are left in flight when that leader loses its
     lease. An enqueue with a dedup id on every message is made again with the new leader and
     answered, exactly once; so is a dequeue (a lease the stalled leader made would lapse, as
-    one whose answer was lost); an enqueue without a dedup id ends in OutcomeUnknown (the
-    stalled leader may have applied it)."""
+    one whose answer was lost), and a read of the settings; an enqueue without a dedup id ends
+    in OutcomeUnknown (the stalled leader may have applied it)."""
     a, b = two_brokers(moto_server, s3_bucket, tmp_path)
     try:
         with connect(a.url, timeout=30) as ca:
@@ -155,6 +155,8 @@ def test_calls_left_with_a_stalled_leader_are_made_with_the_next_if_they_may_be_
                     held = cb.queue("held")
                     if name == "dequeue":
                         answers[name] = [m.payload for m in held.dequeue()]
+                    elif name == "settings":  # a read, as an SQS send makes first
+                        answers[name] = held.configure()
                     else:
                         answers[name] = held.enqueue(name.encode(), **keys)
                 except s3q.S3QError as exc:
@@ -167,6 +169,7 @@ def test_calls_left_with_a_stalled_leader_are_made_with_the_next_if_they_may_be_
                 threading.Thread(target=send, args=("deduplicated",), kwargs={"dedup_id": "d"}),
                 threading.Thread(target=send, args=("plain",)),
                 threading.Thread(target=send, args=("dequeue",)),
+                threading.Thread(target=send, args=("settings",)),
             ]
             for sender in senders:
                 sender.start()
@@ -177,6 +180,7 @@ def test_calls_left_with_a_stalled_leader_are_made_with_the_next_if_they_may_be_
             assert isinstance(answers["deduplicated"], str), answers
             assert isinstance(answers["plain"], s3q.OutcomeUnknown), answers
             assert answers["dequeue"] == [b"before"], answers  # the oldest, leased once
+            assert isinstance(answers["settings"], dict), answers  # read from the next leader
             assert answered <= TTL + 2.0, answered
             assert b.led() == ["held"]
         finally:

@@ -208,9 +208,12 @@ def _repeatable(name: str, arguments: Mapping[str, Any]) -> bool:
     its lease, may be made again with the next leader: it only reads; it is an enqueue whose
     every message carries a dedup id (the next leader answers the ids the first attempt made,
     or makes them); or it is a dequeue that completes nothing (a lease the first attempt made
-    lapses after its visibility timeout, as one whose answer was lost on the way does)."""
+    lapses after its visibility timeout, as one whose answer was lost on the way does). A
+    ``configure`` that changes nothing reads the settings (an SQS send reads them first)."""
     if name in READS:
         return True
+    if name == "configure":
+        return not arguments.get("settings")
     if name == "enqueue":
         return arguments.get("dedup_id") is not None
     if name == "enqueue_batch":

@@ -103,7 +103,7 @@ def timeline(run: SoakRun, d: Disruption, after: float = 12.0) -> list[str]:
         if s.queue in d.queues and s.returned > t0 - 0.5 and s.invoked < t0 + after:
             out.append(
                 f"    {s.queue} {s.kind} +{s.invoked - t0:.2f} .. +{s.returned - t0:.2f} "
-                f"{s.error or 'ok'} {s.messages}"
+                f"{s.error or 'ok'} {s.messages}" + (f" ({s.detail})" if s.detail else "")
             )
     return out
 

@@ -111,7 +111,8 @@ class SoakPlan:
 
 class Sample(NamedTuple):
     """One call as a client made it: its queue, kind, when sent and answered (monotonic), the
-    error's name (None: ok) and how many messages it moved when ok."""
+    error's name (None: ok), how many messages it moved when ok, and the error's text (its
+    start: what a timeline prints)."""
 
     queue: str
     kind: str
@@ -119,7 +120,10 @@ class Sample(NamedTuple):
     returned: float
     error: str | None
     messages: int
+    detail: str = ""
 
+
+DETAIL = 160  # characters of an error's text a sample keeps
 
 #: kinds whose samples count messages finished (completed, deleted, done by the worker)
 FINISHING = frozenset({"complete_batch", "sqs_delete", "worker_done"})
@@ -200,18 +204,18 @@ class _Recorder:
         invoked = time.monotonic()
         result: T | None = None
         outcome: Outcome = "ok"
-        error = None
+        error, detail = None, ""
         try:
             result = await act()
         except KNOWN_FAILURES as exc:
-            outcome, error = "fail", type(exc).__name__
+            outcome, error, detail = "fail", type(exc).__name__, str(exc)[:DETAIL]
         except S3QError as exc:
-            outcome, error = "unknown", type(exc).__name__
+            outcome, error, detail = "unknown", type(exc).__name__, str(exc)[:DETAIL]
         returned = time.monotonic()
         moved = messages if outcome == "ok" else 0
         if kind == "dequeue" and isinstance(result, list):
             moved = len(result)
-        self.samples.append(Sample(queue, kind, invoked, returned, error, moved))
+        self.samples.append(Sample(queue, kind, invoked, returned, error, moved, detail))
         return outcome, error, result, invoked, returned
 
     def delivered(
@@ -564,6 +568,14 @@ def _sqs_error(exc: Exception) -> str:
     return type(exc).__name__
 
 
+def _sqs_message(exc: Exception) -> str:
+    """The text of an SQS client's error answer (the exception's, if it has none)."""
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        return str(response.get("Error", {}).get("Message") or exc)
+    return str(exc)
+
+
 def _sqs_status(exc: Exception) -> int:
     """The HTTP status of an SQS client's error answer (0 if it has none)."""
     response = getattr(exc, "response", None)
@@ -581,26 +593,37 @@ def _sqs_client(
     stop: threading.Event,
 ) -> None:
     """Send, receive, delete, one message at a time, through broker ``urls[index]`` until it
-    cannot be reached or answers a 5xx (its store cut off, say): then the next."""
+    answers a 5xx (its store cut off, say) or cannot be reached: then the next. As a load
+    balancer with passive health checks does, a broker that could not be reached (refused,
+    timed out: killed, stalled) is left out for a lease ttl while another is there."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     history = rec.histories[SQS]
     process = f"s{index}"
     at = index
     clients: dict[str, Any] = {}
+    resting: dict[str, float] = {}  # broker -> until when it is left out (monotonic)
 
     def call(kind: str, **kw: Any) -> tuple[Outcome, str | None, Any, float, float, float]:
         nonlocal at
+        now = time.monotonic()
+        at += next(
+            (i for i in range(len(urls)) if resting.get(urls[(at + i) % len(urls)], 0) <= now), 0
+        )
         url = urls[at % len(urls)]
         sqs = clients.get(url) or clients.setdefault(url, _sqs(url, plan))
         wall, invoked = time.time(), time.monotonic()
-        result, error = None, None
+        result, error, detail = None, None, ""
         try:
             result = getattr(sqs, kind)(QueueUrl=queue, **kw)
-        except (BotoCoreError, ClientError) as exc:
-            error = _sqs_error(exc)
-            if not isinstance(exc, ClientError) or _sqs_status(exc) >= 500:
-                at += 1  # that broker cannot be reached, or cannot serve now: the next one
+        except ClientError as exc:
+            error, detail = _sqs_error(exc), f"{url}: {_sqs_message(exc)}"[:DETAIL]
+            if _sqs_status(exc) >= 500:
+                at += 1  # that broker cannot serve now: the next one
+        except BotoCoreError as exc:
+            error, detail = _sqs_error(exc), f"{url}: {exc}"[:DETAIL]
+            resting[url] = time.monotonic() + plan.lease_ttl
+            at += 1  # that broker cannot be reached: the next one
         returned = time.monotonic()
         moved = 1 if error is None else 0
         if kind == "receive_message" and result is not None:
@@ -608,7 +631,7 @@ def _sqs_client(
         name = {"send_message": "sqs_send", "receive_message": "sqs_receive"}.get(
             kind, "sqs_delete"
         )
-        rec.samples.append(Sample(SQS, name, invoked, returned, error, moved))
+        rec.samples.append(Sample(SQS, name, invoked, returned, error, moved, detail))
         return ("ok" if error is None else "unknown"), error, result, wall, invoked, returned
 
     n = 0
