@@ -7,7 +7,8 @@ newest checkpoint's size and each of its fields' encoded size and length: a fiel
 while the backlog does not is memory and storage no retention bounds. ``--dedup`` gives every
 batched message a dedup id (as the soak's producers do); ``--trace`` follows allocations
 (tracemalloc) and prints, at each report after the retention has filled, the lines whose live
-memory grew most since then. ``--map-large-buffers`` sets the C heap up as ``s3q serve`` does.
+memory grew most since then. ``--trim`` gives the C heap's free pages back every minute, as a
+broker does (``s3q.heap``).
 
     python benchmarks/index_growth.py --minutes 5 --rate 1000
     python benchmarks/index_growth.py --minutes 10 --rate 500 --dedup --trace
@@ -29,8 +30,7 @@ from pathlib import Path
 import msgspec
 
 import s3q
-from s3q import checkpoint
-from s3q.heap import map_large_buffers
+from s3q import checkpoint, heap
 
 
 def checkpoint_fields(root: Path) -> dict[str, int]:
@@ -105,7 +105,7 @@ def grown(since: tracemalloc.Snapshot, top: int = 12) -> list[str]:
 
 
 async def run(
-    root: Path, minutes: float, rate: int, every: float, dedup: bool, trace: bool
+    root: Path, minutes: float, rate: int, every: float, dedup: bool, trace: bool, trim: bool
 ) -> None:
     q = await s3q.open_async(
         str(root),
@@ -174,7 +174,9 @@ async def run(
                 else:
                     print("\n".join(grown(full)), flush=True)
 
+    trimming = asyncio.ensure_future(heap.trim_every() if trim else asyncio.sleep(0))
     await asyncio.gather(produce(), singles(), consume(), consume(), report())
+    trimming.cancel()
     await q.close()
 
 
@@ -186,18 +188,24 @@ def main() -> None:
     parser.add_argument("--dedup", action="store_true", help="a dedup id on every message")
     parser.add_argument("--trace", action="store_true", help="print what grew (tracemalloc)")
     parser.add_argument(
-        "--map-large-buffers",
+        "--trim",
         action="store_true",
-        help="as s3q serve and s3q worker do (s3q.heap); embedded queues do not",
+        help="give the C heap's free pages back every minute, as a broker does (s3q.heap)",
     )
     args = parser.parse_args()
-    if args.map_large_buffers:
-        map_large_buffers()
     if args.trace:
         tracemalloc.start(8)
     with tempfile.TemporaryDirectory() as root:
         asyncio.run(
-            run(Path(root) / "q", args.minutes, args.rate, args.every, args.dedup, args.trace)
+            run(
+                Path(root) / "q",
+                args.minutes,
+                args.rate,
+                args.every,
+                args.dedup,
+                args.trace,
+                args.trim,
+            )
         )
 
 

@@ -1,14 +1,17 @@
-"""A process s3q owns maps its large buffers apart (s3q.heap): freeing one gives it back to the
-system, where glibc's default would raise its threshold and serve the next from the heap. Each
-case runs in a Python process of its own (the setting is the process's)."""
+"""A broker gives the free pages inside its C heap back to the system (s3q.heap): memory freed
+between allocations that live on stays resident until then. Run in a Python process of its own
+(the heap is the process's)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 
 import pytest
+
+from s3q import heap
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or os.confstr("CS_GNU_LIBC_VERSION") is None,
@@ -16,44 +19,54 @@ pytestmark = pytest.mark.skipif(
 )
 
 PROBE = """
-import ctypes, sys
-from s3q.heap import map_large_buffers
+import sys
+from s3q import heap
 
-class Mallinfo2(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in (
-        "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split())]
+def rss():
+    with open("/proc/self/status") as status:
+        return next(int(l.split()[1]) for l in status if l.startswith("VmRSS:")) // 1024
 
-libc = ctypes.CDLL(None)
-libc.mallinfo2.restype = Mallinfo2
-if sys.argv[1] == "set":
-    print(map_large_buffers())
-big = bytearray(8 << 20)  # mapped apart, then freed: glibc's default raises its threshold
-del big
-before = libc.mallinfo2().hblkhd
-buffer = bytearray(1 << 20)
-print(libc.mallinfo2().hblkhd - before)
+# 60 MiB in buffers of 64 KiB (below glibc's mmap threshold: from the heap), every 16th kept:
+# what is freed lies in holes below the kept ones, not at the heap's top
+chunks = [bytearray(b"x" * (64 << 10)) for _ in range(960)]
+kept = chunks[::16]
+del chunks
+before = rss()
+if sys.argv[1] == "trim":
+    assert heap.trim()
+print(before, rss())
 """
 
 
-def probe(mode: str, **env: str) -> list[str]:
+def probe(mode: str) -> tuple[int, int]:
     out = subprocess.run(
-        [sys.executable, "-c", PROBE, mode],
-        env={k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"} | env,
-        capture_output=True,
-        text=True,
-        check=True,
+        [sys.executable, "-c", PROBE, mode], capture_output=True, text=True, check=True
     )
-    return out.stdout.split()
+    before, after = map(int, out.stdout.split())
+    return before, after
 
 
-def test_a_large_buffer_is_mapped_apart_after_a_larger_one_was_freed() -> None:
-    done, mapped = probe("set")
-    assert done == "True" and int(mapped) >= 1 << 20
+def test_a_trim_gives_back_the_free_pages_inside_the_heap() -> None:
+    before, after = probe("trim")
+    assert before >= 60 and before - after >= 45, (before, after)
 
 
-def test_without_it_glibc_serves_that_buffer_from_the_heap() -> None:
-    assert probe("default") == ["0"]  # what the broker's heap crept with
+def test_without_one_the_holes_stay_resident() -> None:
+    before, after = probe("keep")
+    assert before >= 60 and before - after < 5, (before, after)  # what a broker's heap held
 
 
-def test_a_threshold_the_environment_gives_is_left_as_it_is() -> None:
-    assert probe("set", MALLOC_MMAP_THRESHOLD_="65536")[0] == "False"
+def test_trim_every_trims_until_cancelled(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(heap, "_malloc_trim", lambda: calls.append)
+
+    async def run() -> None:
+        task = asyncio.create_task(heap.trim_every(0.01))
+        while len(calls) < 3:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(run())
+    assert calls[:3] == [0, 0, 0]

@@ -18,6 +18,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from .. import heap
 from ..client.answers import PARTITIONS_HEADER, WRITER_HEADER, answers
 from ..errors import InvalidArgument, S3QError, WriterFenced
 from ..prices import Prices, of_store
@@ -100,13 +101,13 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        sampler = asyncio.create_task(history.run())
+        tasks = [asyncio.create_task(history.run()), asyncio.create_task(heap.trim_every())]
         try:
             yield
         finally:
-            sampler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sampler
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             await registry.close()
 
     routes = [

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidConfig
-from ..heap import map_large_buffers
 from ..prices import Prices
 from .limits import (
     DEFAULT_BODY_TIMEOUT,
@@ -153,7 +152,6 @@ def serve(
     all_tokens = set(tokens or ()) | load_tokens(token_file)
     keys = {**load_sqs_keys(sqs_credentials), **(sqs_keys or {})}
     check_exposure(host, all_tokens)
-    map_large_buffers()  # this process is the broker's: its heap must not creep
     if advertise is not None:
         from .peerauth import normalize
 

@@ -507,11 +507,9 @@ def worker(
     """
     import logging
 
-    from ..heap import map_large_buffers
     from ..worker import run_worker
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    map_large_buffers()  # this process is the worker's: its heap must not creep
     run_worker(
         target,
         queue_url=resolve(name, store) if name is not None else None,
