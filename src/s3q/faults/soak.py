@@ -606,7 +606,7 @@ def _sqs_client(
 
     def call(kind: str, **kw: Any) -> tuple[Outcome, str | None, Any, float, float, float]:
         nonlocal at
-        now = time.monotonic()
+        now = time.monotonic()  # from `at` on, the first broker not left out (else `at`)
         at += next(
             (i for i in range(len(urls)) if resting.get(urls[(at + i) % len(urls)], 0) <= now), 0
         )
