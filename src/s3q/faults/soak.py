@@ -561,27 +561,24 @@ def _create_sqs_queue(url: str, plan: SoakPlan) -> str:
     return str(answer["QueueUrl"])
 
 
-def _sqs_error(exc: Exception) -> str:
+def _sqs_answer(exc: Exception) -> dict[str, Any]:
+    """The error answer an SQS client's exception carries (empty if it has none)."""
     response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        return str(response.get("Error", {}).get("Code", type(exc).__name__))
-    return type(exc).__name__
+    return response if isinstance(response, dict) else {}
+
+
+def _sqs_error(exc: Exception) -> str:
+    return str(_sqs_answer(exc).get("Error", {}).get("Code", type(exc).__name__))
 
 
 def _sqs_message(exc: Exception) -> str:
     """The text of an SQS client's error answer (the exception's, if it has none)."""
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        return str(response.get("Error", {}).get("Message") or exc)
-    return str(exc)
+    return str(_sqs_answer(exc).get("Error", {}).get("Message") or exc)
 
 
 def _sqs_status(exc: Exception) -> int:
     """The HTTP status of an SQS client's error answer (0 if it has none)."""
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        return int(response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
-    return 0
+    return int(_sqs_answer(exc).get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
 
 
 def _sqs_client(

@@ -254,9 +254,9 @@ async def _plan(options: Options, window: Window) -> list[tuple[int, str, list[i
         store = options.open_store(index)
         try:
             chosen, _ = await timeline.window(store, seqs, since, until)
+            return index, await history.queue_id(store), chosen
         finally:
             await store.close()
-        return index, await queue_id_of(options, index), chosen
 
     logs = await partition_logs(options)
     return list(await asyncio.gather(*(planned(i, seqs) for i, seqs in sorted(logs.items()))))
