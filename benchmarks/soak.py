@@ -26,7 +26,7 @@ from pathlib import Path
 import local_s3
 
 from s3q.faults import HARSH, REALISTIC
-from s3q.faults.series import plot, report, table, write_json
+from s3q.faults.series import plot, recovered, report, table, timeline, write_json
 from s3q.faults.soak import SoakPlan, run_soak
 
 PROFILES = {"realistic": REALISTIC, "harsh": HARSH}
@@ -66,6 +66,10 @@ def main() -> None:
     finally:
         moto.stop()
     data = report(run, command)
+    for d in run.disruptions:  # what the clients saw around each slow recovery
+        took = recovered(run, d)
+        if took is None or took > plan.lease_ttl + 2:
+            print("\n".join(timeline(run, d)))
     write_json(data, Path(args.out + ".json"))
     plot(data, Path(args.out + ".png"))
     for row in data["intervals"]:

@@ -39,6 +39,10 @@ RUNGS = 8
 KEEP_NEWEST = 2
 RELOCATE_BUDGET = 16 * 1024 * 1024  # bytes of payload copied forward per pass
 STRAGGLER_SHARE = 0.25  # an object whose live payloads are below this share of it is compacted
+#: an object that keeps only dead letters alive, at most this many bytes of them, is compacted
+#: too, with others: a dead letter lives until it is redriven or discarded, and would keep the
+#: whole object it came in (a message committed alone: one object per dead letter) as long
+STRAGGLER_BYTES = 64 * 1024
 
 
 class Writer(Protocol):
@@ -217,20 +221,32 @@ async def _past_history(
 
 
 async def _relocate_stragglers(writer: Writer, report: CompactionReport) -> None:
-    """Copy live payloads out of old objects that are mostly dead, within a byte budget."""
+    """Copy live payloads out of old objects that are mostly dead, or that keep only a few
+    dead letters alive, within a byte budget. The copies ride in the batch being filled, so
+    the objects chosen are gathered into one. A pass moves two objects or more, or one that
+    frees ``STRAGGLER_BYTES``: moving a lone small one would only keep another object in its
+    place, pass after pass."""
     state = writer.state
     newest = max(writer.checkpoints, default=0)
+    dead_in: dict[int, int] = {}  # log seq -> dead letters whose payload lies there
+    for rec in state.iter_dead():
+        if rec.stage is None and rec.offset >= 0:
+            dead_in[rec.payload_seq] = dead_in.get(rec.payload_seq, 0) + 1
     chosen: list[int] = []
+    freed = 0  # payload bytes the chosen objects were written with and no longer hold
     budget = RELOCATE_BUDGET
     for seq, live, written in state.payloads.holding():
         if seq >= newest or budget <= 0:
             break
-        if seq in state.runs or seq in state.stretches:  # they leave in their own time
-            continue
-        if live <= STRAGGLER_SHARE * written and live <= budget:
+        if seq in state.runs or seq in state.stretches or live > budget:
+            continue  # (runs and stretches leave in their own time)
+        mostly_dead = live <= STRAGGLER_SHARE * written
+        dead_only = live <= STRAGGLER_BYTES and dead_in.get(seq) == state.payloads.refs[seq]
+        if mostly_dead or dead_only:
             chosen.append(seq)
+            freed += written - live
             budget -= live
-    if not chosen:
+    if len(chosen) < 2 and freed < STRAGGLER_BYTES:
         return
     recs: dict[int, list[Record]] = {seq: [] for seq in chosen}
     for rec in state.messages.values():

@@ -31,6 +31,7 @@ SQS_DOWN = frozenset(
         "ConnectTimeoutError",
         "ReadTimeoutError",
         "ConnectionClosedError",
+        "BrokerStalled",  # the soak's own: a probe of the broker went unanswered
     }
 )
 UNKNOWN = frozenset({"OutcomeUnknown"})

@@ -40,10 +40,12 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
 from ..client import AsyncRemoteQueue, connect_async
+from ..client.stalls import PROBE_EVERY, STALL_TIMEOUT
 from ..errors import S3QError
 from ..message import Message
 from ..store import Store, open_store, queue_url
@@ -161,6 +163,8 @@ class Point:
     garbage: dict[str, int]  # queue -> log objects before its newest checkpoint, not deleted
     checkpoint: dict[str, int]  # queue -> its newest checkpoint's sequence number
     backlog: dict[str, int]  # queue -> messages not finished (pending, delayed, leased, retry)
+    #: queue -> its objects and their bytes (log, checkpoints, leases, settings: all of it)
+    queue_usage: dict[str, tuple[int, int]]
     dead: dict[str, int]
     upstream_p50: float | None  # the S3 server's own time per request since the last point
     upstream_p99: float | None
@@ -538,16 +542,48 @@ def _sqs(url: str, plan: SoakPlan) -> Any:
         region_name="us-east-1",
         aws_access_key_id="soak",
         aws_secret_access_key="soak",
-        # one attempt, and a read timeout that tells a stalled broker well within the lease
-        # ttl (a receive waits 1 s): the caller moves to the next broker. (botocore's legacy
-        # mode counts max_attempts as retries: a second attempt doubled the time spent on a
-        # stalled broker, and the queue served again only after 2 * (ttl + 1) s.)
+        # One attempt: the caller moves to the next broker. (botocore's legacy mode counts
+        # max_attempts as retries: a second attempt doubled the time spent on a stalled
+        # broker.) A read timeout that outlasts a takeover: a broker whose leader is away holds
+        # the call until the queue is taken over, then answers it; a stalled broker is told
+        # by probes (``_sqs_call``), not by cutting such a call short.
         config=Config(
             retries={"total_max_attempts": 1, "mode": "standard"},
             connect_timeout=1,
-            read_timeout=SQS_WAIT + plan.lease_ttl / 2,
+            read_timeout=SQS_WAIT + 4 * plan.lease_ttl,
         ),
     )
+
+
+class BrokerStalled(Exception):
+    """The broker an SQS call was sent to did not answer a probe while the call was in flight."""
+
+
+def _answers(url: str) -> bool:
+    """Whether the broker at ``url`` answers a probe within ``STALL_TIMEOUT``."""
+    import urllib3
+
+    try:
+        urllib3.request("GET", url + "/v1/cluster", timeout=STALL_TIMEOUT, retries=False)
+    except urllib3.exceptions.HTTPError:
+        return False
+    return True
+
+
+def _sqs_call(pool: ThreadPoolExecutor, url: str, act: Callable[[], T]) -> T:
+    """``act()``, a call to the broker at ``url``, awaited while the broker answers probes
+    (one every ``PROBE_EVERY`` seconds once the call has taken that long), as s3q's own
+    client awaits its calls (:mod:`s3q.client.stalls`): BrokerStalled if one goes
+    unanswered (the call, left in flight, may still be applied)."""
+    future = pool.submit(act)
+    while True:
+        try:
+            return future.result(timeout=PROBE_EVERY)
+        except TimeoutError:
+            if not _answers(url):
+                raise BrokerStalled(
+                    f"{url} did not answer a probe within {STALL_TIMEOUT} s"
+                ) from None
 
 
 def _create_sqs_queue(url: str, plan: SoakPlan) -> str:
@@ -590,9 +626,10 @@ def _sqs_client(
     stop: threading.Event,
 ) -> None:
     """Send, receive, delete, one message at a time, through broker ``urls[index]`` until it
-    answers a 5xx (its store cut off, say) or cannot be reached: then the next. As a load
-    balancer with passive health checks does, a broker that could not be reached (refused,
-    timed out: killed, stalled) is left out for a lease ttl while another is there."""
+    answers a 5xx (its store cut off, say) or cannot be reached (refused, or silent to a probe
+    while a call is in flight: killed, stalled): then the next. As a load balancer with
+    health checks does, a broker that could not be reached is left out for a lease ttl while
+    another is there."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     history = rec.histories[SQS]
@@ -600,6 +637,7 @@ def _sqs_client(
     at = index
     clients: dict[str, Any] = {}
     resting: dict[str, float] = {}  # broker -> until when it is left out (monotonic)
+    pool = ThreadPoolExecutor(4, thread_name_prefix=f"soak-{process}")  # (calls left in flight)
 
     def call(kind: str, **kw: Any) -> tuple[Outcome, str | None, Any, float, float, float]:
         nonlocal at
@@ -612,12 +650,14 @@ def _sqs_client(
         wall, invoked = time.time(), time.monotonic()
         result, error, detail = None, None, ""
         try:
-            result = getattr(sqs, kind)(QueueUrl=queue, **kw)
+            result = _sqs_call(
+                pool, url, functools.partial(getattr(sqs, kind), QueueUrl=queue, **kw)
+            )
         except ClientError as exc:
             error, detail = _sqs_error(exc), f"{url}: {_sqs_message(exc)}"[:DETAIL]
             if _sqs_status(exc) >= 500:
                 at += 1  # that broker cannot serve now: the next one
-        except BotoCoreError as exc:
+        except (BotoCoreError, BrokerStalled) as exc:
             error, detail = _sqs_error(exc), f"{url}: {exc}"[:DETAIL]
             resting[url] = time.monotonic() + plan.lease_ttl
             at += 1  # that broker cannot be reached: the next one
@@ -631,68 +671,73 @@ def _sqs_client(
         rec.samples.append(Sample(SQS, name, invoked, returned, error, moved, detail))
         return ("ok" if error is None else "unknown"), error, result, wall, invoked, returned
 
-    n = 0
-    due = time.monotonic()
-    while not stop.is_set():
-        stop.wait(max(0.0, due - time.monotonic()))
-        due += 1 / plan.sqs_rate
-        dedup = f"{process}-{n}"
-        n += 1
-        while True:
-            outcome, error, sent, wall, invoked, returned = call(
-                "send_message",
-                MessageBody=dedup,
-                MessageGroupId=f"g{n % plan.groups}",
-                MessageDeduplicationId=dedup,
-            )
-            history.calls.append(
-                Call(
-                    process,
-                    "enqueue",
-                    invoked,
-                    returned,
-                    outcome,
-                    wall=wall,
-                    dedup=dedup,
-                    ids=[sent["MessageId"]] if sent else [],
-                    error=error,
+    try:
+        n = 0
+        due = time.monotonic()
+        while not stop.is_set():
+            stop.wait(max(0.0, due - time.monotonic()))
+            due += 1 / plan.sqs_rate
+            dedup = f"{process}-{n}"
+            n += 1
+            while True:
+                outcome, error, sent, wall, invoked, returned = call(
+                    "send_message",
+                    MessageBody=dedup,
+                    MessageGroupId=f"g{n % plan.groups}",
+                    MessageDeduplicationId=dedup,
                 )
-            )
-            if outcome == "ok" or stop.is_set():
-                break
-        outcome, _, got, _, invoked, returned = call(
-            "receive_message",
-            MaxNumberOfMessages=1,
-            WaitTimeSeconds=SQS_WAIT,
-            AttributeNames=["MessageDeduplicationId"],
-        )
-        for m in (got or {}).get("Messages", []):
-            handle = m["ReceiptHandle"]
-            history.calls.append(
-                Call(
-                    process,
-                    "dequeue",
-                    invoked,
-                    returned,
-                    "ok",
-                    ids=[m["MessageId"]],
-                    receipts=[handle],
-                    dedups=[m.get("Attributes", {}).get("MessageDeduplicationId")],
+                history.calls.append(
+                    Call(
+                        process,
+                        "enqueue",
+                        invoked,
+                        returned,
+                        outcome,
+                        wall=wall,
+                        dedup=dedup,
+                        ids=[sent["MessageId"]] if sent else [],
+                        error=error,
+                    )
                 )
+                if outcome == "ok" or stop.is_set():
+                    break
+            outcome, _, got, _, invoked, returned = call(
+                "receive_message",
+                MaxNumberOfMessages=1,
+                WaitTimeSeconds=SQS_WAIT,
+                AttributeNames=["MessageDeduplicationId"],
             )
-            outcome, error, _, _, invoked, returned = call("delete_message", ReceiptHandle=handle)
-            history.calls.append(
-                Call(
-                    process,
-                    "complete",
-                    invoked,
-                    returned,
-                    outcome,
-                    ids=[m["MessageId"]],
-                    receipts=[handle],
-                    error=error,
+            for m in (got or {}).get("Messages", []):
+                handle = m["ReceiptHandle"]
+                history.calls.append(
+                    Call(
+                        process,
+                        "dequeue",
+                        invoked,
+                        returned,
+                        "ok",
+                        ids=[m["MessageId"]],
+                        receipts=[handle],
+                        dedups=[m.get("Attributes", {}).get("MessageDeduplicationId")],
+                    )
                 )
-            )
+                outcome, error, _, _, invoked, returned = call(
+                    "delete_message", ReceiptHandle=handle
+                )
+                history.calls.append(
+                    Call(
+                        process,
+                        "complete",
+                        invoked,
+                        returned,
+                        outcome,
+                        ids=[m["MessageId"]],
+                        receipts=[handle],
+                        error=error,
+                    )
+                )
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 async def _disrupt(
@@ -812,8 +857,10 @@ async def _point(
         rss[url], fds[url] = _proc(child.pid) if child.poll() is None else (None, None)
     objects, size = await whole.usage()
     unchecked, garbage, newest, backlog, dead, leaders = {}, {}, {}, {}, {}, {}
+    usage: dict[str, tuple[int, int]] = {}
     for name, store in raw.items():
         leaders[name] = await leader(store)
+        usage[name] = await store.usage()
         seqs = [s for k in await store.keys(log.PREFIX) if (s := log.seq_of(k)) is not None]
         ckpts = [
             s
@@ -843,6 +890,7 @@ async def _point(
         garbage,
         newest,
         backlog,
+        usage,
         dead,
         upstream[len(upstream) // 2] if upstream else None,
         upstream[int(len(upstream) * 0.99)] if upstream else None,
