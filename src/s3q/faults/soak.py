@@ -223,8 +223,16 @@ class _Recorder:
         return outcome, error, result, invoked, returned
 
     def delivered(
-        self, queue: str, process: str, got: list[Message], invoked: float, returned: float
+        self,
+        queue: str,
+        process: str,
+        invoked: float,
+        returned: float,
+        ids: list[str],
+        receipts: list[str],
+        dedups: list[str | None],
     ) -> None:
+        """A dequeue by ``process`` delivered ``ids``, with these receipts and dedup ids."""
         self.histories[queue].calls.append(
             Call(
                 process,
@@ -232,11 +240,50 @@ class _Recorder:
                 invoked,
                 returned,
                 "ok",
-                ids=[m.id for m in got],
-                receipts=[m.receipt or "" for m in got],
-                dedups=[m.dedup_id for m in got],
+                ids=ids,
+                receipts=receipts,
+                dedups=dedups,
             )
         )
+
+
+def _enqueued(
+    process: str,
+    invoked: float,
+    returned: float,
+    outcome: Outcome,
+    wall: float,
+    dedup: str,
+    mid: str | None,
+    error: str | None,
+) -> Call:
+    """The history's record of one message enqueued (``mid``: the id answered, if any)."""
+    return Call(
+        process,
+        "enqueue",
+        invoked,
+        returned,
+        outcome,
+        wall=wall,
+        dedup=dedup,
+        ids=[mid] if mid else [],
+        error=error,
+    )
+
+
+def _completed(
+    process: str,
+    invoked: float,
+    returned: float,
+    outcome: Outcome,
+    ids: list[str],
+    receipts: list[str],
+    error: str | None,
+) -> Call:
+    """The history's record of messages completed (deleted), each by its receipt."""
+    return Call(
+        process, "complete", invoked, returned, outcome, ids=ids, receipts=receipts, error=error
+    )
 
 
 async def run_soak(
@@ -401,18 +448,12 @@ async def _produce(
             outcome, error, ids, invoked, returned = await rec.call(
                 NATIVE, "enqueue_batch", functools.partial(queue.enqueue_batch, items), len(items)
             )
+            wall = time.time() - (time.monotonic() - invoked)
             for i, item in enumerate(items):
+                mid = ids[i] if ids else None
                 history.calls.append(
-                    Call(
-                        process,
-                        "enqueue",
-                        invoked,
-                        returned,
-                        outcome,
-                        wall=time.time() - (time.monotonic() - invoked),
-                        dedup=item["dedup_id"],
-                        ids=[ids[i]] if ids else [],
-                        error=error,
+                    _enqueued(
+                        process, invoked, returned, outcome, wall, item["dedup_id"], mid, error
                     )
                 )
             if outcome == "ok" or stop.is_set():
@@ -429,21 +470,21 @@ async def _consume(
         )
         if outcome != "ok" or not got:
             continue
-        rec.delivered(NATIVE, process, got, invoked, returned)
+        receipts = [m.receipt or "" for m in got]
+        rec.delivered(
+            NATIVE,
+            process,
+            invoked,
+            returned,
+            [m.id for m in got],
+            receipts,
+            [m.dedup_id for m in got],
+        )
         outcome, error, _, invoked, returned = await rec.call(
             NATIVE, "complete_batch", functools.partial(queue.complete_batch, got), len(got)
         )
         history.calls.append(
-            Call(
-                process,
-                "complete",
-                invoked,
-                returned,
-                outcome,
-                ids=[m.id for m in got],
-                receipts=[m.receipt or "" for m in got],
-                error=error,
-            )
+            _completed(process, invoked, returned, outcome, [m.id for m in got], receipts, error)
         )
 
 
@@ -466,17 +507,7 @@ async def _produce_jobs(
                 JOBS, "enqueue", functools.partial(queue.enqueue, fate, dedup_id=dedup)
             )
             history.calls.append(
-                Call(
-                    "jobs",
-                    "enqueue",
-                    invoked,
-                    returned,
-                    outcome,
-                    wall=wall,
-                    dedup=dedup,
-                    ids=[mid] if mid else [],
-                    error=error,
-                )
+                _enqueued("jobs", invoked, returned, outcome, wall, dedup, mid, error)
             )
             if outcome == "ok" or stop.is_set():
                 break
@@ -686,18 +717,9 @@ def _sqs_client(
                     MessageGroupId=f"g{n % plan.groups}",
                     MessageDeduplicationId=dedup,
                 )
+                mid = sent["MessageId"] if sent else None
                 history.calls.append(
-                    Call(
-                        process,
-                        "enqueue",
-                        invoked,
-                        returned,
-                        outcome,
-                        wall=wall,
-                        dedup=dedup,
-                        ids=[sent["MessageId"]] if sent else [],
-                        error=error,
-                    )
+                    _enqueued(process, invoked, returned, outcome, wall, dedup, mid, error)
                 )
                 if outcome == "ok" or stop.is_set():
                     break
@@ -709,31 +731,16 @@ def _sqs_client(
             )
             for m in (got or {}).get("Messages", []):
                 handle = m["ReceiptHandle"]
-                history.calls.append(
-                    Call(
-                        process,
-                        "dequeue",
-                        invoked,
-                        returned,
-                        "ok",
-                        ids=[m["MessageId"]],
-                        receipts=[handle],
-                        dedups=[m.get("Attributes", {}).get("MessageDeduplicationId")],
-                    )
+                dedup_id = m.get("Attributes", {}).get("MessageDeduplicationId")
+                rec.delivered(
+                    SQS, process, invoked, returned, [m["MessageId"]], [handle], [dedup_id]
                 )
                 outcome, error, _, _, invoked, returned = call(
                     "delete_message", ReceiptHandle=handle
                 )
                 history.calls.append(
-                    Call(
-                        process,
-                        "complete",
-                        invoked,
-                        returned,
-                        outcome,
-                        ids=[m["MessageId"]],
-                        receipts=[handle],
-                        error=error,
+                    _completed(
+                        process, invoked, returned, outcome, [m["MessageId"]], [handle], error
                     )
                 )
     finally:
