@@ -91,6 +91,18 @@ def main() -> None:
             f"store partitioned meanwhile {d['takers_partitioned']} s: recovered in "
             f"{d['recovered']} s"
         )
+    rows = data["intervals"]
+    if rows:  # what each queue holds in the store, first sample and last
+        first, last = rows[0]["queue_usage"], rows[-1]["queue_usage"]
+        print(
+            "store by queue (objects, MB), first -> last sample: "
+            + ", ".join(
+                f"{q} {first[q][0]} -> {last[q][0]}, "
+                f"{first[q][1] / 1e6:.1f} -> {last[q][1] / 1e6:.1f}"
+                for q in last
+                if q in first
+            )
+        )
     for queue, found in data["violations"].items():
         for v in found[:10]:
             print(f"VIOLATION {queue} {v['check']}: {v['detail']}")
