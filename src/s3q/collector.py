@@ -228,10 +228,7 @@ async def _relocate_stragglers(writer: Writer, report: CompactionReport) -> None
     place, pass after pass."""
     state = writer.state
     newest = max(writer.checkpoints, default=0)
-    dead_in: dict[int, int] = {}  # log seq -> dead letters whose payload lies there
-    for rec in state.iter_dead():
-        if rec.stage is None and rec.offset >= 0:
-            dead_in[rec.payload_seq] = dead_in.get(rec.payload_seq, 0) + 1
+    dead_in: dict[int, int] | None = None  # counted once an object may need it
     chosen: list[int] = []
     freed = 0  # payload bytes the chosen objects were written with and no longer hold
     budget = RELOCATE_BUDGET
@@ -240,9 +237,11 @@ async def _relocate_stragglers(writer: Writer, report: CompactionReport) -> None
             break
         if seq in state.runs or seq in state.stretches or live > budget:
             continue  # (runs and stretches leave in their own time)
-        mostly_dead = live <= STRAGGLER_SHARE * written
-        dead_only = live <= STRAGGLER_BYTES and dead_in.get(seq) == state.payloads.refs[seq]
-        if mostly_dead or dead_only:
+        dead_only = False
+        if live <= STRAGGLER_BYTES and live > STRAGGLER_SHARE * written:
+            dead_in = _dead_letters_by_object(state) if dead_in is None else dead_in
+            dead_only = dead_in.get(seq) == state.payloads.refs[seq]
+        if dead_only or live <= STRAGGLER_SHARE * written:
             chosen.append(seq)
             freed += written - live
             budget -= live
@@ -266,6 +265,15 @@ async def _relocate_stragglers(writer: Writer, report: CompactionReport) -> None
         writer.relocate(still)
         report.relocated_messages += len(still)
         report.relocated_bytes += sum(len(p) for _, p in still)
+
+
+def _dead_letters_by_object(state: QueueState) -> dict[int, int]:
+    """Log seq -> how many dead letters have their payload in that log object."""
+    found: dict[int, int] = {}
+    for rec in state.iter_dead():
+        if rec.stage is None and rec.offset >= 0:
+            found[rec.payload_seq] = found.get(rec.payload_seq, 0) + 1
+    return found
 
 
 async def _delete_orphans(writer: Writer, report: CompactionReport) -> None:

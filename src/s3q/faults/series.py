@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .soak import FINISHING, UNTIMED, Disruption, Sample, SoakRun
+from .soak import FINISHING, UNTIMED, BrokerStalled, Disruption, Sample, SoakRun
 from .workload import DOWN, PARTITION_GRACE, _length, _union
 
 #: errors of the SQS endpoint's clients that say the queue was not serving
@@ -31,7 +31,7 @@ SQS_DOWN = frozenset(
         "ConnectTimeoutError",
         "ReadTimeoutError",
         "ConnectionClosedError",
-        "BrokerStalled",  # the soak's own: a probe of the broker went unanswered
+        BrokerStalled.__name__,  # the soak's own: a probe of the broker went unanswered
     }
 )
 UNKNOWN = frozenset({"OutcomeUnknown"})

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
 from ..client import AsyncRemoteQueue, connect_async
+from ..client.requests import cluster
 from ..client.stalls import PROBE_EVERY, STALL_TIMEOUT
 from ..errors import S3QError
 from ..message import Message
@@ -595,7 +596,7 @@ def _answers(url: str) -> bool:
     import urllib3
 
     try:
-        urllib3.request("GET", url + "/v1/cluster", timeout=STALL_TIMEOUT, retries=False)
+        urllib3.request("GET", url + cluster().path, timeout=STALL_TIMEOUT, retries=False)
     except urllib3.exceptions.HTTPError:
         return False
     return True
