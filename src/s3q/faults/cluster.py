@@ -3,8 +3,10 @@ and the leading broker is paused.
 
 :func:`run_cluster` starts ``plan.brokers`` brokers (``s3q serve`` in child processes), each
 reaching the S3 server through its own :class:`~s3q.faults.proxy.FaultProxy`, so one broker
-can be partitioned while the others work. Half the callers know every broker, half only the
-last one, which forwards their calls to the leader; all call one queue. A
+can be partitioned while the others work; each broker is told the others (``--peer``). Half
+the callers know every broker, half only the last one, which forwards their calls to the
+leader and from which they learn the others (to move on to when it stalls); all call one
+queue. A
 nemesis pauses the broker that leads the queue (SIGSTOP) for longer than the writer lease,
 so that another broker takes the queue over, then lets it run again (SIGCONT): the old
 leader wakes up with commits in flight, which must not be acknowledged. The history is
@@ -30,6 +32,7 @@ import contextlib
 import os
 import random
 import signal
+import socket
 import subprocess
 import time
 import uuid
@@ -50,8 +53,7 @@ QUEUE = "work"
 #: the queue over and answer a call. A takeover waits for a call: the clients tell the
 #: paused broker by a probe unanswered (``PROBE_EVERY`` + ``STALL_TIMEOUT``, 2.5 s), the broker
 #: they turn to watches its forwarded call ``lease_ttl`` / 3, then opens the queue (the soak
-#: holds that to ``lease_ttl`` + 2 s); the rest is room for a loaded machine (at 3 s, in one
-#: run of the suite on 2 cores, both paused-leader tests had a pause no broker took over)
+#: holds that to ``lease_ttl`` + 2 s); the rest is room for a loaded machine
 PAUSE_PAST_LEASE = 4.5
 
 
@@ -123,7 +125,8 @@ async def run_cluster(
             stack.enter_context(proxy)
         children = stack.enter_context(Brokers(root, proxies, broker_options(plan, options)))
         # Half the callers know every broker (and call the leader first), half know only
-        # the last broker (whose calls it forwards to the leader).
+        # the last broker (whose calls it forwards to the leader; the others are learned
+        # from it, and its calls go to them when it stalls).
         urls = children.urls
         clients = [
             connect_async(urls, timeout=plan.commit_timeout + 5),
@@ -195,13 +198,16 @@ class Brokers:
         self.children: dict[str, subprocess.Popen[bytes]] = {}
         self._ports: dict[str, int] = {}
         self._proxy: dict[str, FaultProxy] = {}
+        self.peers: list[str] = []  # every broker's URL
 
     def __enter__(self) -> Brokers:
+        ports = _free_ports(len(self.proxies))
+        self.peers = [f"http://127.0.0.1:{port}" for port in ports]
         try:
-            for proxy in self.proxies:
-                child, url = spawn(self.root, None, self._options(proxy), log_level="critical")
+            for port, proxy in zip(ports, self.proxies, strict=True):
+                child, url = self._spawn(port, proxy)
                 self.children[url] = child
-                self._ports[url] = int(url.rsplit(":", 1)[1])
+                self._ports[url] = port
                 self._proxy[url] = proxy
         except BaseException:
             self.stop()
@@ -219,8 +225,12 @@ class Brokers:
         """The proxy the broker at ``url`` reaches the store through."""
         return self._proxy[url]
 
-    def _options(self, proxy: FaultProxy) -> dict[str, Any]:
-        return {**self.options, "endpoint_url": proxy.endpoint}
+    def _spawn(self, port: int, proxy: FaultProxy) -> tuple[subprocess.Popen[bytes], str]:
+        """A broker on ``port`` reaching the store through ``proxy``, told its peers (as an
+        operator tells a cluster's brokers, ``s3q serve --peer``): a client given one broker
+        learns the others from it, and moves on to them when that one stalls."""
+        options = {**self.options, "endpoint_url": proxy.endpoint}
+        return spawn(self.root, port, options, log_level="critical", peers=self.peers)
 
     def kill(self, url: str) -> None:
         """SIGKILL the broker at ``url`` and reap it."""
@@ -230,9 +240,7 @@ class Brokers:
 
     def restart(self, url: str) -> None:
         """Start the broker at ``url`` again (after :meth:`kill`), on the same port."""
-        child, _ = spawn(
-            self.root, self._ports[url], self._options(self._proxy[url]), log_level="critical"
-        )
+        child, _ = self._spawn(self._ports[url], self._proxy[url])
         self.children[url] = child
 
     def stop(self) -> None:
@@ -298,6 +306,16 @@ async def _pause_leaders(
             if after is not None and after.token != lease.token:
                 pause.taken_by = after.token
         pauses.append(pause)
+
+
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct ports free on 127.0.0.1 now (each may be taken before it is used:
+    :func:`~s3q.broker.server.spawn` then fails)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
 
 
 async def holder(raw: Store) -> LeaseRecord | None:
