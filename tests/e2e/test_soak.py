@@ -1,17 +1,21 @@
 """A short soak (benchmarks/soak.py at small numbers): three brokers over S3 through the fault
 proxy under a mixed load, a leader killed and another stalled; every promise kept, each
 disruption recovered within lease ttl + 2 s (the time a broker that could take over had its
-store partitioned apart), the worker never stopped, the queues available, the store bounded."""
+store partitioned apart), the worker never stopped, the queues available, the store bounded;
+the fenced-ack check ran over the native calls, each naming the writer that answered it."""
 
 from __future__ import annotations
 
 import asyncio
+import copy
+import itertools
 import json
 from pathlib import Path
 
 import pytest
 from conftest import MotoServer
 
+from s3q.faults import check
 from s3q.faults.series import (
     availability,
     intervals,
@@ -24,7 +28,7 @@ from s3q.faults.series import (
     targets,
     timeline,
 )
-from s3q.faults.soak import SoakPlan, run_soak
+from s3q.faults.soak import NATIVE, SoakPlan, run_soak
 
 # three brokers and a steady load, held to availability and recovery times: after the rest
 pytestmark = pytest.mark.alone
@@ -75,6 +79,24 @@ def test_a_short_soak_keeps_every_promise_through_a_kill_and_a_stall(
         done = [c for c in history.calls if c.kind == "complete" and c.outcome == "ok"]
         assert len(acked) > 50 and done, queue
     assert run.dead_letters > 0  # the worker's always-failing messages died
+    # The fenced-ack check had the native calls to check: each delivery and completion
+    # answered names its writer, and the kill of the native queue's leader (the first
+    # disruption) brought a second; an acknowledgement of the first, put into the history
+    # after the second opened, is flagged.
+    native = run.histories[NATIVE]
+    acked = [c for c in native.calls if c.outcome == "ok" and c.ids and c.kind != "enqueue"]
+    assert acked and all(c.writer for c in acked)
+    assert len(native.opens) >= 2, native.opens
+    writer, successor = next(  # (a writer may have answered only enqueues)
+        (w, then)
+        for (w, _), (_, then) in itertools.pairwise(native.opens)
+        if any(c.writer == w for c in acked)
+    )
+    late = copy.deepcopy([c for c in acked if c.writer == writer][-1])
+    late.invoked, late.returned = successor + 0.01, successor + 0.02
+    corrupted = copy.deepcopy(native)
+    corrupted.calls.append(late)
+    assert any(v.check == "fenced-ack" and writer in v.detail for v in check(corrupted))
     kinds = sorted(d.kind for d in run.disruptions)
     assert kinds == ["kill", "stall"], kinds
     assert run.worker_stops == []  # the worker rode out every takeover

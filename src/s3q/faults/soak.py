@@ -42,9 +42,9 @@ import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
-from ..client import AsyncRemoteQueue, connect_async
+from ..client import AsyncRemoteQueue, answers, connect_async
 from ..client.requests import cluster
 from ..client.stalls import PROBE_EVERY, STALL_TIMEOUT
 from ..errors import S3QError
@@ -52,7 +52,7 @@ from ..message import Message
 from ..store import Store, open_store, queue_url
 from ..worker import Completed, Dead, Event, Worker
 from .cluster import Brokers, leader
-from .history import Call, History, Outcome, Violation, check
+from .history import Call, History, Outcome, Violation, check, first_answers
 from .proxy import FaultProxy
 from .schedule import REALISTIC, FaultProfile
 from .workload import KNOWN_FAILURES, read_back
@@ -193,6 +193,19 @@ class SoakRun:
     partitions_of: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
 
+@dataclass
+class Made(Generic[T]):
+    """One call of s3q's client as the soak saw it: its outcome, error, result, times, and the
+    writer that answered (the broker's ``s3q-writer``, if it named one)."""
+
+    outcome: Outcome
+    error: str | None
+    result: T | None
+    invoked: float
+    returned: float
+    writer: str | None
+
+
 class _Recorder:
     """Samples and one history per queue; callable from the event loop and from threads."""
 
@@ -204,24 +217,25 @@ class _Recorder:
 
     async def call(
         self, queue: str, kind: str, act: Callable[[], Awaitable[T]], messages: int = 1
-    ) -> tuple[Outcome, str | None, T | None, float, float]:
-        """Make one call of s3q's client and sample it: its outcome, error, result, times."""
+    ) -> Made[T]:
+        """Make one call of s3q's client and sample it."""
         invoked = time.monotonic()
         result: T | None = None
         outcome: Outcome = "ok"
         error, detail = None, ""
-        try:
-            result = await act()
-        except KNOWN_FAILURES as exc:
-            outcome, error, detail = "fail", type(exc).__name__, str(exc)[:DETAIL]
-        except S3QError as exc:
-            outcome, error, detail = "unknown", type(exc).__name__, str(exc)[:DETAIL]
+        with answers() as seen:
+            try:
+                result = await act()
+            except KNOWN_FAILURES as exc:
+                outcome, error, detail = "fail", type(exc).__name__, str(exc)[:DETAIL]
+            except S3QError as exc:
+                outcome, error, detail = "unknown", type(exc).__name__, str(exc)[:DETAIL]
         returned = time.monotonic()
         moved = messages if outcome == "ok" else 0
         if kind == "dequeue" and isinstance(result, list):
             moved = len(result)
         self.samples.append(Sample(queue, kind, invoked, returned, error, moved, detail))
-        return outcome, error, result, invoked, returned
+        return Made(outcome, error, result, invoked, returned, seen.writer)
 
     def delivered(
         self,
@@ -232,8 +246,10 @@ class _Recorder:
         ids: list[str],
         receipts: list[str],
         dedups: list[str | None],
+        writer: str | None = None,
     ) -> None:
-        """A dequeue by ``process`` delivered ``ids``, with these receipts and dedup ids."""
+        """A dequeue by ``process`` delivered ``ids``, with these receipts and dedup ids
+        (``writer``: the one that answered, if known)."""
         self.histories[queue].calls.append(
             Call(
                 process,
@@ -244,6 +260,7 @@ class _Recorder:
                 ids=ids,
                 receipts=receipts,
                 dedups=dedups,
+                writer=writer,
             )
         )
 
@@ -257,8 +274,10 @@ def _enqueued(
     dedup: str,
     mid: str | None,
     error: str | None,
+    writer: str | None = None,
 ) -> Call:
-    """The history's record of one message enqueued (``mid``: the id answered, if any)."""
+    """The history's record of one message enqueued (``mid``: the id answered, if any;
+    ``writer``: the one that answered, if known)."""
     return Call(
         process,
         "enqueue",
@@ -269,6 +288,7 @@ def _enqueued(
         dedup=dedup,
         ids=[mid] if mid else [],
         error=error,
+        writer=writer,
     )
 
 
@@ -280,10 +300,20 @@ def _completed(
     ids: list[str],
     receipts: list[str],
     error: str | None,
+    writer: str | None = None,
 ) -> Call:
-    """The history's record of messages completed (deleted), each by its receipt."""
+    """The history's record of messages completed (deleted), each by its receipt
+    (``writer``: the one that answered, if known)."""
     return Call(
-        process, "complete", invoked, returned, outcome, ids=ids, receipts=receipts, error=error
+        process,
+        "complete",
+        invoked,
+        returned,
+        outcome,
+        ids=ids,
+        receipts=receipts,
+        error=error,
+        writer=writer,
     )
 
 
@@ -385,8 +415,12 @@ async def run_soak(
     # the brokers closed their queues on SIGTERM: read what they left
     violations: dict[str, list[Violation]] = {}
     for name, store in raw.items():
-        rec.histories[name].final = await read_back(store)
-        violations[name] = check(rec.histories[name])
+        history = rec.histories[name]
+        history.final = await read_back(store)
+        # each writer's open, as the answers that named it show (the SQS endpoint's and the
+        # worker's name none): the fenced-ack check runs over the native calls
+        history.opens = first_answers(history.calls)
+        violations[name] = check(history)
     injected: dict[str, int] = {}
     for proxy in proxies:
         for kind, count in proxy.schedule.injected.items():
@@ -446,18 +480,25 @@ async def _produce(
             items.append(item)
         n += plan.batch
         while True:
-            outcome, error, ids, invoked, returned = await rec.call(
+            made = await rec.call(
                 NATIVE, "enqueue_batch", functools.partial(queue.enqueue_batch, items), len(items)
             )
-            wall = time.time() - (time.monotonic() - invoked)
+            wall = time.time() - (time.monotonic() - made.invoked)
             for i, item in enumerate(items):
-                mid = ids[i] if ids else None
                 history.calls.append(
                     _enqueued(
-                        process, invoked, returned, outcome, wall, item["dedup_id"], mid, error
+                        process,
+                        made.invoked,
+                        made.returned,
+                        made.outcome,
+                        wall,
+                        item["dedup_id"],
+                        made.result[i] if made.result else None,
+                        made.error,
+                        made.writer,
                     )
                 )
-            if outcome == "ok" or stop.is_set():
+            if made.outcome == "ok" or stop.is_set():
                 break
 
 
@@ -466,26 +507,31 @@ async def _consume(
 ) -> None:
     history = rec.histories[NATIVE]
     while not stop.is_set():
-        outcome, _, got, invoked, returned = await rec.call(
+        made = await rec.call(
             NATIVE, "dequeue", lambda: queue.dequeue(max_messages=plan.batch, wait=1.0), 0
         )
-        if outcome != "ok" or not got:
+        got = made.result
+        if made.outcome != "ok" or not got:
             continue
-        receipts = [m.receipt or "" for m in got]
+        ids, receipts = [m.id for m in got], [m.receipt or "" for m in got]
+        dedups = [m.dedup_id for m in got]
         rec.delivered(
-            NATIVE,
-            process,
-            invoked,
-            returned,
-            [m.id for m in got],
-            receipts,
-            [m.dedup_id for m in got],
+            NATIVE, process, made.invoked, made.returned, ids, receipts, dedups, made.writer
         )
-        outcome, error, _, invoked, returned = await rec.call(
+        done = await rec.call(
             NATIVE, "complete_batch", functools.partial(queue.complete_batch, got), len(got)
         )
         history.calls.append(
-            _completed(process, invoked, returned, outcome, [m.id for m in got], receipts, error)
+            _completed(
+                process,
+                done.invoked,
+                done.returned,
+                done.outcome,
+                ids,
+                receipts,
+                done.error,
+                done.writer,
+            )
         )
 
 
@@ -504,13 +550,23 @@ async def _produce_jobs(
         n += 1
         while True:
             wall = time.time()
-            outcome, error, mid, invoked, returned = await rec.call(
+            made = await rec.call(
                 JOBS, "enqueue", functools.partial(queue.enqueue, fate, dedup_id=dedup)
             )
             history.calls.append(
-                _enqueued("jobs", invoked, returned, outcome, wall, dedup, mid, error)
+                _enqueued(
+                    "jobs",
+                    made.invoked,
+                    made.returned,
+                    made.outcome,
+                    wall,
+                    dedup,
+                    made.result,
+                    made.error,
+                    made.writer,
+                )
             )
-            if outcome == "ok" or stop.is_set():
+            if made.outcome == "ok" or stop.is_set():
                 break
 
 
