@@ -21,7 +21,7 @@ from .leasing import Take
 from .message import Message, MessageStatus, QueueStats
 from .pages import Pages
 from .partitions import PartitionedQueue
-from .snapshot import Located
+from .snapshot import Loaded, Located
 from .staging import StagedObject
 from .state import MAX_PER_GROUP
 from .store import open_store
@@ -51,12 +51,13 @@ async def open_async(url: str, **options: Any) -> AsyncQueue | PartitionedQueue:
     return await _open_partitions(first, url, options, count)
 
 
-async def open_log(url: str, **options: Any) -> AsyncQueue:
+async def open_log(url: str, since: Loaded | None = None, **options: Any) -> AsyncQueue:
     """The one log at ``url``, opened as its writer, as :func:`open_async` does: partition 0
-    alone, for a queue of several partitions (a broker opens each where it leads it)."""
+    alone, for a queue of several partitions (a broker opens each where it leads it).
+    ``since``: its index as read ahead of the open (``snapshot.load``), read on from."""
     config, store_options, settings = split_options(options)
     store = open_store(url, store_options)
-    return AsyncQueue(await Engine.open(store, config, settings))
+    return AsyncQueue(await Engine.open(store, config, settings, since))
 
 
 async def _open_partitions(

@@ -187,17 +187,22 @@ class Engine:
 
     @classmethod
     async def open(
-        cls, store: Store, config: QueueConfig, settings: dict[str, Setting] | None = None
+        cls,
+        store: Store,
+        config: QueueConfig,
+        settings: dict[str, Setting] | None = None,
+        since: snapshot.Loaded | None = None,
     ) -> Engine:
         """Take the writer lease, rebuild the index from the log, fence older writers, and
         apply the queue's settings: those given (``settings``) are saved; the others are the
-        saved ones, else the defaults."""
+        saved ones, else the defaults. ``since``: the index read ahead of the lease (see
+        ``snapshot.load``), read on from instead of from a checkpoint."""
         engine = cls(store, config)
         try:
             await engine._lease.acquire()
             if engine._lease.renew_every is not None:  # kept alive through a long replay too
                 engine._renewer = asyncio.create_task(engine._renew_loop(engine._lease.renew_every))
-            await engine._recover()
+            await engine._recover(since)
             engine._core.check()  # fenced while recovering: the lease went to another writer
             await engine._apply_settings(settings or {})
         except BaseException:
@@ -256,8 +261,8 @@ class Engine:
         self.state = QueueState()  # a closed queue object holds no memory worth mentioning
         await self.store.close()
 
-    async def _recover(self) -> None:
-        loaded = await snapshot.load(self.store)
+    async def _recover(self, since: snapshot.Loaded | None) -> None:
+        loaded = await snapshot.load(self.store, since=since)
         self.state = loaded.state
         self.checkpointer.recovered(
             self.state, loaded.checkpoints, loaded.first_at, loaded.replayed

@@ -73,16 +73,21 @@ def location(rec: Record) -> Location:
     return Location(log.key(rec.payload_seq), rec.offset, rec.size)
 
 
-async def load(store: Store, *, retries: int = 0) -> Loaded:
+async def load(store: Store, *, retries: int = 0, since: Loaded | None = None) -> Loaded:
     """The index from the newest readable checkpoint and the log after it.
 
     A reader racing the collector may find a log object gone (a newer checkpoint became stable
     meanwhile): it starts over from that checkpoint up to ``retries`` times, then raises
     :class:`SnapshotExpired`. With ``retries=0`` (the writer's recovery) a gap is a StoreError.
+
+    ``since``: an index loaded earlier from the same log (and not used since), read on with
+    the log objects written after it instead of starting from a checkpoint again: a broker
+    reads a queue while its leader's lease runs out, then only what that leader wrote meanwhile.
+    Unless another checkpoint was written meanwhile: then from the newest, as without it.
     """
     for attempt in range(retries + 1):
         try:
-            return await _load_once(store)
+            return await _load_once(store, since if attempt == 0 else None)
         except (NotFound, _Gap) as exc:
             if attempt < retries:
                 continue
@@ -101,8 +106,12 @@ class _Gap(Exception):
     """The log after the checkpoint is not contiguous."""
 
 
-async def _load_once(store: Store) -> Loaded:
-    loaded = await _load_checkpoint(store)
+async def _load_once(store: Store, since: Loaded | None = None) -> Loaded:
+    checkpoints = await store.keys(checkpoint.PREFIX)
+    if since is not None and await _still_newest(store, since, checkpoints):
+        loaded = since
+    else:
+        loaded = await _load_checkpoint(store, checkpoints)
     base = loaded.seq
     keys = await store.keys(log.PREFIX, after=log.key(base) if base else None)
     seqs = sorted(s for s in map(log.seq_of, keys) if s is not None and s > base)
@@ -151,9 +160,26 @@ async def fetch_in_order(
             await asyncio.gather(*(task for _, task in pending), return_exceptions=True)
 
 
-async def _load_checkpoint(store: Store) -> Loaded:
-    """Start from the newest readable checkpoint (an empty index if there is none)."""
-    keys = await store.keys(checkpoint.PREFIX)
+async def _still_newest(store: Store, since: Loaded, keys: list[str]) -> bool:
+    """Whether ``since`` may be read on from: the newest of the store's checkpoints (``keys``)
+    is the one it was read from, the same object (its first bytes name the same ``seq`` and
+    time, so the queue was not deleted and made again meanwhile). Then no log object after
+    ``since`` was collected: that takes a newer checkpoint, ``gc_grace`` old."""
+    if not since.checkpoints:
+        return False  # (a queue with no checkpoint yet: little to read again)
+    seq = max(since.checkpoints)
+    if max((s for s in map(checkpoint.seq_of, keys) if s is not None), default=0) != seq:
+        return False
+    try:
+        data = await store.get_range(checkpoint.key(seq), 0, checkpoint.HEAD_BYTES)
+    except NotFound:
+        return False
+    return checkpoint.head(data) == (seq, since.checkpoints[seq])
+
+
+async def _load_checkpoint(store: Store, keys: list[str]) -> Loaded:
+    """Start from the newest readable checkpoint of ``keys`` (the store's checkpoint keys; an
+    empty index if there is none)."""
     for seq in sorted((s for s in map(checkpoint.seq_of, keys) if s is not None), reverse=True):
         try:
             ck = checkpoint.decode(await store.get(checkpoint.key(seq)), checkpoint.key(seq))

@@ -289,6 +289,48 @@ def test_a_paused_leader_is_taken_over_and_its_late_commits_are_refused(
         b.stop()
 
 
+def _read_aheads(node: Node) -> dict[str, float]:
+    """The broker's ``s3q_broker_read_aheads`` by outcome, from its /metrics."""
+    found: dict[str, float] = {}
+    for line in httpx.get(node.url + "/metrics").text.splitlines():
+        if line.startswith('s3q_broker_read_aheads{outcome="'):
+            outcome, value = line[len('s3q_broker_read_aheads{outcome="') :].split('"} ')
+            found[outcome] = float(value)
+    return found
+
+
+def test_a_killed_leaders_queue_is_read_while_its_lease_runs_out(
+    moto_server: MotoServer, s3_bucket: str, tmp_path: Path
+) -> None:
+    """SIGKILL the leader of a queue with a checkpoint and a log after it: the broker its calls
+    go to reads the queue while the dead leader's lease runs out, and its open after the lapse
+    reads on from that (``taken``), with every message there, once."""
+    store = f"s3://{s3_bucket}/{tmp_path.name}"
+    options = {**moto_server.store_options(), "lease_ttl": 3.0}
+    a, b = Node(store, options), Node(store, options)
+    try:
+        with connect(a.url, timeout=30) as ca:
+            queue = ca.queue("big")
+            sent = [queue.enqueue(b"m%d" % i, dedup_id=f"d{i}") for i in range(20)]
+            queue.compact()  # a checkpoint, then a log after it
+            sent += [queue.enqueue(b"m%d" % i, dedup_id=f"d{i}") for i in range(20, 30)]
+        assert a.led() == ["big"]
+        assert _read_aheads(b) == {"started": 0, "taken": 0, "dropped": 0}
+        a.proc.kill()
+        a.proc.wait()
+        with connect(b.url, timeout=30) as cb:
+            queue = cb.queue("big")
+            after = queue.enqueue(b"after", dedup_id="after")
+            assert b.led() == ["big"]
+            assert _read_aheads(b) == {"started": 1, "taken": 1, "dropped": 0}
+            assert queue.enqueue(b"m3", dedup_id="d3") == sent[3]  # (dedup ids known)
+            got = queue.dequeue(40)
+            assert [m.id for m in got] == [*sent, after]
+    finally:
+        a.stop()
+        b.stop()
+
+
 # --------------------------------------------------------------------------- trust
 
 

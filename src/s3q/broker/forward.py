@@ -181,6 +181,10 @@ class Cluster(Protocol):
     async def take_over(self, name: str) -> AsyncQueueSurface:
         """Open queue ``name`` here: QueueLocked while another writer's lease runs."""
 
+    def read_ahead(self, name: str) -> None:
+        """Queue ``name``'s leader is away: read the queue now, for a takeover to read on
+        from once the leader's lease has lapsed."""
+
     def unreachable(self, address: str, error: Exception) -> None:
         """The broker at ``address`` did not serve a forwarded call."""
 
@@ -226,6 +230,12 @@ def _repeatable(name: str, arguments: Mapping[str, Any]) -> bool:
     if name in ("dequeue", "dequeue_pages"):
         return not arguments.get("complete")
     return False
+
+
+#: a lease with less than this share of its length left has missed a renewal (a leader renews
+#: every third of it, so a live one's runs two thirds or more): its queue is read ahead of a
+#: takeover. (A call a live leader holds, a long poll, costs no read.)
+UNRENEWED = 0.5
 
 
 class LeaseLost(OutcomeUnknown):
@@ -418,6 +428,8 @@ class ForwardedQueue:
                         break  # another broker took the queue over: the leader lost it
                     # its lease runs: look again once it has lapsed
                     left = ttl if exc.expires_at is None else exc.expires_at - time.time()
+                    if left < ttl * UNRENEWED:  # and it is not being renewed: read the queue
+                        self._cluster.read_ahead(self.name)
                     await asyncio.wait([task], timeout=min(ttl / 6, max(left, 0.0) + LAPSED))
                     continue
                 except StoreError:  # the store is away

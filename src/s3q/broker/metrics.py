@@ -262,6 +262,14 @@ class BrokerMetrics:
             "rate(s3q_broker_store_dollars[1h]) * 2592000.",
             registry=r,
         )
+        self.read_aheads = Gauge(
+            "s3q_broker_read_aheads",
+            "Queues read while their leader's lease ran out, ahead of a takeover, since the "
+            "broker started: started; taken (the takeover's open read on from it: only the log "
+            "written since); dropped (the leader kept its lease, or the read failed).",
+            ["outcome"],
+            registry=r,
+        )
         self.in_progress = Gauge(
             "s3q_broker_requests_in_progress",
             "Native API requests being served (long polls included).",
@@ -334,6 +342,8 @@ class BrokerMetrics:
         for kind, value in zip(REQUEST_KINDS, by_kind(spent), strict=True):
             self.broker_requests.labels(kind).set(value)
         self.spent.set(self.dollars(spent))
+        for outcome, count in queues.read_aheads.items():
+            self.read_aheads.labels(outcome).set(count)
         return generate_latest(self.registry)
 
     def dollars(self, counts: Counts) -> float:

@@ -30,6 +30,7 @@ from .forward import RETRY_PAUSE, ForwardedQueue, Peers
 from .lease import BrokerLease
 from .limits import DEFAULT_IDLE_CLOSE
 from .peerauth import normalize
+from .readahead import OUTCOMES, ReadAheads
 from .wire import QueueNotFound, check_name
 
 DEFAULT_LEASE_TTL = QueueConfig().lease_ttl
@@ -37,6 +38,9 @@ DEFAULT_LEASE_TTL = QueueConfig().lease_ttl
 log = logging.getLogger("s3q.broker")
 
 DOWN_FOR = 5.0  # seconds a broker that failed a forwarded call is not sent more
+#: leases a queue read ahead of its takeover is kept for an open to take (the leader's lease
+#: runs at most one from when its leader is found away)
+READ_AHEAD_KEEP = 2.0
 
 
 class QueueRegistry:
@@ -96,6 +100,10 @@ class QueueRegistry:
         self._draining = asyncio.Event()
         self._closing = asyncio.Event()
         self._closed = False
+        #: queues whose leader is away, read while its lease runs out (``readahead``)
+        self._ahead = ReadAheads(
+            self._url_of, self.store_options, READ_AHEAD_KEEP * self.lease_ttl, self._spent
+        )
 
     def advertise(self, address: str) -> None:
         """Name this broker ``address`` in the writer leases of the queues it opens from now on,
@@ -244,6 +252,7 @@ class QueueRegistry:
                         f"queue {name} is held by {exc.holder}, which cannot be reached; "
                         "its lease has not lapsed yet: try again"
                     ) from None
+                self.read_ahead(name)
                 await asyncio.sleep(min(RETRY_PAUSE, max(0.0, deadline - loop.time())))
 
     def _url_of(self, name: str) -> str:
@@ -345,6 +354,19 @@ class QueueRegistry:
         """Open queue ``name`` here: QueueLocked while another writer's lease runs."""
         return await self._open(name)
 
+    @property
+    def read_aheads(self) -> dict[str, int]:
+        """Queues read ahead of a takeover since the broker started, by outcome (``started``,
+        ``taken`` by an open, ``dropped``)."""
+        return {outcome: self._ahead.counts[outcome] for outcome in OUTCOMES}
+
+    def read_ahead(self, name: str) -> None:
+        """Queue ``name``'s leader is away: read the queue now, for an open here to read on
+        from once the leader's lease has lapsed (``readahead``)."""
+        name = partitions.log_name(name)
+        if name not in self._queues and not self._closed:
+            self._ahead.start(name)
+
     def unreachable(self, address: str, error: Exception) -> None:
         """A broker did not serve a forwarded call: look for the queue's leader elsewhere (or
         wait for its lease to lapse) instead of going back to it for a while."""
@@ -368,7 +390,15 @@ class QueueRegistry:
                     raise Unavailable("the broker is shutting down")
                 url = self._url_of(name)
                 broker_lease = await self.lease.current()
-                queue = await open_log(url, **self.options, broker_lease=broker_lease)
+                since = await self._ahead.ready(name)
+                try:
+                    queue = await open_log(url, since, **self.options, broker_lease=broker_lease)
+                except QueueLocked:
+                    raise  # refused before reading: what was read ahead stays for the next try
+                except BaseException:
+                    self._ahead.done(name, taken=False)  # (read on from in part, perhaps)
+                    raise
+                self._ahead.done(name, taken=since is not None)
                 if self._draining.is_set():
                     queue.stop_waiting()
                 if self._sweeper is None and self.idle_close > 0:
@@ -446,6 +476,7 @@ class QueueRegistry:
         """Close every queue: pending commits finish and the writer leases are released."""
         self._closed = True
         self._closing.set()
+        self._ahead.close()
         if self._sweeper is not None:
             await self._sweeper  # it ends between two sweeps: a queue it closes is closed
         if self._adopter is not None:
