@@ -1,16 +1,18 @@
 """How long a queue stalls when the broker leading it is killed with SIGKILL.
 
     python benchmarks/failover.py [--store file|s3] [--lease-ttl 10] [--brokers 3]
-        [--log-objects 0] [--partitions 1]
+        [--log-objects 0] [--backlog 0] [--partitions 1]
 
 Starts ``--brokers`` brokers over one store (a temporary directory, or a local moto S3 server).
 Broker A leads queue ``q`` and first writes ``--log-objects`` log objects to it (one enqueue
-each); then a client of the other brokers enqueues one message after another, each answered
-only once durable. A is killed with SIGKILL mid-stream; another broker takes the queue over
-when A's writer lease lapses (at once on a directory, whose lock dies with its process; after
-``--lease-ttl`` on S3). Prints the longest wait for one enqueue around the kill, which brokers
-led the queue after the kill (one takeover, no ping-pong), and checks that every enqueue that
-was answered is in the queue afterwards.
+each) and a backlog of ``--backlog`` messages (in batches of 1,000, each with a dedup id, so
+the index the next leader reads holds that many ids); then a client of the other brokers
+enqueues one message after another, each answered only once durable. A is killed with SIGKILL
+mid-stream; another broker takes the queue over when A's writer lease lapses (at once on a
+directory, whose lock dies with its process; after ``--lease-ttl`` on S3). Prints the longest
+wait for one enqueue around the kill, which brokers led the queue after the kill (one
+takeover, no ping-pong), and checks that every enqueue that was answered is in the queue
+afterwards.
 
 With ``--partitions N`` the queue is made with N partitions, led by the brokers in turn (each
 broker the others' peer), and each enqueue carries a dedup id, which sends it to that id's
@@ -21,6 +23,7 @@ led again, and the longest wait of the enqueues that went to the other partition
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import shlex
 import sys
@@ -35,6 +38,10 @@ import local_s3
 import s3q
 from s3q.broker import spawn
 from s3q.client import connect
+from s3q.lease import broker_expiry, read_record
+from s3q.store import open_store, queue_url
+
+BATCH = 1000  # messages per enqueue of the backlog
 
 
 def main() -> None:
@@ -44,6 +51,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8781)
     parser.add_argument("--brokers", type=int, default=3)
     parser.add_argument("--log-objects", type=int, default=0)
+    parser.add_argument("--backlog", type=int, default=0)
     parser.add_argument("--partitions", type=int, default=1)
     args = parser.parse_args()
     options: dict[str, Any] = {"lease_ttl": args.lease_ttl}
@@ -101,6 +109,13 @@ def main() -> None:
             first.queue("q").enqueue(b"a leads q")
             for i in range(args.log_objects):
                 first.queue("q").enqueue(b"before %d" % i)
+            for start in range(0, args.backlog, BATCH):
+                first.queue("q").enqueue_batch(
+                    [
+                        {"payload": b"backlog %d" % i, "dedup_id": f"backlog-{i}"}
+                        for i in range(start, min(start + BATCH, args.backlog))
+                    ]
+                )
         producer = threading.Thread(target=produce)
         watcher = threading.Thread(target=watch)
         producer.start()
@@ -109,6 +124,9 @@ def main() -> None:
         killed_at = time.monotonic()
         a.kill()
         a.wait()
+        lapses_at = None
+        if args.store == "s3" and args.partitions == 1:  # (its last renewal is the one stored)
+            lapses_at = asyncio.run(_lease_end(store, options)) - time.time() + time.monotonic()
         time.sleep(args.lease_ttl + 5.0 if args.store == "s3" else 5.0)
         stop.set()
         producer.join()
@@ -127,12 +145,19 @@ def main() -> None:
         before = sorted(w for started, w, _ in waits if started < killed_at)
         print(
             f"store {args.store}, lease_ttl {args.lease_ttl:g} s, {args.brokers} brokers, "
-            f"{args.log_objects:,} log objects written before the kill"
+            f"{args.log_objects:,} log objects and a backlog of {args.backlog:,} written "
+            "before the kill"
         )
         print(f"enqueues answered: {len(acked):,}; in the queue afterwards: {stats.pending:,}")
         print(f"typical enqueue before the kill: {before[len(before) // 2] * 1000:.1f} ms")
         print(f"longest wait for one enqueue around the kill: {max(around):.2f} s")
         print(f"errors the client saw: {len(errors)} {sorted(set(errors))}")
+        if lapses_at is not None:
+            served = min(s + w for s, w, mid in waits if mid is not None and s + w > lapses_at)
+            print(
+                f"A's lease lapsed {lapses_at - killed_at:+.2f} s after the kill; the queue "
+                f"served again {served - lapses_at:.2f} s after that"
+            )
         for name in logs:
             moves = [(when, url) for when, url in leaders[name] if when > killed_at - 0.5]
             print(
@@ -145,7 +170,7 @@ def main() -> None:
                 f"longest wait around the kill of an enqueue into a partition A did not lead: "
                 f"{max(untouched):.2f} s ({len(untouched)} enqueues)"
             )
-        expected = len(set(acked)) + 1 + args.log_objects
+        expected = len(set(acked)) + 1 + args.log_objects + args.backlog
         assert stats.pending == expected, "an answered enqueue is missing"
     finally:
         stop.set()
@@ -155,6 +180,20 @@ def main() -> None:
         if moto is not None:
             moto.stop()
     print("command: python " + shlex.join(sys.argv))
+
+
+async def _lease_end(store: str, options: dict[str, Any]) -> float:
+    """When the writer lease of queue ``q`` runs out (unix time): its broker's lease's end."""
+    raw = open_store(queue_url(store, "q"), {k: v for k, v in options.items() if k != "lease_ttl"})
+    try:
+        found = await read_record(raw)
+        assert found is not None and found[0] is not None, "q has no writer lease"
+        lease = found[0]
+        if lease.broker is None:
+            return lease.expires_at or 0.0
+        return await broker_expiry(raw, lease.broker)
+    finally:
+        await raw.close()
 
 
 if __name__ == "__main__":

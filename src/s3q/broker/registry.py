@@ -26,7 +26,7 @@ from ..lease import opened_once
 from ..partitions import PartitionedQueue
 from ..store import STORE_OPTIONS, open_store, queue_url
 from ..store.base import Counts
-from .forward import RETRY_PAUSE, ForwardedQueue, Peers
+from .forward import LAPSED, RETRY_PAUSE, ForwardedQueue, Peers
 from .lease import BrokerLease
 from .limits import DEFAULT_IDLE_CLOSE
 from .peerauth import normalize
@@ -253,7 +253,10 @@ class QueueRegistry:
                         "its lease has not lapsed yet: try again"
                     ) from None
                 self.read_ahead(name)
-                await asyncio.sleep(min(RETRY_PAUSE, max(0.0, deadline - loop.time())))
+                pause = min(RETRY_PAUSE, max(0.0, deadline - loop.time()))
+                if exc.expires_at is not None:  # looked at again just after it lapses
+                    pause = min(pause, max(0.0, exc.expires_at - time.time()) + LAPSED)
+                await asyncio.sleep(pause)
 
     def _url_of(self, name: str) -> str:
         """The URL of the log named ``name`` (``NAME@i``: partition ``i`` of queue ``NAME``)."""
