@@ -110,7 +110,8 @@ def main() -> None:
         f"{data['calls']} calls in {data['seconds']:.0f} s, faults injected "
         f"{data['faults_injected']}, {data['partitions']} partitions, "
         f"dead letters {data['dead_letters']}, worker stopped by {data['worker_stops']}, "
-        f"samples missed {data['sample_failures']}"
+        f"samples missed {data['sample_failures']}; writers whose answers the fenced-ack "
+        f"check compared {data['writers']}"
     )
     print(table_of(data))
     print(f"wrote {args.out}.json and {args.out}.png")

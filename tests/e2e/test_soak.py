@@ -87,6 +87,7 @@ def test_a_short_soak_keeps_every_promise_through_a_kill_and_a_stall(
     acked = [c for c in native.calls if c.outcome == "ok" and c.ids and c.kind != "enqueue"]
     assert acked and all(c.writer for c in acked)
     assert len(native.opens) >= 2, native.opens
+    assert data["writers"][NATIVE] == len(native.opens)
     writer, successor = next(  # (a writer may have answered only enqueues)
         (w, then)
         for (w, _), (_, then) in itertools.pairwise(native.opens)

@@ -24,7 +24,7 @@ from ..store.base import Counts
 
 log = logging.getLogger("s3q.broker")
 
-#: what became of the reads: ``taken`` by an open, ``dropped`` (unused, or failed)
+#: the reads counted: ``started``; ``taken`` by an open; ``dropped`` (unused, or failed)
 OUTCOMES = ("started", "taken", "dropped")
 
 

@@ -38,8 +38,8 @@ DEFAULT_LEASE_TTL = QueueConfig().lease_ttl
 log = logging.getLogger("s3q.broker")
 
 DOWN_FOR = 5.0  # seconds a broker that failed a forwarded call is not sent more
-#: leases a queue read ahead of its takeover is kept for an open to take (the leader's lease
-#: runs at most one from when its leader is found away)
+#: how long (in leases) a queue read ahead of its takeover is kept for an open to take: the
+#: leader's lease runs at most one from when the leader is found away
 READ_AHEAD_KEEP = 2.0
 
 

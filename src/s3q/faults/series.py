@@ -406,6 +406,8 @@ def report(run: SoakRun, command: str) -> dict[str, Any]:
             q: [{"check": v.check, "detail": v.detail} for v in vs[:50]]
             for q, vs in run.violations.items()
         },
+        #: writers whose answers the fenced-ack check compared, by queue (those that named one)
+        "writers": {q: len(h.opens) for q, h in run.histories.items()},
         "worker_stops": run.worker_stops,
         "dead_letters": run.dead_letters,
         "sample_failures": run.sample_failures,
