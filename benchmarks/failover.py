@@ -38,7 +38,8 @@ import local_s3
 import s3q
 from s3q.broker import spawn
 from s3q.client import connect
-from s3q.lease import broker_expiry, read_record
+from s3q.faults.cluster import holder
+from s3q.lease import broker_expiry
 from s3q.store import open_store, queue_url
 
 BATCH = 1000  # messages per enqueue of the backlog
@@ -186,9 +187,8 @@ async def _lease_end(store: str, options: dict[str, Any]) -> float:
     """When the writer lease of queue ``q`` runs out (unix time): its broker's lease's end."""
     raw = open_store(queue_url(store, "q"), {k: v for k, v in options.items() if k != "lease_ttl"})
     try:
-        found = await read_record(raw)
-        assert found is not None and found[0] is not None, "q has no writer lease"
-        lease = found[0]
+        lease = await holder(raw)
+        assert lease is not None, "q has no writer lease"
         if lease.broker is None:
             return lease.expires_at or 0.0
         return await broker_expiry(raw, lease.broker)
