@@ -32,13 +32,14 @@ import threading
 import time
 from typing import Any
 
+import harness_path  # noqa: F401  (puts fault_harness on the path)
 import httpx
 import local_s3
+from fault_harness.cluster import holder
 
 import s3q
 from s3q.broker import spawn
 from s3q.client import connect
-from s3q.faults.cluster import holder
 from s3q.lease import broker_expiry
 from s3q.store import open_store, queue_url
 

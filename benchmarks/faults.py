@@ -33,10 +33,11 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import harness_path  # noqa: F401  (puts fault_harness on the path)
 import local_s3
+from fault_harness.workload import Plan, Report, in_memory, run_embedded, through_proxy
 
 from s3q.faults import HARSH, REALISTIC
-from s3q.faults.workload import Plan, Report, in_memory, run_embedded, through_proxy
 
 PROFILES = {"realistic": REALISTIC, "harsh": HARSH}
 
@@ -97,7 +98,7 @@ def run(plan: Plan, store: str, pause_every: float) -> Report:
         return asyncio.run(run_embedded(plan, in_memory(plan)))
     with _moto() as (endpoint, options):
         if store == "brokers":
-            from s3q.faults.cluster import run_cluster
+            from fault_harness.cluster import run_cluster
 
             return asyncio.run(
                 run_cluster(plan, endpoint, "faults", options, pause_every=pause_every)

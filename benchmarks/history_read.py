@@ -44,7 +44,8 @@ from typing import Any
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 import s3q
-from s3q import history, ids, timeline
+from s3q.history import log_events, timeline
+from s3q.log import ids
 from s3q.prices import STORAGE_GB_MONTH
 from s3q.store.local import LocalStore
 
@@ -113,10 +114,10 @@ async def read_bytes(root: Path, since: float | None, until: float | None) -> tu
     driver and executors together: log objects planned, all log objects, bytes."""
     store = Metered(root)
     try:
-        await history.queue_id(store)  # the driver's plan (spark.history_read._plan)
-        seqs = await history.seqs(store)
+        await log_events.queue_id(store)  # the driver's plan (spark.history_read._plan)
+        seqs = await log_events.seqs(store)
         chosen, _ = await timeline.window(store, seqs, since, until)
-        async for _ in history.objects(store, chosen, whole=False):  # the executors'
+        async for _ in log_events.objects(store, chosen, whole=False):  # the executors'
             pass
         return len(chosen), len(seqs), store.bytes_read
     finally:
@@ -161,10 +162,10 @@ def spark_reads(url: str, rounds: int) -> dict[str, float]:
 
 
 async def life_reads(root: Path, mid: str) -> tuple[int, int, int]:
-    """The GETs, LISTs and bytes of ``s3q.history.life`` (what ``--id`` reads)."""
+    """The GETs, LISTs and bytes of ``s3q.history.log_events.life`` (what ``--id`` reads)."""
     store = Metered(root)
     try:
-        await history.life(store, mid)
+        await log_events.life(store, mid)
         return store.counts.gets, store.counts.lists, store.bytes_read
     finally:
         await store.close()

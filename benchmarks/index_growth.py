@@ -8,7 +8,7 @@ while the backlog does not is memory and storage no retention bounds. ``--dedup`
 batched message a dedup id (as the soak's producers do); ``--trace`` follows allocations
 (tracemalloc) and prints, at each report after the retention has filled, the lines whose live
 memory grew most since then. ``--trim`` gives the C heap's free pages back every minute, as a
-broker does (``s3q.heap``).
+broker does (``s3q.broker.heap``).
 
     python benchmarks/index_growth.py --minutes 5 --rate 1000
     python benchmarks/index_growth.py --minutes 10 --rate 500 --dedup --trace
@@ -30,7 +30,8 @@ from pathlib import Path
 import msgspec
 
 import s3q
-from s3q import checkpoint, heap
+from s3q.broker import heap
+from s3q.index import checkpoint
 
 
 def checkpoint_fields(root: Path) -> dict[str, int]:
@@ -190,7 +191,7 @@ def main() -> None:
     parser.add_argument(
         "--trim",
         action="store_true",
-        help="give the C heap's free pages back every minute, as a broker does (s3q.heap)",
+        help="give the C heap's free pages back every minute, as a broker does (s3q.broker.heap)",
     )
     args = parser.parse_args()
     if args.trace:

@@ -4,7 +4,7 @@ checked at the end, issue 36's targets judged.
 
     python benchmarks/soak.py --minutes 60 [--disrupt-every 300] [--rate 200] [--out soak]
 
-The load (see ``s3q.faults.soak``): native batch producers and consumers through s3q's client
+The load (see ``fault_harness.soak``): native batch producers and consumers through s3q's client
 (delayed messages, groups, tenants), single-message SQS clients through boto3 (send, receive,
 delete on a FIFO queue), a worker with retries and dead letters. Every ``--sample-every``
 seconds: each broker's RSS and open descriptors, the S3 server's RSS, the store's objects and
@@ -23,11 +23,12 @@ import shlex
 import sys
 from pathlib import Path
 
+import harness_path  # noqa: F401  (puts fault_harness on the path)
 import local_s3
+from fault_harness.series import plot, recovered, report, table, timeline, write_json
+from fault_harness.soak import SoakPlan, run_soak
 
 from s3q.faults import HARSH, REALISTIC
-from s3q.faults.series import plot, recovered, report, table, timeline, write_json
-from s3q.faults.soak import SoakPlan, run_soak
 
 PROFILES = {"realistic": REALISTIC, "harsh": HARSH}
 
@@ -120,7 +121,7 @@ def main() -> None:
 
 
 def table_of(data: dict[str, object]) -> str:
-    from s3q.faults.series import Target
+    from fault_harness.series import Target
 
     return table([Target(**t) for t in data["targets"]])  # type: ignore[attr-defined]
 

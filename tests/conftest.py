@@ -158,7 +158,7 @@ def parked(monkeypatch: pytest.MonkeyPatch) -> Parked:
     """Counts the long polls parked in any writer of this process (see :class:`Parked`)."""
     import asyncio
 
-    from s3q.core import Core
+    from s3q.writer.core import Core
 
     counter = Parked()
     original = Core.wait_change  # where a long poll with nothing to deliver waits

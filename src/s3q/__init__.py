@@ -3,7 +3,6 @@
 from typing import TYPE_CHECKING, Any
 
 from .api import AsyncQueue, Queue, open, open_async
-from .collector import CompactionReport
 from .config import QueueConfig
 from .errors import (
     InvalidArgument,
@@ -25,7 +24,8 @@ from .errors import (
     WriterFenced,
 )
 from .message import Message, MessageStatus, QueueStats
-from .partitions import PartitionedQueue
+from .partitions.partitioned_queue import PartitionedQueue
+from .writer.collector import CompactionReport
 
 if TYPE_CHECKING:
     from .worker import Worker, handler

@@ -11,22 +11,23 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from . import partitions, tracing, validate
+from . import tracing, validate
 from .blocking import blocking
-from .collector import CompactionReport
 from .config import MAX_VISIBILITY, PERSISTED, QueueConfig, Setting, split_options
-from .engine import MAX_DEQUEUE, Engine
 from .errors import InvalidArgument, InvalidConfig, S3QError
-from .leasing import Take
+from .index.state import MAX_PER_GROUP
+from .log.staging import StagedObject
 from .message import Message, MessageStatus, QueueStats
-from .pages import Pages
-from .partitions import PartitionedQueue
+from .partitions import partitioned_queue
+from .partitions.partitioned_queue import PartitionedQueue
 from .snapshot import Loaded, Located
-from .staging import StagedObject
-from .state import MAX_PER_GROUP
 from .store import open_store
 from .store.base import Counts
 from .surface import AsyncQueueSurface, Target, documented
+from .wire.pages import Pages
+from .writer.collector import CompactionReport
+from .writer.engine import MAX_DEQUEUE, Engine
+from .writer.leasing import Take
 
 T = TypeVar("T")
 
@@ -42,7 +43,8 @@ async def open_async(url: str, **options: Any) -> AsyncQueue | PartitionedQueue:
     (``max_attempts``, ``visibility_timeout``, …) are saved with the queue and stay in force for
     later opens that do not give them. ``partitions=N``, given before the queue's first
     message, spreads it over N logs, each with a writer of its own: it opens as a
-    :class:`~s3q.partitions.PartitionedQueue`, which offers what an AsyncQueue does.
+    :class:`~s3q.partitions.partitioned_queue.PartitionedQueue`,
+    which offers what an AsyncQueue does.
     """
     first = await open_log(url, **options)
     count = first.config.partitions
@@ -67,7 +69,7 @@ async def _open_partitions(
     writer, served as one queue; every one closed again if one cannot be opened."""
     rest = {k: v for k, v in options.items() if k != "partitions"}
     opened = await asyncio.gather(
-        *(open_log(partitions.url_of(url, i), **rest) for i in range(1, count)),
+        *(open_log(partitioned_queue.url_of(url, i), **rest) for i in range(1, count)),
         return_exceptions=True,
     )
     queues = [first, *(q for q in opened if isinstance(q, AsyncQueue))]
@@ -145,7 +147,7 @@ class AsyncQueue:
     @property
     def writer(self) -> str:
         """This open's writer token, new at each open of the queue: what a broker's answers
-        name in their ``s3q-writer`` header (``s3q.client.answers``)."""
+        name in their ``s3q-writer`` header (``s3q.wire.answers``)."""
         return self._engine.token
 
     def on_commit(self, listener: Callable[[float, int], None]) -> None:
@@ -257,7 +259,7 @@ class AsyncQueue:
         complete: Iterable[Target] = (),
     ) -> Pages:
         """``dequeue``, with each stretch of consecutive messages as one page of payloads
-        (``s3q.pages``): what a broker answers with, without a Message per message."""
+        (``s3q.wire.pages``): what a broker answers with, without a Message per message."""
         return await self._engine.dequeue_pages(
             _dequeue_args(max_messages, visibility_timeout, wait, per_group, complete)
         )
@@ -292,7 +294,7 @@ class AsyncQueue:
 
     @property
     def queue_id(self) -> str:
-        """What the ids of this queue's messages begin with (``s3q.ids``)."""
+        """What the ids of this queue's messages begin with (``s3q.log.ids``)."""
         return self._engine.state.queue
 
     def stop_waiting(self) -> None:

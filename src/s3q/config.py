@@ -57,7 +57,7 @@ class QueueConfig:
     commit_timeout: float = 20.0
     #: seconds an idle writer may wait after an operation, gathering more into its PUT (Kafka's
     #: linger.ms): fewer requests for some latency. None: the store's default (OBJECT_WINDOW on
-    #: object stores, 0 on local directories and in memory). Adaptive: see s3q.commit
+    #: object stores, 0 on local directories and in memory). Adaptive: see s3q.writer.commit
     commit_window: float | None = None
     payload_cache_bytes: int = 64 * MiB
     large_payload: int = 256 * 1024

@@ -62,7 +62,7 @@ class QueueStats:
     store_errors: int = 0  # requests that failed with a StoreError
     store_retries: int = 0  # requests sent again after a transient fault
     #: the newest durable log object: a message enqueued later has an id naming a later one
-    #: (``s3q.ids.enqueued_by``), so a reader can tell what was there when it looked
+    #: (``s3q.log.ids.enqueued_by``), so a reader can tell what was there when it looked
     log_seq: int = 0
     #: commits that waited for company before their PUT (``commit_window``)
     commit_waits: int = 0
@@ -87,7 +87,7 @@ class QueueStats:
     buffered_acks: int = 0
     #: objects garbage collection keeps only for ``history_retention``, as of its last pass
     history_objects: int = 0
-    #: what the ids of the queue's messages begin with (``s3q.ids``); a partitioned queue's
+    #: what the ids of the queue's messages begin with (``s3q.log.ids``); a partitioned queue's
     #: partitions each have one, and its stats give theirs, comma-separated
     queue_id: str = ""
     #: the logs the queue is spread over (``s3q.partitions``), and the stats of each

@@ -19,11 +19,12 @@ from typing import NamedTuple, TypeVar
 
 import msgspec
 
-from . import checkpoint, log, tables
 from .errors import StoreError, UnsupportedFormat
+from .index import checkpoint
+from .index.records import Record
+from .index.state import QueueState, blob_key
+from .log import segment, tables
 from .message import Message
-from .records import Record
-from .state import QueueState, blob_key
 from .store import NotFound, Store
 
 logger = logging.getLogger("s3q")
@@ -70,7 +71,7 @@ def location(rec: Record) -> Location:
         return Location(rec.stage, rec.offset, rec.size)
     if rec.offset < 0:
         return Location(blob_key(rec.id), 0, rec.size)
-    return Location(log.key(rec.payload_seq), rec.offset, rec.size)
+    return Location(segment.key(rec.payload_seq), rec.offset, rec.size)
 
 
 async def load(store: Store, *, retries: int = 0, since: Loaded | None = None) -> Loaded:
@@ -113,8 +114,8 @@ async def _load_once(store: Store, since: Loaded | None = None) -> Loaded:
     else:
         loaded = await _load_checkpoint(store, checkpoints)
     base = loaded.seq
-    keys = await store.keys(log.PREFIX, after=log.key(base) if base else None)
-    seqs = sorted(s for s in map(log.seq_of, keys) if s is not None and s > base)
+    keys = await store.keys(segment.PREFIX, after=segment.key(base) if base else None)
+    seqs = sorted(s for s in map(segment.seq_of, keys) if s is not None and s > base)
     expected = list(range(base + 1, base + 1 + len(seqs)))
     if seqs != expected:
         missing = sorted(set(range(base + 1, (seqs or [base])[-1] + 1)) - set(seqs))[:5]
@@ -122,7 +123,7 @@ async def _load_once(store: Store, since: Loaded | None = None) -> Loaded:
             f"log of {store.url} is missing object(s) {missing} after "
             f"{'checkpoint ' + str(base) if base else 'its start'}"
         )
-    async for seq, data in fetch_in_order(store, [log.key(s) for s in seqs], seqs):
+    async for seq, data in fetch_in_order(store, [segment.key(s) for s in seqs], seqs):
         at = await replay(store, loaded.state, seq, data)
         if loaded.first_at is None:
             loaded.first_at = at
@@ -195,7 +196,7 @@ async def _load_checkpoint(store: Store, keys: list[str]) -> Loaded:
 async def replay(store: Store, state: QueueState, seq: int, data: bytes) -> float:
     """Fold log object ``seq`` (its bytes) into ``state``, reading back the run tables its
     leases need; when the object was written."""
-    header = log.decode(data, log.key(seq))
+    header = segment.decode(data, segment.key(seq))
     for op in header.ops:
         wanted = state.wanted_by(op)
         if wanted:

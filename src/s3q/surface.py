@@ -15,10 +15,10 @@ import types
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from .collector import CompactionReport
 from .config import Setting
+from .log.staging import StagedObject
 from .message import Message, MessageStatus, QueueStats
-from .staging import StagedObject
+from .writer.collector import CompactionReport
 
 Target = Message | str  # a delivered message or its receipt
 
@@ -57,7 +57,7 @@ class AsyncQueueSurface(Protocol):
     async def enqueue_staged(
         self, objects: Iterable[StagedObject], token: str | None = None
     ) -> Sequence[str] | None:
-        """Commit the messages of staged objects (``s3q.staging``) in one log object, all or
+        """Commit the messages of staged objects (``s3q.log.staging``) in one log object, all or
         none. With ``token``, a commit carrying a token seen before enqueues nothing and
         returns None (a replayed streaming batch); otherwise the ids, as ``enqueue_batch``.
         A partitioned queue commits each object in the partition it lies in (its key from the

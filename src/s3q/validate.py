@@ -7,7 +7,6 @@ import operator
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from . import staging
 from .config import (
     BUFFERED,
     DURABLE,
@@ -18,8 +17,9 @@ from .config import (
     is_utf8,
 )
 from .errors import InvalidArgument, InvalidPriority, MessageTooLarge
+from .log import staging
+from .log.staging import StagedObject
 from .message import Message
-from .staging import StagedObject
 
 MAX_NAME = 128  # dedup ids, group and tenant names
 MAX_ERROR = 8192  # characters of a failure's error text kept

@@ -21,7 +21,7 @@ from cli_runner import cli, data, failed, ok
 from conftest import child_env, free_port
 
 import s3q
-from s3q import ids
+from s3q.log import ids
 
 
 def start_cli(store: str, *args: str) -> subprocess.Popen[str]:

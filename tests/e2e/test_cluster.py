@@ -20,7 +20,8 @@ from cluster_node import Node
 from conftest import MotoServer, free_port, state_of
 
 import s3q
-from s3q.client import WRITER_HEADER, Client, answers, connect, connect_async
+from s3q.client import WRITER_HEADER, Client, connect, connect_async
+from s3q.wire import answers
 
 
 @pytest.fixture(params=["file", "s3"])

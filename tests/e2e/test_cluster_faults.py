@@ -7,9 +7,10 @@ import asyncio
 import copy
 from typing import Any
 
+from fault_harness.cluster import PAUSE_PAST_LEASE
+from fault_harness.workload import Plan
+
 from s3q.faults import HARSH, check
-from s3q.faults.cluster import PAUSE_PAST_LEASE
-from s3q.faults.workload import Plan
 
 
 def test_brokers_whose_leader_is_paused_keep_every_promise(
@@ -20,7 +21,7 @@ def test_brokers_whose_leader_is_paused_keep_every_promise(
     sent after its successor opened. The fenced-ack check runs over the calls each writer
     answered: a late acknowledgement of the paused writer, put into the recorded history, is
     flagged."""
-    from s3q.faults.cluster import run_cluster
+    from fault_harness.cluster import run_cluster
 
     plan = Plan(seed=6, ops=1500, profile=HARSH, store_timeout=0.5, lease_ttl=1.5)
     report = asyncio.run(
@@ -78,7 +79,7 @@ def test_a_partitioned_queue_through_paused_brokers_keeps_every_promise(
     of a partition drawn at random SIGSTOPped past its lease, then woken: the other broker
     takes that partition over, and the history, checked over every partition's log, keeps
     every promise."""
-    from s3q.faults.cluster import run_cluster
+    from fault_harness.cluster import run_cluster
 
     plan = Plan(seed=7, ops=1500, profile=HARSH, store_timeout=0.5, lease_ttl=1.5, partitions=3)
     report = asyncio.run(

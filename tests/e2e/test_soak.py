@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import MotoServer
-
-from s3q.faults import check
-from s3q.faults.series import (
+from fault_harness.series import (
     availability,
     intervals,
     outages,
@@ -28,7 +26,9 @@ from s3q.faults.series import (
     targets,
     timeline,
 )
-from s3q.faults.soak import NATIVE, SoakPlan, run_soak
+from fault_harness.soak import NATIVE, SoakPlan, run_soak
+
+from s3q.faults import check
 
 # three brokers and a steady load, held to availability and recovery times: after the rest
 pytestmark = pytest.mark.alone

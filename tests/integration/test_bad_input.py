@@ -398,7 +398,7 @@ def test_store_vanishing_mid_session_answers_outcome_unknown(clock: FakeClock) -
 def test_a_setting_saved_beyond_todays_bounds_stays_in_force(env: StoreEnv) -> None:
     # a queue configured by an older build, which allowed a 2-day visibility timeout: it
     # opens, keeps the setting, and takes other settings as before
-    from s3q.ops import Configure
+    from s3q.log.ops import Configure
 
     async def save_old_setting(engine) -> None:
         batch = engine.commit.add(Configure({"visibility_timeout": 172800.0}))

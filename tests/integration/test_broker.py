@@ -219,7 +219,7 @@ def test_openapi_lists_every_route(broker: Broker) -> None:
     assert "get" in paths["/v1/queues/{name}/messages/{id}/status"]
     assert "Message" in doc["components"]["schemas"]
     from s3q.broker.routes import ENDPOINTS
-    from s3q.broker.wire import API_PREFIX
+    from s3q.wire.codec import API_PREFIX
 
     assert set(paths) == {API_PREFIX + e.path for e in ENDPOINTS}
     assert "post" in paths["/v1/queues/{name}/enqueue-staged"]

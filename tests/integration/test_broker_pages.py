@@ -1,4 +1,4 @@
-"""Dequeues answered as pages (s3q.pages): a broker sends each leased stretch as one block of
+"""Dequeues answered as pages (s3q.wire.pages): a broker sends each leased stretch as one block of
 payloads, and the client makes of it exactly the messages a dequeue answers one by one. A real
 broker on 127.0.0.1 and s3q's client; a broker from before pages is a real HTTP server that
 refuses the argument as such a broker does."""
@@ -17,9 +17,10 @@ import pytest
 from broker_harness import Broker
 
 import s3q
-from s3q import Message, pages
+from s3q import Message
 from s3q.client import Client, InvalidArgument, connect
-from s3q.pages import Pages
+from s3q.wire import pages
+from s3q.wire.pages import Pages
 
 
 @pytest.fixture

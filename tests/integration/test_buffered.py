@@ -16,12 +16,12 @@ from conftest import LineReader, StoreEnv, drain, open_after_crash, spawn_child
 from crash import _kill_after_random_lines
 
 import s3q
-from s3q import ids
 from s3q.client import connect
-from s3q.commit import BUFFER_WEIGHT
 from s3q.config import QueueConfig
-from s3q.engine import Engine
+from s3q.log import ids
 from s3q.store import RetryingStore, Store, open_store
+from s3q.writer.commit import BUFFER_WEIGHT
+from s3q.writer.engine import Engine
 
 S = s3q.MessageStatus
 

@@ -22,9 +22,9 @@ from conftest import (
 from histories import drain_all, observe, payload_for, random_history
 
 import s3q
-from s3q import log
-from s3q.collector import KEEP_NEWEST, RUNGS
+from s3q.log import segment
 from s3q.store import open_store
+from s3q.writer.collector import KEEP_NEWEST, RUNGS
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 20, 33])  # 20, 33: letters dying at one instant
@@ -317,7 +317,7 @@ def test_a_queue_whose_writer_changes_more_often_than_gc_grace_is_collected(
     store = open_store(lease_env.url, lease_env.options)
 
     def logs() -> set[int]:
-        return {s for k in asyncio.run(store.keys("log/")) if (s := log.seq_of(k)) is not None}
+        return {s for k in asyncio.run(store.keys("log/")) if (s := segment.seq_of(k)) is not None}
 
     left = []  # after each writer's compaction: the first writer's log objects still there
     first: set[int] = set()

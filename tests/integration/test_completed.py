@@ -7,9 +7,9 @@ import pytest
 from conftest import FakeClock, StoreEnv, drain
 
 import s3q
-from s3q import ids
-from s3q.cache import SWEEP_EVERY
-from s3q.checkpointer import CHECKPOINT_OBJECTS
+from s3q.log import ids
+from s3q.writer.cache import SWEEP_EVERY
+from s3q.writer.checkpointer import CHECKPOINT_OBJECTS
 
 S = s3q.MessageStatus
 

@@ -13,7 +13,7 @@ from typing import Any
 from conftest import FakeClock, StoreEnv
 
 import s3q
-from s3q.commit import FULL_WEIGHT, PROBE_EVERY
+from s3q.writer.commit import FULL_WEIGHT, PROBE_EVERY
 
 
 async def paced_enqueues(q: Any, count: int, every: float) -> list[str]:

@@ -21,17 +21,17 @@ from typing import Any
 
 import pytest
 from conftest import FakeClock, state_of
+from fault_harness.workload import Plan, Report, Target, run_embedded, through_proxy
 
 import s3q
-from s3q.checkpointer import RETRY_AFTER
 from s3q.config import QueueConfig
-from s3q.engine import Engine
 from s3q.errors import TransientError
 from s3q.faults import HARSH, FaultProfile, FaultyStore
 from s3q.faults.proxy import FaultProxy
-from s3q.faults.workload import Plan, Report, Target, run_embedded, through_proxy
 from s3q.lease import KEY as LEASE_KEY
 from s3q.store import RetryingStore, open_store
+from s3q.writer.checkpointer import RETRY_AFTER
+from s3q.writer.engine import Engine
 
 QUIET = FaultProfile()
 

@@ -17,7 +17,7 @@ import pytest
 from conftest import SUPPORT_DIR
 
 import s3q
-from s3q import ids
+from s3q.log import ids
 
 FIXTURES = SUPPORT_DIR / "fixtures"
 

@@ -14,8 +14,9 @@ from click.testing import CliRunner
 from conftest import SUPPORT_DIR, T0, FakeClock, StoreEnv
 
 import s3q
-from s3q import history, ids, log, stamps, tables, timeline
 from s3q.cli import main
+from s3q.history import log_events, timeline
+from s3q.log import ids, segment, stamps, tables
 from s3q.store import open_store
 
 
@@ -74,10 +75,10 @@ def test_without_history_retention_collection_deletes_at_once(
         q.close()
 
 
-async def _events(env: StoreEnv, first: int = 0) -> list[history.Event]:
+async def _events(env: StoreEnv, first: int = 0) -> list[log_events.Event]:
     store = open_store(env.url, dict(env.options))
     try:
-        return [e async for e in history.read(store, first)]
+        return [e async for e in log_events.read(store, first)]
     finally:
         await store.close()
 
@@ -126,14 +127,14 @@ def test_history_tells_each_message_s_life(durable_env: StoreEnv, clock: FakeClo
     assert [e.kind for e in events if e.id is None] == ["purged"]
     positions = [(e.seq, e.op) for e in events]
     assert positions == sorted(positions)
-    assert all(e.kind in history.KINDS for e in events)
+    assert all(e.kind in log_events.KINDS for e in events)
 
 
-async def _life(env: StoreEnv, mid: str) -> tuple[list[history.Event], int, int]:
+async def _life(env: StoreEnv, mid: str) -> tuple[list[log_events.Event], int, int]:
     """A message's life, and the GETs and LISTs reading it took."""
     store = open_store(env.url, dict(env.options))
     try:
-        found = await history.life(store, mid)
+        found = await log_events.life(store, mid)
         return found, store.counts.gets, store.counts.lists
     finally:
         await store.close()
@@ -209,10 +210,10 @@ def test_history_reads_logs_of_earlier_formats(build: str) -> None:
     root = SUPPORT_DIR / "fixtures" / f"queue-{build}"
     manifest = json.loads(root.with_suffix(".json").read_text())
 
-    async def read() -> list[history.Event]:
+    async def read() -> list[log_events.Event]:
         store = open_store(f"file://{root}")
         try:
-            return [e async for e in history.read(store)]
+            return [e async for e in log_events.read(store)]
         finally:
             await store.close()
 
@@ -226,12 +227,12 @@ def test_history_reads_logs_of_earlier_formats(build: str) -> None:
     assert {e.kind for e in events} >= {"enqueued", "leased", "completed", "failed"}
 
 
-async def _stamps(env: StoreEnv) -> list[log.Stamp]:
+async def _stamps(env: StoreEnv) -> list[segment.Stamp]:
     store = open_store(env.url, dict(env.options))
     try:
         return [
-            log.stamp(await tables.tail(store, seq), log.key(seq))
-            for seq in await history.seqs(store)
+            segment.stamp(await tables.tail(store, seq), segment.key(seq))
+            for seq in await log_events.seqs(store)
         ]
     finally:
         await store.close()
@@ -271,7 +272,7 @@ def test_a_time_window_finds_its_log_objects_by_binary_search(
     async def main() -> tuple[list[int], int, int]:
         store = open_store(durable_env.url, dict(durable_env.options))
         try:
-            seqs = await history.seqs(store)
+            seqs = await log_events.seqs(store)
             before = store.counts.gets
             chosen, _ = await timeline.window(store, seqs, since, until)
             return chosen, store.counts.gets - before, len(seqs)

@@ -30,9 +30,11 @@ from hypothesis import HealthCheck, Phase, event, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import s3q
-import s3q.partitions
-import s3q.tenants
-from s3q import checkpoint, pages, tables
+import s3q.index.tenants
+import s3q.partitions.partitioned_queue
+from s3q.index import checkpoint
+from s3q.log import tables
+from s3q.wire import pages
 
 pytestmark = pytest.mark.slow
 
@@ -122,7 +124,7 @@ def _served(shares: dict[int, float], vtime: float, priority: int) -> tuple[floa
 def _decayed(value: float, since: float, at: float) -> float:
     """Recent processing time ``value`` as of ``since``, as of ``at`` (halved every HALF_LIFE
     seconds; written as the queue computes it, so the floats compare equal)."""
-    return value * 0.5 ** ((at - since) / s3q.tenants.HALF_LIFE) if at > since else value
+    return value * 0.5 ** ((at - since) / s3q.index.tenants.HALF_LIFE) if at > since else value
 
 
 @dataclass
@@ -155,7 +157,7 @@ class Model:
         """Flagged, and sent something within the last QUIET_AFTER seconds."""
         if name is None or name not in self.flagged:
             return False
-        return now - self.tenants[name].last_sent < s3q.tenants.QUIET_AFTER
+        return now - self.tenants[name].last_sent < s3q.index.tenants.QUIET_AFTER
 
     def in_flight_of(self, name: str) -> int:
         tenant = self.tenants.get(name)
@@ -167,7 +169,7 @@ class Model:
             return
         tenant = self.tenants.setdefault(name, MTenant())
         if sent:
-            if at - tenant.last_sent >= s3q.tenants.QUIET_AFTER:
+            if at - tenant.last_sent >= s3q.index.tenants.QUIET_AFTER:
                 self.flagged.discard(name)  # silent long enough: quiet again
             tenant.last_sent = max(tenant.last_sent, at)
         tenant.waiting += 1
@@ -190,8 +192,8 @@ class Model:
             if not tenant.waiting:
                 self.flagged.discard(name)  # drained
             elif (
-                tenant.in_flight >= s3q.tenants.MIN_IN_FLIGHT
-                and tenant.in_flight > s3q.tenants.SHARE * self.in_flight
+                tenant.in_flight >= s3q.index.tenants.MIN_IN_FLIGHT
+                and tenant.in_flight > s3q.index.tenants.SHARE * self.in_flight
             ):
                 if name not in self.flagged:
                     event("flagged by messages in flight")
@@ -227,7 +229,7 @@ class Model:
             if held > 0:
                 tenant.busy = _decayed(tenant.busy, tenant.busy_at, at) + held
                 tenant.busy_at = max(tenant.busy_at, at)
-                if tenant.busy > s3q.tenants.SHARE * self.busy and tenant.waiting:
+                if tenant.busy > s3q.index.tenants.SHARE * self.busy and tenant.waiting:
                     if name not in self.flagged:
                         event("flagged by processing time")
                     self.flagged.add(name)
@@ -254,13 +256,16 @@ class QueueMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.budget = s3q.state.TABLE_BUDGET
+        self.budget = s3q.index.state.TABLE_BUDGET
         if self.table_budget is not None:
-            s3q.state.TABLE_BUDGET = self.table_budget
-        self.min_in_flight, self.share_was = s3q.tenants.MIN_IN_FLIGHT, s3q.tenants.SHARE
-        s3q.tenants.MIN_IN_FLIGHT = MIN_IN_FLIGHT
+            s3q.index.state.TABLE_BUDGET = self.table_budget
+        self.min_in_flight, self.share_was = (
+            s3q.index.tenants.MIN_IN_FLIGHT,
+            s3q.index.tenants.SHARE,
+        )
+        s3q.index.tenants.MIN_IN_FLIGHT = MIN_IN_FLIGHT
         if self.share is not None:
-            s3q.tenants.SHARE = self.share
+            s3q.index.tenants.SHARE = self.share
         self.clock = FakeClock()
         self.tmp: str | None = None
         if self.kind == "memory":
@@ -287,8 +292,11 @@ class QueueMachine(RuleBasedStateMachine):
         try:
             self.q.close()
         finally:
-            s3q.state.TABLE_BUDGET = self.budget
-            s3q.tenants.MIN_IN_FLIGHT, s3q.tenants.SHARE = self.min_in_flight, self.share_was
+            s3q.index.state.TABLE_BUDGET = self.budget
+            s3q.index.tenants.MIN_IN_FLIGHT, s3q.index.tenants.SHARE = (
+                self.min_in_flight,
+                self.share_was,
+            )
             if self.tmp:
                 shutil.rmtree(self.tmp, ignore_errors=True)
 
@@ -1126,7 +1134,7 @@ class PartitionedMachine(QueueMachine):
 
     def _dedup_key(self, it: dict) -> object:
         key = it["group"] if it["group"] is not None else it["dedup_id"]
-        where = None if key is None else s3q.partitions.home(key, self.partitions)
+        where = None if key is None else s3q.partitions.partitioned_queue.home(key, self.partitions)
         return where, it["dedup_id"]
 
     def partition_of(self, mid: str) -> int:

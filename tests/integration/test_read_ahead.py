@@ -12,8 +12,9 @@ import msgspec
 from conftest import StoreEnv
 
 import s3q
-from s3q import checkpoint, snapshot
+from s3q import snapshot
 from s3q.api import open_log
+from s3q.index import checkpoint
 from s3q.store import open_store
 
 

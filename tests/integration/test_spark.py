@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import s3q.spark
-from s3q.partitions import home, split_key
+from s3q.partitions.partitioned_queue import home, split_key
 
 # one worker runs them all (pytest-xdist, --dist loadgroup): one JVM, not one per worker
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark")]
@@ -561,7 +561,8 @@ def test_runs_reach_the_executors_as_stretches_read_from_the_log(
     front was taken, come out whole and in order."""
     import asyncio
 
-    from s3q import snapshot, tables
+    from s3q import snapshot
+    from s3q.log import tables
     from s3q.spark import pieces
 
     monkeypatch.setattr(pieces, "PARTITION_ROWS", 7)

@@ -11,8 +11,8 @@ from conftest import FakeClock, StoreEnv
 from histories import drain_all, observe, payload_for, random_history
 
 import s3q
-from s3q.partitions import home, key_of, url_of
-from s3q.staging import ORPHAN_AGE, StagedObject, object_key
+from s3q.log.staging import ORPHAN_AGE, StagedObject, object_key
+from s3q.partitions.partitioned_queue import home, key_of, url_of
 from s3q.store import open_store
 
 

@@ -199,15 +199,15 @@ def test_untouched_messages_read_their_tables_back_from_the_log(
 ) -> None:
     """With no table kept in memory, runs read theirs back from the end of their log object
     (a header of over 64 KiB takes a second read) for status, peek, dequeue and reopen."""
-    monkeypatch.setattr(s3q.state, "TABLE_BUDGET", 0)
+    monkeypatch.setattr(s3q.index.state, "TABLE_BUDGET", 0)
     reads: list[int] = []
-    appends = s3q.tables.appends
+    appends = s3q.log.tables.appends
 
     async def counted(store, seq):  # type: ignore[no-untyped-def]
         reads.append(seq)
         return await appends(store, seq)
 
-    monkeypatch.setattr(s3q.tables, "appends", counted)
+    monkeypatch.setattr(s3q.log.tables, "appends", counted)
     q = env.open(clock=clock)
     big = [(f"m{i}".encode() * (1 + i % 7), {"dedup_id": f"d{i:06d}"}) for i in range(20_000)]
     ids = q.enqueue_batch([{"payload": p, **kw} for p, kw in big])

@@ -10,8 +10,8 @@ import pytest
 from conftest import FakeClock, StoreEnv
 
 import s3q
-from s3q import log
-from s3q.ops import Lease
+from s3q.log import segment
+from s3q.log.ops import Lease
 
 S = s3q.MessageStatus
 
@@ -49,7 +49,7 @@ def test_the_lease_is_one_entry_in_the_log(tmp_path: Path, clock: FakeClock) -> 
         newest = max((tmp_path / "q" / "log").iterdir())
         data = newest.read_bytes()
         assert data.endswith(b"S3Q4")
-        (lease,) = [op for op in log.decode(data, newest.name).ops if isinstance(op, Lease)]
+        (lease,) = [op for op in segment.decode(data, newest.name).ops if isinstance(op, Lease)]
         assert lease.leases == [] and lease.stretches is not None
         (stretch,) = lease.stretches
         assert stretch[2] == 500

@@ -1,4 +1,4 @@
-"""The worker runtime (s3q.worker) and its metrics (s3q.metrics), on real queues."""
+"""The worker runtime (s3q.worker) and its metrics (s3q.worker.metrics), on real queues."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from worker_harness import memory_url
 
 import s3q
-from s3q.metrics import WorkerMetrics, serve_metrics
 from s3q.worker import (
     Completed,
     Dead,
@@ -34,6 +33,7 @@ from s3q.worker import (
     WorkerStopped,
     WorkerStopping,
 )
+from s3q.worker.metrics import WorkerMetrics, serve_metrics
 
 S = s3q.MessageStatus
 FAST_RETRY = {"max_attempts": 2, "retry_delay": 0.01, "retry_delay_max": 0.02}
@@ -643,9 +643,9 @@ def test_worker_rides_out_acknowledgements_whose_outcome_is_unknown() -> None:
     them again and goes on serving; every message is handled (again, if a dequeue whose outcome
     was unknown leased it) and ends completed, each Completed once."""
     from s3q.config import QueueConfig
-    from s3q.engine import Engine
     from s3q.faults import FaultProfile, FaultyStore
     from s3q.store import RetryingStore, open_store
+    from s3q.writer.engine import Engine
 
     async def main() -> None:
         raw = open_store(memory_url())

@@ -15,10 +15,11 @@ from typing import NamedTuple
 
 import msgspec
 
-from s3q import ids, log
-from s3q.completed import ChunkSnap, Completed
-from s3q.message import MessageStatus
-from s3q.ops import (
+from s3q.index.completed import ChunkSnap, Completed
+from s3q.index.records import DEAD, DONE, LEASED, QUEUED, Record, Run, RunSnap, Table
+from s3q.index.tenants import Ended, Tenants, TenantSnap
+from s3q.log import ids, segment
+from s3q.log.ops import (
     AnyOp,
     Append,
     Bury,
@@ -38,8 +39,7 @@ from s3q.ops import (
     Release,
     Relocate,
 )
-from s3q.records import DEAD, DONE, LEASED, QUEUED, Record, Run, RunSnap, Table
-from s3q.tenants import Ended, Tenants, TenantSnap
+from s3q.message import MessageStatus
 
 MAX_TOKENS = 10_000  # commit tokens remembered (streaming sinks need only their last batches)
 #: untouched messages whose tables the index keeps (a few bytes each) beyond those it needs now
@@ -820,7 +820,7 @@ class QueueState:
         del self.refs[seq], self.live_bytes[seq]
         self.written_bytes.pop(seq, None)
         if seq < self.seq:  # a closed object: garbage now; the open one is judged on closing
-            self.garbage.append((self.seq, log.key(seq)))
+            self.garbage.append((self.seq, segment.key(seq)))
 
     def _drop_staged(self, key: str, count: int = 1) -> None:
         """``count`` live messages no longer need their payloads in staged object ``key``."""
@@ -837,7 +837,7 @@ class QueueState:
         self.seq = seq
         if previous and previous < seq and previous not in self.refs:
             self.written_bytes.pop(previous, None)
-            self.garbage.append((seq, log.key(previous)))
+            self.garbage.append((seq, segment.key(previous)))
 
     # -- choosing what to deliver ------------------------------------------------------------------
 

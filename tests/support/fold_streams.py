@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from s3q import ops as ops_module
+from s3q.log import ops as ops_module
 
 FIXTURES = Path(__file__).parent / "fixtures" / "fold-streams"
 
@@ -84,13 +84,13 @@ def streams() -> Iterator[tuple[str, list[Call]]]:
 
 def parameters() -> dict[str, float]:
     """The module settings a recording ran with (the model test changes them)."""
-    import s3q.state
-    import s3q.tenants
+    import s3q.index.state
+    import s3q.index.tenants
 
     return {
-        "table_budget": s3q.state.TABLE_BUDGET,
-        "min_in_flight": s3q.tenants.MIN_IN_FLIGHT,
-        "share": s3q.tenants.SHARE,
+        "table_budget": s3q.index.state.TABLE_BUDGET,
+        "min_in_flight": s3q.index.tenants.MIN_IN_FLIGHT,
+        "share": s3q.index.tenants.SHARE,
     }
 
 
@@ -110,7 +110,7 @@ class Recorder:
         self._saved: dict[str, Any] = {}
 
     def __enter__(self) -> Recorder:
-        from s3q import checkpoint
+        from s3q.index import checkpoint
 
         cls, streams, saved = self.cls, self.streams, self._saved
         for name in self.METHODS:
@@ -183,7 +183,7 @@ class Recorder:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        from s3q import checkpoint
+        from s3q.index import checkpoint
 
         checkpoint.restore = self._saved.pop("restore")
         for name, value in self._saved.items():
@@ -197,11 +197,11 @@ def _record_model(save: Callable[[str, list[list[Call]]], None]) -> None:
     sys.path[:0] = [str(Path(__file__).parents[1] / "integration"), str(Path(__file__).parents[1])]
     import test_model
 
-    import s3q.state
+    import s3q.index.state
 
     for name in ("MemoryQueueMachine", "TablesReadBackMachine", "FairMachine"):
         machine = getattr(test_model, name)
-        with Recorder(s3q.state.QueueState) as rec:
+        with Recorder(s3q.index.state.QueueState) as rec:
             run_state_machine_as_test(
                 machine,
                 settings=settings(
@@ -218,21 +218,22 @@ def _record_model(save: Callable[[str, list[list[Call]]], None]) -> None:
 def _record_flood(save: Callable[[str, list[list[Call]]], None]) -> None:
     import floods
 
-    import s3q.state
+    import s3q.index.state
 
     for flood in (False, True):
-        with Recorder(s3q.state.QueueState) as rec:
+        with Recorder(s3q.index.state.QueueState) as rec:
             url = f"memory://flood-{flood}"
             asyncio.run(floods.quiet_dwell(url, {}, flood, "noisy" if flood else None, 3.0))
         save(f"flood-{'noisy' if flood else 'calm'}", rec.streams)
 
 
 def _record_faults(save: Callable[[str, list[list[Call]]], None]) -> None:
-    import s3q.state
-    from s3q.faults.workload import Plan, in_memory, run_embedded
+    from fault_harness.workload import Plan, in_memory, run_embedded
+
+    import s3q.index.state
 
     plan = Plan(ops=3000, seed=1054713527)
-    with Recorder(s3q.state.QueueState) as rec:
+    with Recorder(s3q.index.state.QueueState) as rec:
         report = asyncio.run(run_embedded(plan, in_memory(plan)))
     assert not report.violations, report.violations
     save("faults-harsh", rec.streams)

@@ -1,13 +1,13 @@
-"""Admission of new messages (``s3q.admission``): hand-built items, no store, no writer."""
+"""Admission of new messages (``s3q.writer.admission``): hand-built items, no store, no writer."""
 
 from __future__ import annotations
 
 import pytest
 
-from s3q import admission
 from s3q.errors import QueueFull
-from s3q.staging import StagedObject
+from s3q.log.staging import StagedObject
 from s3q.validate import Item
+from s3q.writer import admission
 
 
 def item(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from s3q.collector import KEEP_NEWEST, thinned
+from s3q.writer.collector import KEEP_NEWEST, thinned
 
 
 def test_the_newest_are_kept_and_the_oldest_of_each_step() -> None:

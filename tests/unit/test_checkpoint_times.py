@@ -9,10 +9,11 @@ import random
 import pytest
 from conftest import SUPPORT_DIR
 
-from s3q import checkpoint, collector
-from s3q.checkpointer import Checkpointer
-from s3q.state import QueueState
+from s3q.index import checkpoint
+from s3q.index.state import QueueState
 from s3q.store import open_store
+from s3q.writer import collector
+from s3q.writer.checkpointer import Checkpointer
 
 
 def encoded(seq: int, writer: str, at: float) -> bytes:

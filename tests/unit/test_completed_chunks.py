@@ -6,7 +6,7 @@ import tracemalloc
 
 import msgspec
 
-from s3q.completed import Chunk, ChunkSnap, Completed
+from s3q.index.completed import Chunk, ChunkSnap, Completed
 
 
 def test_a_chunk_holds_ranges_of_places() -> None:

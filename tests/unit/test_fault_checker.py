@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from s3q.faults import Call, History, check
-from s3q.faults.history import Final, first_answers
+from s3q.faults.checker import Final, first_answers
 
 
 def good_history() -> History:

@@ -13,9 +13,9 @@ import fold_streams
 import msgspec
 import pytest
 
-import s3q.tenants
-from s3q import checkpoint
-from s3q import state as new_state
+import s3q.index.tenants
+from s3q.index import checkpoint
+from s3q.index import state as new_state
 
 STREAMS = dict(fold_streams.streams())
 
@@ -44,8 +44,8 @@ def parameters(monkeypatch: pytest.MonkeyPatch) -> Any:
         given = stream[0][1]
         for module in (fold_before, new_state):
             monkeypatch.setattr(module, "TABLE_BUDGET", given["table_budget"])
-        monkeypatch.setattr(s3q.tenants, "MIN_IN_FLIGHT", given["min_in_flight"])
-        monkeypatch.setattr(s3q.tenants, "SHARE", given["share"])
+        monkeypatch.setattr(s3q.index.tenants, "MIN_IN_FLIGHT", given["min_in_flight"])
+        monkeypatch.setattr(s3q.index.tenants, "SHARE", given["share"])
 
     return set_for
 

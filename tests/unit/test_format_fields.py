@@ -7,12 +7,12 @@ from typing import Any
 
 import msgspec
 
-from s3q import log
-from s3q.checkpoint import Snapshot
+from s3q.index.checkpoint import Snapshot
+from s3q.index.records import Record
+from s3q.index.tenants import TenantSnap
 from s3q.lease import LeaseRecord
-from s3q.ops import Append, Lease
-from s3q.records import Record
-from s3q.tenants import TenantSnap
+from s3q.log import segment
+from s3q.log.ops import Append, Lease
 
 
 def without_last_field(
@@ -50,10 +50,10 @@ def test_leases_in_stretches_are_format_4_which_a_format_3_reader_refuses() -> N
     leased = Lease([], 100.0, [(7, 0, 1000, "ab12", 130.0)])
     skipped = msgspec.msgpack.decode(msgspec.msgpack.encode(leased), type=format_3)
     assert skipped == format_3([], 100.0)  # what sealing it as format 4 guards against
-    assert log.FORMAT == 4 and 3 in log.READABLE
-    sealed = log.encode(log.Header(7, "w", 100.0, [leased]), [])
+    assert segment.FORMAT == 4 and 3 in segment.READABLE
+    sealed = segment.encode(segment.Header(7, "w", 100.0, [leased]), [])
     assert sealed.endswith(b"S3Q4")
-    assert log.decode(sealed, "log/7").ops == [leased]
+    assert segment.decode(sealed, "log/7").ops == [leased]
     older = msgspec.msgpack.encode(format_3([("m1", "m1~r", 130.0)], 100.0))
     assert msgspec.msgpack.decode(older, type=Lease).stretches is None
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
-from s3q import log
-from s3q.garbage import Garbage
+from s3q.index.garbage import Garbage
+from s3q.log import segment
 
 
 def test_the_encoding_is_the_list_of_pairs_through_additions_and_deletions() -> None:
@@ -13,7 +13,7 @@ def test_the_encoding_is_the_list_of_pairs_through_additions_and_deletions() -> 
     collector deletes the oldest entries (dropped from the front, past 4,096) or others."""
     garbage, mirror = Garbage(), []
     for seq in range(1, 20_000):
-        entry = (seq + 1, log.key(seq) if seq % 10 else f"stage/{seq}")
+        entry = (seq + 1, segment.key(seq) if seq % 10 else f"stage/{seq}")
         garbage.add(*entry)
         mirror.append(entry)
         if seq % 2_500 == 0:  # the oldest half goes, as a collection pass deletes it

@@ -1,5 +1,5 @@
-"""A broker gives the free pages inside its C heap back to the system (s3q.heap): memory freed
-between allocations that live on stays resident until then. Run in a Python process of its own
+"""A broker gives the free pages inside its C heap back to the system (s3q.broker.heap): memory
+freed between allocations that live on stays resident until then. Run in a Python process of its own
 (the heap is the process's)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from s3q import heap
+from s3q.broker import heap
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or os.confstr("CS_GNU_LIBC_VERSION") is None,
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(
 
 PROBE = """
 import sys
-from s3q import heap
+from s3q.broker import heap
 
 def rss():
     with open("/proc/self/status") as status:

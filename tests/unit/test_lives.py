@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from s3q.history import Event
-from s3q.lives import summarize
+from s3q.history.lives import summarize
+from s3q.history.log_events import Event
 
 
 def test_dwell_is_enqueue_to_first_lease_and_processing_last_lease_to_completion() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from s3q.cache import SWEEP_EVERY, ObjectCache
+from s3q.writer.cache import SWEEP_EVERY, ObjectCache
 
 
 def test_oldest_objects_leave_first_beyond_the_budget() -> None:

@@ -20,8 +20,8 @@ def test_url_wrong_type() -> None:
 
 
 def test_the_default_window_is_the_stores() -> None:
-    from s3q.engine import commit_window
     from s3q.store import open_store
+    from s3q.writer.engine import commit_window
 
     for url, expected in (
         ("memory://w", 0.0),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from s3q.shares import Shares
+from s3q.index.shares import Shares
 
 
 def test_many_deliveries_of_one_priority_count_as_each_one_would() -> None:

@@ -10,7 +10,6 @@ import pytest
 from worker_harness import memory_url
 
 import s3q
-from s3q.metrics import WorkerMetrics
 from s3q.worker import (
     HandlerImportError,
     HandlerNotCallable,
@@ -21,6 +20,7 @@ from s3q.worker import (
     load_handler,
     run_worker,
 )
+from s3q.worker.metrics import WorkerMetrics
 
 
 def test_each_worker_metrics_has_its_own_registry() -> None:

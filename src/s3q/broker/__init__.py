@@ -2,7 +2,7 @@
 
 ``create_app(store, tokens=..., options=...)`` is the ASGI app; ``serve(store, host, port,
 tokens=...)`` runs it under uvicorn. The server parts (starlette, uvicorn) are imported on first
-use, so :mod:`s3q.client` can use :mod:`s3q.broker.wire` with urllib3 alone.
+use, so :mod:`s3q.client` can use :mod:`s3q.wire.codec` with urllib3 alone.
 """
 
 from __future__ import annotations

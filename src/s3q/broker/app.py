@@ -18,13 +18,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from .. import heap
-from ..client.answers import PARTITIONS_HEADER, WRITER_HEADER, answers
 from ..errors import InvalidArgument, S3QError, WriterFenced
 from ..prices import Prices, of_store
 from ..tracing import Server
 from ..tracing import server as span_server
-from . import dashboard, guard, openapi, peerauth, redact, sqs
+from ..wire.answers import PARTITIONS_HEADER, WRITER_HEADER, answers
+from ..wire.codec import API_PREFIX, JSON, MSGPACK, AuthError, encode, error_body, status_of
+from . import dashboard, guard, heap, openapi, peerauth, redact, sqs
 from .dashboard.history import History
 from .fastpath import Broker
 from .limits import (
@@ -38,7 +38,6 @@ from .metrics import CONTENT_TYPE as METRICS_TYPE
 from .metrics import BrokerMetrics
 from .registry import QueueRegistry
 from .routes import ENDPOINTS, Call, Endpoint, Param
-from .wire import API_PREFIX, JSON, MSGPACK, AuthError, encode, error_body, status_of
 
 log = logging.getLogger("s3q.broker")
 

@@ -49,10 +49,8 @@ from typing import (
 )
 from urllib.parse import urlsplit
 
-from .. import partitions
 from ..api import AsyncQueue
 from ..client import AsyncClient, AsyncRemoteQueue
-from ..client.answers import Answers, answers, heard, spread
 from ..errors import (
     InvalidConfig,
     OutcomeUnknown,
@@ -63,12 +61,14 @@ from ..errors import (
     WriterFenced,
 )
 from ..message import Message
-from ..pages import Pages
-from ..partitions import Paging
+from ..partitions import partitioned_queue
+from ..partitions.partitioned_queue import Paging
 from ..surface import AsyncQueueSurface, Target, documented
+from ..wire.answers import Answers, answers, heard, spread
+from ..wire.codec import BrokerUnreachable
+from ..wire.pages import Pages
 from . import peerauth
 from .peerauth import is_loopback
-from .wire import BrokerUnreachable
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -398,7 +398,7 @@ class ForwardedQueue:
         partitions as a whole (its own log is only partition 0), once this broker leads it."""
         if not isinstance(queue, AsyncQueue) or queue.config.partitions == 1:
             return queue
-        if partitions.split_name(self.name)[1] is not None:
+        if partitioned_queue.split_name(self.name)[1] is not None:
             return queue  # (one partition, named)
         self.partitions = queue.config.partitions
         return await self._cluster.whole(self.name)
@@ -479,7 +479,7 @@ class ForwardedQueue:
         per_group: int = 1,
         complete: Iterable[Target] = (),
     ) -> Pages:
-        """``dequeue``, stretches as pages (``s3q.pages``), from the leader as it answers
+        """``dequeue``, stretches as pages (``s3q.wire.pages``), from the leader as it answers
         them: a broker passes them on without a Message per message."""
         settle = list(complete)
 

@@ -16,7 +16,7 @@ import inspect
 from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import InvalidArgument
-from .wire import BodyTooLarge, RequestTimeout
+from ..wire.codec import BodyTooLarge, RequestTimeout
 
 if TYPE_CHECKING:  # the broker's extra; this module's constants are read without it
     from collections.abc import Coroutine

@@ -16,7 +16,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from ..lives import percentile
+from ..history.lives import percentile
 from ..prices import MONTH, S3, Prices
 from ..store.base import Counts
 from .registry import QueueRegistry

@@ -7,11 +7,11 @@ from typing import Any
 import msgspec
 
 from .. import __version__
-from ..collector import CompactionReport
 from ..message import Message, QueueStats
-from ..pages import Page
+from ..wire.codec import API_PREFIX, JSON, MSGPACK
+from ..wire.pages import Page
+from ..writer.collector import CompactionReport
 from .routes import ENDPOINTS, Endpoint
-from .wire import API_PREFIX, JSON, MSGPACK
 
 ERROR_STATUSES = {
     "400": "Bad input (InvalidArgument, InvalidPriority, InvalidConfig)",

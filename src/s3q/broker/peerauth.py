@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import unquote, urlencode, urlsplit
 
 from ..errors import InvalidConfig
-from .wire import AuthError
+from ..wire.codec import AuthError
 
 AUTH_SCHEME = "S3Q-HMAC-SHA256"
 WINDOW = 60.0  # seconds a signature is good for, either side of the receiver's clock

@@ -14,16 +14,17 @@ from typing import Any, Literal
 import msgspec
 from starlette.requests import Request
 
-from .. import pages, validate
+from .. import validate
 from ..api import AsyncQueue
-from ..client.answers import heard, spread
 from ..errors import InvalidArgument
-from ..partitions import PartitionedQueue
-from ..staging import StagedObject
+from ..log.staging import StagedObject
+from ..partitions.partitioned_queue import PartitionedQueue
+from ..wire import pages
+from ..wire.answers import heard, spread
+from ..wire.codec import SERVED_NAME_PATTERN, QueueNotFound
 from .forward import FORWARDED, ForwardedQueue
 from .limits import disconnected
 from .registry import QueueRegistry
-from .wire import SERVED_NAME_PATTERN, QueueNotFound
 
 
 @dataclass
@@ -114,7 +115,7 @@ ITEM = {
     ]
 }
 MESSAGES = obj(messages={"type": "array", "items": ref("Message")})
-#: a dequeue asked for pages: its stretches as Pages (s3q.pages), each going at its ``at``
+#: a dequeue asked for pages: its stretches as Pages (s3q.wire.pages), each going at its ``at``
 PAGED = {
     **MESSAGES,
     "properties": {
@@ -336,7 +337,10 @@ ENDPOINTS: tuple[Endpoint, ...] = (
             body(
                 "pages",
                 BOOL,
-                doc="answer stretches of consecutive messages as pages (s3q.pages), not one by one",
+                doc=(
+                    "answer stretches of consecutive messages as pages (s3q.wire.pages), "
+                    "not one by one"
+                ),
             ),
         ),
         PAGED,

@@ -19,7 +19,6 @@ from rich.console import Console
 
 import s3q
 
-from .. import replay as replaying
 from ..broker.limits import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_HEAD_TIMEOUT,
@@ -30,6 +29,7 @@ from ..broker.limits import (
 )
 from ..config import MAX_WINDOW, check_settings
 from ..errors import S3QError
+from ..history import replay as replaying
 from ..prices import S3, named_prices
 from ..store import queue_url
 from . import history
@@ -806,7 +806,7 @@ def bench(
     """
     import asyncio
 
-    from ..bench import BenchConfig, print_report, run, summary
+    from .bench import BenchConfig, print_report, run, summary
 
     for name, value, low in (
         ("--messages", messages, 1),

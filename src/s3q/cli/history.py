@@ -14,17 +14,19 @@ from typing import Any, TypeVar
 
 import click
 
-from .. import history, horizon, ids
-from .. import replay as replaying
-from ..history import Event
-from ..lives import Summary, summarize
-from ..replay import Tally
+from ..history import log_events
+from ..history import replay as replaying
+from ..history.lives import Summary, summarize
+from ..history.log_events import Event
+from ..history.replay import Tally
+from ..log import ids
 from ..store import Store, open_store
+from ..writer import history_retention
 from .stores import local_path
 
 T = TypeVar("T")
 
-SCAN = history.SCAN  # log objects ``--id`` reads, at most, from the one that enqueued it
+SCAN = log_events.SCAN  # log objects ``--id`` reads, at most, from the one that enqueued it
 BATCH = 1000  # messages a replay enqueues with one call
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -98,9 +100,9 @@ def _run(url: str, read: Callable[[Store], Awaitable[T]]) -> T:
 
 def life(url: str, mid: str, scan: int = SCAN) -> list[Event]:
     """The events of message ``mid``, from the log object that enqueued it, reading at most
-    ``scan`` log objects and stopping at the end of its life (``s3q.history.life``)."""
+    ``scan`` log objects and stopping at the end of its life (``s3q.history.log_events.life``)."""
     message_id(mid)  # BadParameter for a string no id of this s3q is
-    return _run(url, lambda store: history.life(store, mid, scan))
+    return _run(url, lambda store: log_events.life(store, mid, scan))
 
 
 def recent(url: str, since: float, now: float) -> tuple[Summary, int]:
@@ -108,12 +110,12 @@ def recent(url: str, since: float, now: float) -> tuple[Summary, int]:
     were read."""
 
     async def read(store: Store) -> tuple[Summary, int]:
-        seqs = await history.seqs(store)
-        start = await horizon.first_after(store, seqs, now - since, {})
+        seqs = await log_events.seqs(store)
+        start = await history_retention.first_after(store, seqs, now - since, {})
         wanted = seqs[start:]
         if not wanted:
             return summarize([]), 0
-        events = [e async for e in history.read(store, wanted[0]) if e.at > now - since]
+        events = [e async for e in log_events.read(store, wanted[0]) if e.at > now - since]
         return summarize(events), len(wanted)
 
     return _run(url, read)

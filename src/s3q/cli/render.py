@@ -20,9 +20,9 @@ from rich.text import Text
 
 import s3q
 
-from .. import history
 from ..errors import S3QError
-from ..lives import Summary
+from ..history import log_events
+from ..history.lives import Summary
 from .errors import one_line
 from .stores import opened, shown
 
@@ -285,7 +285,7 @@ def _when(at: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at)) + f".{int(at % 1 * 1000):03d}Z"
 
 
-def show_life(url: str, mid: str, events: list[history.Event], as_json: bool) -> None:
+def show_life(url: str, mid: str, events: list[log_events.Event], as_json: bool) -> None:
     """One message's events: a table from its enqueue on, or ``{queue, id, events}``."""
     if as_json:
         emit_json({"queue": shown(url), "id": mid, "events": msgspec.to_builtins(events)})

@@ -15,11 +15,13 @@ the caller, who knows whether repeating is safe.
 The parts: :mod:`.calls` (one request of the native API, and whether it may be sent again),
 :mod:`.nodes` (which broker of a cluster to send a queue's calls to), :mod:`.requests` (the
 request of each queue method), :mod:`.connection` (the clients: connection pools that send
-calls), :mod:`.queues` (the remote queues) and :mod:`.answers` (which writer answered a call:
-``with answers() as seen: ...; seen.writer``).
+calls), :mod:`.queues` (the remote queues) and :mod:`s3q.wire.answers` (which writer answered
+a call: ``with answers() as seen: ...; seen.writer``).
 """
 
-from ..broker.wire import (
+from ..errors import InvalidArgument as InvalidArgument  # importable from here, as it was
+from ..wire.answers import PARTITIONS_HEADER, WRITER_HEADER, Answers, answers
+from ..wire.codec import (
     AuthError,
     BodyTooLarge,
     BrokerError,
@@ -29,8 +31,6 @@ from ..broker.wire import (
     is_broker_url,
     split_queue_url,
 )
-from ..errors import InvalidArgument as InvalidArgument  # importable from here, as it was
-from .answers import PARTITIONS_HEADER, WRITER_HEADER, Answers, answers
 from .connection import AsyncClient, Client, connect, connect_async
 from .queues import AsyncRemoteQueue, RemoteQueue
 

@@ -12,7 +12,6 @@ import aiohttp
 import msgspec
 import urllib3
 
-from ..broker.wire import BrokerError, BrokerUnreachable, exception_of
 from ..errors import (
     InvalidArgument,
     OutcomeUnknown,
@@ -21,6 +20,7 @@ from ..errors import (
     StoreError,
     Unavailable,
 )
+from ..wire.codec import BrokerError, BrokerUnreachable, exception_of
 from .stalls import BrokerStalled
 
 T = TypeVar("T")

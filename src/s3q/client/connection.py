@@ -20,8 +20,8 @@ import certifi
 import urllib3
 
 from .. import tracing
-from ..broker.wire import MSGPACK
-from .answers import PARTITIONS_HEADER, WRITER_HEADER, heard, spread
+from ..wire.answers import PARTITIONS_HEADER, WRITER_HEADER, heard, spread
+from ..wire.codec import MSGPACK
 from .calls import RETRIES, TRANSPORT, Call, delay
 from .nodes import Nodes
 from .queues import AsyncRemoteQueue, RemoteQueue

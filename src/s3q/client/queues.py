@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .. import tracing
 from ..blocking import blocking, run_in_place
-from ..collector import CompactionReport
 from ..config import Setting
 from ..errors import InvalidArgument, QueueClosed
+from ..log.staging import StagedObject
 from ..message import Message, MessageStatus, QueueStats
-from ..pages import Pages
-from ..staging import StagedObject
 from ..surface import AsyncQueueSurface, Target, documented
+from ..wire.pages import Pages
+from ..writer.collector import CompactionReport
 from .calls import Call
 from .requests import QueueRequests
 
@@ -147,7 +147,7 @@ class _RemoteQueueBase:
         complete: Iterable[Target] = (),
     ) -> Pages:
         """``dequeue``, the broker's answer kept as it came: each stretch of consecutive
-        messages one page (``s3q.pages``), for a caller that passes it on (a broker)."""
+        messages one page (``s3q.wire.pages``), for a caller that passes it on (a broker)."""
         complete = list(complete)
         requests = self._requests
         if requests.paged:

@@ -9,14 +9,15 @@ from urllib.parse import quote
 
 import msgspec
 
-from .. import pages, validate
-from ..broker.wire import API_PREFIX, check_name
-from ..collector import CompactionReport
+from .. import validate
 from ..config import Setting
 from ..errors import InvalidArgument, MessageNotFound
+from ..log.staging import StagedObject
 from ..message import Message, MessageStatus, QueueStats
-from ..staging import StagedObject
 from ..surface import Target
+from ..wire import pages
+from ..wire.codec import API_PREFIX, check_name
+from ..writer.collector import CompactionReport
 from .calls import Call
 
 WAIT_MARGIN = 10.0  # seconds added to a long poll's wait for the answer to arrive
@@ -97,7 +98,7 @@ class QueueRequests:
     def __init__(self, name: str) -> None:
         self.name = check_name(name)
         self.base = queue_path(self.name)
-        #: dequeues ask for pages (``s3q.pages``) until a broker from before them refuses one
+        #: dequeues ask for pages (``s3q.wire.pages``) until a broker from before them refuses one
         self.paged = True
 
     def enqueue(
@@ -174,7 +175,7 @@ class QueueRequests:
         per_group: int,
         complete: Iterable[Target] = (),
     ) -> Call[pages.Pages]:
-        """``dequeue``, its answer as it came: pages and messages (``s3q.pages``)."""
+        """``dequeue``, its answer as it came: pages and messages (``s3q.wire.pages``)."""
         call = self.dequeue(max_messages, visibility_timeout, wait, per_group, complete)
         return Call(
             call.method, call.path, pages.Pages, None, call.body, call.params, call.extra_timeout

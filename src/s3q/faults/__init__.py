@@ -5,11 +5,13 @@
               do (5xx before or after applying, resets, hung requests, bodies cut short,
               partitions of one writer), on a seeded schedule.
 ``proxy``     the same faults in an HTTP proxy in front of an S3 server, for the real client.
-``history``   a record of every call and its outcome, and the checker of what must hold.
-``workload``  producers and consumers that run a fixed number of calls under faults.
+``checker``   a record of every call and its outcome, and the checker of what must hold.
+
+The harness that runs workloads, clusters and soaks under these faults is the tests' support
+code (``tests/support/fault_harness``), not part of the package.
 """
 
-from .history import Call, History, Violation, check
+from .checker import Call, History, Violation, check
 from .schedule import HARSH, REALISTIC, FaultProfile, Schedule
 from .store import FaultyStore
 

@@ -6,7 +6,7 @@ queue, ``s3q.partitions``) and plans input partitions of consecutive ones (range
 sequence numbers of one partition). Filters Spark pushes down narrow the read:
 
 - on ``at`` (``>``, ``>=``, ``<``, ``<=``, ``=``): the driver keeps only the log objects that may
-  hold events of that window, found by binary search over their stamps (``s3q.timeline``),
+  hold events of that window, found by binary search over their stamps (``s3q.history.timeline``),
   and executors drop the events outside it; Spark evaluates these filters again.
 - on ``kind`` (``=``, ``IN``): executors emit only those kinds, and read no payload bytes
   when no ``enqueued`` event is wanted.
@@ -37,9 +37,11 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
-from .. import history, ids, log, partitions, timeline
 from ..errors import InvalidConfig
-from ..history import Block, Each
+from ..history import log_events, timeline
+from ..history.log_events import Block, Each
+from ..log import ids, segment
+from ..partitions import partitioned_queue
 from ..store import Store
 from ..store.base import PARTITIONS
 from .options import Options, run
@@ -173,7 +175,7 @@ class Window:
 
 class LogRange(InputPartition):
     """Consecutive log objects of the queue's partition ``partition`` for one task to read;
-    ``strict``: one collected before it is read is a :class:`s3q.history.HistoryGap`, not
+    ``strict``: one collected before it is read is a :class:`s3q.history.log_events.HistoryGap`, not
     skipped."""
 
     def __init__(
@@ -254,7 +256,7 @@ async def _plan(options: Options, window: Window) -> list[tuple[int, str, list[i
         store = options.open_store(index)
         try:
             chosen, _ = await timeline.window(store, seqs, since, until)
-            return index, await history.queue_id(store), chosen
+            return index, await log_events.queue_id(store), chosen
         finally:
             await store.close()
 
@@ -267,10 +269,10 @@ async def partition_logs(options: Options) -> dict[int, list[int]]:
     queues; ``s3q.partitions``), in order, listed from the queue's prefix."""
     root = options.open_store()
     try:
-        found = {0: await history.seqs(root)}
+        found = {0: await log_events.seqs(root)}
         for key in await root.keys(f"{PARTITIONS}/"):
-            index, inner = partitions.split_key(key)
-            if index and (seq := log.seq_of(inner)) is not None:
+            index, inner = partitioned_queue.split_key(key)
+            if index and (seq := segment.seq_of(inner)) is not None:
                 found.setdefault(index, []).append(seq)
     finally:
         await root.close()
@@ -281,7 +283,7 @@ async def queue_id_of(options: Options, index: int) -> str:
     """What the message ids of the queue's partition ``index`` begin with."""
     store = options.open_store(index)
     try:
-        return await history.queue_id(store)
+        return await log_events.queue_id(store)
     finally:
         await store.close()
 
@@ -304,14 +306,14 @@ def read_range(store: Store, part: LogRange, payloads: bool) -> Iterator[pa.Reco
 async def _batches(
     store: Store, part: LogRange, payloads: bool
 ) -> AsyncGenerator[pa.RecordBatch, None]:
-    reader = history.Reader(part.queue)
+    reader = log_events.Reader(part.queue)
     window = part.window
     whole = payloads and window.payload_bytes()
     rows = Rows(payloads, window, part.partition)
-    async for seq, data in history.objects(
+    async for seq, data in log_events.objects(
         store, part.seqs, whole=whole, concurrency=READ_CONCURRENCY, strict=part.strict
     ):
-        header = log.decode(data, log.key(seq))
+        header = segment.decode(data, segment.key(seq))
         blocks = [b for b in reader.blocks(header) if window.may_admit(b)]
         if payloads:
             rows.payloads.update(await _payloads(store, header, part.queue, data, blocks, whole))
@@ -324,13 +326,13 @@ async def _batches(
 
 
 async def _payloads(
-    store: Store, header: log.Header, queue: str, data: bytes, blocks: list[Block], whole: bool
+    store: Store, header: segment.Header, queue: str, data: bytes, blocks: list[Block], whole: bool
 ) -> dict[str, bytes]:
     """The payloads of the messages ``blocks`` enqueued, by id (missing: collected)."""
     enqueued = {mid for b in blocks if b.kind == "enqueued" for mid in b.ids if mid}
     if not enqueued or not whole:
         return {}
-    return await history.payloads(store, header, queue, data, enqueued)
+    return await log_events.payloads(store, header, queue, data, enqueued)
 
 
 #: a value repeated this many times or more is made by Arrow, not gathered in a list

@@ -22,7 +22,8 @@ batch reading each one's range; ``maxObjectsPerBatch`` counts each partition's o
 
 **Garbage collection** deletes log objects as the queue's ``history_retention`` allows, whether
 or not a stream has read them: a stream that falls further behind than that finds objects of
-its next batch gone. That is a :class:`s3q.history.HistoryGap` naming the missing log objects
+its next batch gone. That is a
+:class:`s3q.history.log_events.HistoryGap` naming the missing log objects
 (``failOnDataLoss``, true by default, as Kafka's source has it); with ``failOnDataLoss`` false
 the stream logs the gap and goes on past it.
 """
@@ -43,8 +44,9 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from .. import history, partitions
 from ..errors import InvalidConfig
+from ..history import log_events
+from ..partitions import partitioned_queue
 from .history_read import (
     OBJECTS_PER_PARTITION,
     LogRange,
@@ -154,7 +156,7 @@ class HistoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         async def listed(index: int) -> list[int]:
             store = self.options.open_store(index)
             try:
-                return await history.seqs(store, firsts[index], lasts[index] if lasts else None)
+                return await log_events.seqs(store, firsts[index], lasts[index] if lasts else None)
             finally:
                 await store.close()
 
@@ -167,9 +169,9 @@ class HistoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         it. From the earliest (``first`` 0), whatever the queue keeps is the history."""
         if first == 0:
             return
-        for low, high in history.missing(first, stop, found):
-            gap = history.gap(
-                partitions.url_of(self.options.url, index),
+        for low, high in log_events.missing(first, stop, found):
+            gap = log_events.gap(
+                partitioned_queue.url_of(self.options.url, index),
                 low,
                 high,
                 "or set option failOnDataLoss to false to go on past the gap",

@@ -1,6 +1,6 @@
 """Each message's life in one row: a query over the history's events (``history_read``).
 
-The same measures as ``s3q history --since`` (``s3q.lives``): *dwell* is enqueue to first
+The same measures as ``s3q history --since`` (``s3q.history.lives``): *dwell* is enqueue to first
 lease, *processing* last lease to completion, *latency* enqueue to completion or death. Each
 is null unless both its ends lie in the events given. Plain DataFrame operations: it runs
 under Spark Connect too.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from ..lives import LEASES, STATUS_AFTER
+from ..history.lives import LEASES, STATUS_AFTER
 
 
 def _seconds(later: Column, earlier: Column) -> Column:

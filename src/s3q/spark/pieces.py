@@ -4,7 +4,7 @@ The driver knows, for every message it hands to Spark with a record of its own, 
 payload lies (an object key, an offset, a size). It groups messages by object into *pieces*
 sorted by offset, and pieces into partitions. Untouched messages (runs) it hands over as
 *run pieces*: a stretch of one run, whose sizes, offsets, dedup ids and attributes the executor
-reads from the run's log object (``s3q.tables``), so the driver holds nothing per message.
+reads from the run's log object (``s3q.log.tables``), so the driver holds nothing per message.
 An executor reads each piece with one ranged GET and turns it into a ``pyarrow.RecordBatch``,
 the payload column straight from the bytes read when the payloads lie back to back, as they
 do in log and staged objects.
@@ -23,10 +23,11 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from .. import ids, log, partitions, tables
-from ..ops import Append
+from ..index.state import QueueState
+from ..log import ids, segment, tables
+from ..log.ops import Append
+from ..partitions import partitioned_queue
 from ..snapshot import SnapshotExpired
-from ..state import QueueState
 from ..store import NotFound, Store
 
 PIECE_BYTES = 32 * 1024 * 1024  # payload bytes read by one GET, at most (one object or range)
@@ -166,7 +167,7 @@ class RunPiece(msgspec.Struct, array_like=True):
         n = len(offsets)
         none: list[Any] = [None] * n
         return Piece(
-            partitions.key_of(self.partition, self.stage or log.key(self.seq)),
+            partitioned_queue.key_of(self.partition, self.stage or segment.key(self.seq)),
             offsets,
             op.sizes[start:end],
             ids.make_many(self.queue, self.seq, self.first, n),

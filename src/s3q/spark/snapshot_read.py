@@ -15,12 +15,13 @@ from collections.abc import Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from .. import log, partitions
 from ..errors import InvalidConfig
+from ..index.records import DONE
+from ..index.state import QueueState, blob_key
+from ..log import segment
 from ..message import MessageStatus
-from ..records import DONE
+from ..partitions import partitioned_queue
 from ..snapshot import Loaded, load
-from ..state import QueueState, blob_key
 from . import pieces
 from .options import Options, run
 
@@ -75,15 +76,15 @@ class SnapshotReader(DataSourceReader):
             if status not in self.statuses:
                 continue
             if rec.stage is not None:
-                key = partitions.key_of(index, rec.stage)
+                key = partitioned_queue.key_of(index, rec.stage)
                 chosen.append((key, rec.offset, rec.size, rec, status))
             elif rec.offset < 0:
-                key = partitions.key_of(index, blob_key(rec.id))
+                key = partitioned_queue.key_of(index, blob_key(rec.id))
                 chosen.append((key, 0, rec.size, rec, status))
             else:
                 known = log_keys.get(rec.payload_seq)
                 if known is None:
-                    known = partitions.key_of(index, log.key(rec.payload_seq))
+                    known = partitioned_queue.key_of(index, segment.key(rec.payload_seq))
                     log_keys[rec.payload_seq] = known
                 chosen.append((known, rec.offset, rec.size, rec, status))
         return chosen

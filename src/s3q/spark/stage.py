@@ -1,7 +1,7 @@
 """Executors' side of a write: payloads of Arrow batches into staged objects, rows checked.
 
 Each task concatenates its payloads into objects of about ``stageBytes`` (one PUT each, not one
-per row) and describes the messages in them (``s3q.staging.StagedObject``); the driver commits
+per row) and describes the messages in them (``s3q.log.staging.StagedObject``); the driver commits
 them all at once. In a queue of several partitions (``s3q.partitions``) a task stages each row
 under the partition it goes to (``routed``): its group's or dedup id's, else the task's own, so
 the tasks of a job spread over the partitions. Bad rows fail the task with an error naming the
@@ -31,8 +31,8 @@ from ..errors import (
     QueueLocked,
     S3QError,
 )
-from ..partitions import key_of, placed, split_key
-from ..staging import StagedObject, job_prefix, object_key
+from ..log.staging import StagedObject, job_prefix, object_key
+from ..partitions.partitioned_queue import key_of, placed, split_key
 from ..store import Store, queue_name
 from .options import Options
 
@@ -282,7 +282,7 @@ def routed(
 ) -> Iterator[tuple[int, pa.RecordBatch, np.ndarray | None]]:
     """``batch`` (its rows numbered from ``first``) split by the partition each row goes to,
     with the rows' numbers (None: the batch whole): a row with a group or dedup id to that key's
-    (``s3q.partitions.placed``), the others to the ``turn``-th."""
+    (``s3q.partitions.partitioned_queue.placed``), the others to the ``turn``-th."""
     n, names = batch.num_rows, set(batch.schema.names)
     mine = turn % partitions
     if partitions == 1 or not names & {"group", "dedup_id"}:

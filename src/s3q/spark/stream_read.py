@@ -35,13 +35,13 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from .. import ids as message_ids
 from ..api import Queue, open
-from ..engine import MAX_DEQUEUE
 from ..errors import MessageNotFound, ReceiptExpired
+from ..log import ids as message_ids
 from ..message import Message, MessageStatus
 from ..snapshot import Located
 from ..store import Store, queue_name
+from ..writer.engine import MAX_DEQUEUE
 from . import pieces
 from .options import Options
 from .snapshot_read import PiecesPartition

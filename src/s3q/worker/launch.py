@@ -9,10 +9,10 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from ..errors import InvalidArgument
-from ..metrics import WorkerMetrics, serve_metrics
 from ..store import default_store, queue_url
 from .events import EventHook
 from .handlers import HandlerOptions, handler_options, load_handler
+from .metrics import WorkerMetrics, serve_metrics
 from .runner import Worker
 
 __all__ = ["run_worker"]

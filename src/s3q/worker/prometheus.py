@@ -1,13 +1,14 @@
 """Worker metrics as a subscriber to the hook stream: each hook updates a
-:class:`~s3q.metrics.WorkerMetrics` (the metrics themselves are declared in ``s3q.metrics``)."""
+:class:`~s3q.worker.metrics.WorkerMetrics` (the metrics
+themselves are declared in ``s3q.worker.metrics``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..metrics import WorkerMetrics
 from .events import Dead, Retry
 from .hooks import Done, Hooks
+from .metrics import WorkerMetrics
 
 __all__ = ["MetricsHooks"]
 

@@ -44,7 +44,7 @@ def rides_out(exc: BaseException, remote: bool) -> bool:
         return False
     if isinstance(exc, StoreError | WriterFenced | QueueClosed):
         return True  # BrokerUnreachable and a transport failure are StoreErrors
-    from ..broker.wire import BrokerError  # (only through a broker: the client loaded it)
+    from ..wire.codec import BrokerError  # (only through a broker: the client loaded it)
 
     status = exc.status if isinstance(exc, BrokerError) else 0
     return status == 408 or status >= 500

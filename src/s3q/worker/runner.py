@@ -13,13 +13,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..api import AsyncQueue, Queue, open_async
-from ..broker.wire import is_broker_url
 from ..config import split_options
 from ..errors import InvalidArgument, QueueClosed
-from ..metrics import WorkerMetrics
 from ..surface import AsyncQueueSurface
+from ..wire.codec import is_broker_url
 from .events import EventHook
 from .handlers import Handler
+from .metrics import WorkerMetrics
 from .session import Session
 from .settings import check_settings
 

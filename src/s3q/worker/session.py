@@ -13,13 +13,13 @@ from .. import tracing
 from ..api import AsyncQueue
 from ..errors import ReceiptExpired
 from ..message import Message
-from ..metrics import WorkerMetrics
 from ..surface import AsyncQueueSurface
 from .acks import Acks
 from .events import Dead, EventHook, Retry, WorkerStarted, WorkerStopped, WorkerStopping
 from .handlers import Handler, is_async
 from .hooks import Fanout, Hooks, OnEvent, Tally
 from .leases import Leases
+from .metrics import WorkerMetrics
 from .prefetch import Prefetch
 from .prometheus import MetricsHooks
 from .retry import Backoff, rides_out

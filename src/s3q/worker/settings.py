@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from ..config import MAX_WAIT
-from ..engine import MAX_DEQUEUE
 from ..errors import InvalidArgument
+from ..writer.engine import MAX_DEQUEUE
 
 __all__ = ["check_settings"]
 

@@ -21,9 +21,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ...errors import S3QError
+from ...wire.codec import error_body, status_of
 from ..metrics import REQUEST_KINDS, STATUSES, BrokerMetrics, by_kind
 from ..registry import QueueRegistry
-from ..wire import error_body, status_of
 from .history import History, finished
 
 STATIC = resources.files(__package__) / "static"

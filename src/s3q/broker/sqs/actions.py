@@ -24,14 +24,14 @@ from typing import Any
 
 from starlette.requests import Request
 
-from ... import partitions
 from ...errors import InvalidArgument, ReceiptExpired
-from ...partitions import PartitionedQueue
+from ...partitions import partitioned_queue
+from ...partitions.partitioned_queue import PartitionedQueue
 from ...surface import AsyncQueueSurface
+from ...wire.codec import check_name
 from ..forward import ForwardedQueue
 from ..limits import disconnected
 from ..registry import QueueRegistry
-from ..wire import check_name
 from . import acks, handles, messages, permissions, queues, shapes, tags
 from .acks import MAX_VISIBILITY
 from .catalog import Catalog, Entry
@@ -199,7 +199,7 @@ class Service:
                     f"queue {name} has partitions led by other brokers ({away}): stop them, "
                     "or send DeleteQueue to the broker that leads them all",
                 )
-            logs = [partitions.name_of(name, p.index) for p in queue.partitions]
+            logs = [partitioned_queue.name_of(name, p.index) for p in queue.partitions]
         async with self._lock(name):
             await self.catalog.remove(name)
             for log in logs:

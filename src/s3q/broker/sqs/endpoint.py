@@ -30,11 +30,11 @@ from ...errors import (
     Unavailable,
     WriterFenced,
 )
+from ...wire.codec import BodyTooLarge, RequestTimeout
 from .. import redact
 from ..limits import SQS_MAX_BODY, read_body
 from ..metrics import BrokerMetrics
 from ..registry import QueueRegistry
-from ..wire import BodyTooLarge, RequestTimeout
 from . import query, sigv4
 from .actions import ACTIONS, UNSUPPORTED, Call, Service
 from .catalog import Catalog

@@ -12,7 +12,7 @@ from __future__ import annotations
 import msgspec
 
 from ...config import Setting
-from ..wire import QUEUE_NAME
+from ...wire.codec import QUEUE_NAME
 from .protocol import SqsError, invalid
 
 ACCOUNT = "000000000000"

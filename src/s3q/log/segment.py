@@ -1,0 +1,124 @@
+"""Encoding of log objects: a batch of operations and the payloads they carry.
+
+Layout of one object, payloads first so an enqueue's ``offset`` is its absolute position::
+
+    payloads | header (msgpack) | crc32(header) u32 | len(header) u32 | b"S3Q" | version
+
+The last byte is the format version as an ASCII digit (``b"S3Q1"``: format 1). A reader decodes
+every version it knows and refuses a newer one with :class:`UnsupportedFormat`, never guessing.
+Objects are named ``log/<seq>`` with ``seq`` zero-padded to 20 digits, so keys sort by sequence.
+Checkpoints use the same sealed framing with no payloads.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import msgspec
+
+from ..errors import StoreError, UnsupportedFormat
+from .ops import AnyOp
+
+MAGIC = b"S3Q"
+#: the version this build writes (2: enqueues as columns, ids that name places; 3: checkpoints
+#: hold runs without their tables, and completed messages as chunks of places; 4: leases of
+#: untouched messages in stretches)
+FORMAT = 4
+READABLE = frozenset({1, 2, 3, 4})  # the versions it reads
+_TRAILER = struct.Struct("<II3sB")
+PREFIX = "log/"
+
+
+class Header(msgspec.Struct, array_like=True):
+    """What a log object says about itself and the operations it holds."""
+
+    seq: int
+    writer: str  # the token of the writer that wrote it: tells a retried PUT from a rival's
+    at: float
+    ops: list[AnyOp]
+
+
+class Stamp(msgspec.Struct, array_like=True):
+    """The start of a header: which object, who wrote it, when (its operations not decoded)."""
+
+    seq: int
+    writer: str
+    at: float
+
+
+class Corrupt(StoreError):
+    """The bytes read are not a sealed s3q object: a foreign object, or a checksum mismatch."""
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Header)
+_stamp_decoder = msgspec.msgpack.Decoder(Stamp)
+
+
+def key(seq: int, prefix: str = PREFIX) -> str:
+    return f"{prefix}{seq:020d}"
+
+
+def seq_of(key: str, prefix: str = PREFIX) -> int | None:
+    """The sequence number a key names, or None if it is not such an object."""
+    name = key[len(prefix) :] if key.startswith(prefix) else ""
+    return int(name) if len(name) == 20 and name.isdigit() else None
+
+
+def _trailer(head: bytes | bytearray) -> bytes:
+    return _TRAILER.pack(zlib.crc32(head), len(head), MAGIC, ord("0") + FORMAT)
+
+
+def seal(head: bytes, payloads: list[bytes] | tuple[()] = ()) -> bytes:
+    """Payloads, then ``head``, then the trailer that lets a reader find and check ``head``."""
+    return b"".join((*payloads, head, _trailer(head)))
+
+
+def seal_in_place(head: bytearray) -> bytearray:
+    """``seal`` with no payloads, appending the trailer to ``head`` instead of copying it."""
+    head.extend(_trailer(head))
+    return head
+
+
+def unseal(data: bytes, where: str) -> memoryview:
+    """The checked ``head`` of a sealed object in a format this build reads."""
+    if len(data) < _TRAILER.size:
+        raise Corrupt(f"corrupt object {where}: only {len(data)} bytes")
+    crc, size, magic, version = _TRAILER.unpack_from(data, len(data) - _TRAILER.size)
+    start = len(data) - _TRAILER.size - size
+    if magic != MAGIC or start < 0:
+        raise Corrupt(f"corrupt object {where}: bad trailer")
+    if version - ord("0") not in READABLE:
+        raise UnsupportedFormat(
+            f"object {where} is in format {chr(version)!r}, which this version of s3q cannot "
+            f"read (it reads format {', '.join(map(str, sorted(READABLE)))}): it was written "
+            "by a newer s3q; upgrade s3q to open this queue"
+        )
+    head = memoryview(data)[start : start + size]
+    if zlib.crc32(head) != crc:
+        raise Corrupt(f"corrupt object {where}: checksum mismatch")
+    return head
+
+
+def sealed_size(tail: bytes, where: str) -> int:
+    """How many bytes the header and trailer of a sealed object take, from ``tail`` (at
+    least its last ``TRAILER_SIZE`` bytes): how much of its end a reader of the header needs."""
+    if len(tail) < _TRAILER.size:
+        raise Corrupt(f"corrupt object {where}: only {len(tail)} bytes")
+    size: int = _TRAILER.unpack_from(tail, len(tail) - _TRAILER.size)[1]
+    return _TRAILER.size + size
+
+
+def encode(header: Header, payloads: list[bytes]) -> bytes:
+    return seal(_encoder.encode(header), payloads)
+
+
+def decode(data: bytes, where: str) -> Header:
+    """The header of a log object (payloads stay where they are)."""
+    return _decoder.decode(unseal(data, where))
+
+
+def stamp(data: bytes, where: str) -> Stamp:
+    """The stamp of a log object, from its bytes or its tail (its operations skipped)."""
+    return _stamp_decoder.decode(unseal(data, where))
