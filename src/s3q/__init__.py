@@ -23,9 +23,8 @@ from .errors import (
     UnsupportedFormat,
     WriterFenced,
 )
-from .message import Message, MessageStatus, QueueStats
-from .partitions.partitioned_queue import PartitionedQueue
-from .writer.collector import CompactionReport
+from .message import CompactionReport, Message, MessageStatus, QueueStats
+from .partitions.queue import PartitionedQueue
 
 if TYPE_CHECKING:
     from .worker import Worker, handler

@@ -13,20 +13,26 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from . import tracing, validate
 from .blocking import blocking
-from .config import MAX_VISIBILITY, PERSISTED, QueueConfig, Setting, split_options
+from .config import (
+    MAX_DEQUEUE,
+    MAX_PER_GROUP,
+    MAX_VISIBILITY,
+    PERSISTED,
+    QueueConfig,
+    Setting,
+    split_options,
+)
 from .errors import InvalidArgument, InvalidConfig, S3QError
-from .index.state import MAX_PER_GROUP
 from .log.staging import StagedObject
-from .message import Message, MessageStatus, QueueStats
-from .partitions import partitioned_queue
-from .partitions.partitioned_queue import PartitionedQueue
+from .message import CompactionReport, Message, MessageStatus, QueueStats
+from .partitions import placement
+from .partitions.queue import PartitionedQueue
 from .snapshot import Loaded, Located
 from .store import open_store
 from .store.base import Counts
 from .surface import AsyncQueueSurface, Target, documented
 from .wire.pages import Pages
-from .writer.collector import CompactionReport
-from .writer.engine import MAX_DEQUEUE, Engine
+from .writer.engine import Engine
 from .writer.leasing import Take
 
 T = TypeVar("T")
@@ -43,7 +49,7 @@ async def open_async(url: str, **options: Any) -> AsyncQueue | PartitionedQueue:
     (``max_attempts``, ``visibility_timeout``, …) are saved with the queue and stay in force for
     later opens that do not give them. ``partitions=N``, given before the queue's first
     message, spreads it over N logs, each with a writer of its own: it opens as a
-    :class:`~s3q.partitions.partitioned_queue.PartitionedQueue`,
+    :class:`~s3q.partitions.queue.PartitionedQueue`,
     which offers what an AsyncQueue does.
     """
     first = await open_log(url, **options)
@@ -69,7 +75,7 @@ async def _open_partitions(
     writer, served as one queue; every one closed again if one cannot be opened."""
     rest = {k: v for k, v in options.items() if k != "partitions"}
     opened = await asyncio.gather(
-        *(open_log(partitioned_queue.url_of(url, i), **rest) for i in range(1, count)),
+        *(open_log(placement.url_of(url, i), **rest) for i in range(1, count)),
         return_exceptions=True,
     )
     queues = [first, *(q for q in opened if isinstance(q, AsyncQueue))]

@@ -92,3 +92,18 @@ class QueueStats:
     queue_id: str = ""
     #: the logs the queue is spread over (``s3q.partitions``), and the stats of each
     partitions: list[QueueStats] = field(default_factory=list)
+
+
+@dataclass
+class CompactionReport:
+    """What one collection pass did."""
+
+    stable_checkpoint: int = 0
+    deleted_objects: int = 0
+    deleted_checkpoints: int = 0
+    history_objects: int = 0  # garbage kept for history_retention alone
+    relocated_messages: int = 0
+    relocated_bytes: int = 0
+    objects: int = 0  # what the queue's prefix holds afterwards (filled in by compact())
+    bytes: int = 0
+    errors: list[str] = field(default_factory=list)

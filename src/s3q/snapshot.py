@@ -13,7 +13,7 @@ import asyncio
 import itertools
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple, TypeVar
 
@@ -200,7 +200,7 @@ async def replay(store: Store, state: QueueState, seq: int, data: bytes) -> floa
     for op in header.ops:
         wanted = state.wanted_by(op)
         if wanted:
-            await tables.fill(store, state, wanted)
+            await fill_tables(store, state, wanted)
         state.apply(op, seq)
     return header.at
 
@@ -220,3 +220,16 @@ async def read_spans(store: Store, key: str, spans: list[tuple[str, int, int]]) 
             "longer than the queue's gc_grace"
         ) from None
     return {mid: data[offset - start : offset - start + size] for mid, offset, size in spans}
+
+
+async def fill_tables(store: Store, state: QueueState, seqs: Iterable[int]) -> None:
+    """Give the runs in log objects ``seqs`` their tables back."""
+    wanted = sorted(set(seqs))
+    limit = asyncio.Semaphore(tables.CONCURRENCY)
+
+    async def one(seq: int) -> None:
+        async with limit:
+            found = await tables.appends(store, seq)
+        state.fill(seq, found)
+
+    await asyncio.gather(*(one(seq) for seq in wanted))

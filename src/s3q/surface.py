@@ -17,8 +17,7 @@ from typing import Any, Protocol, TypeVar
 
 from .config import Setting
 from .log.staging import StagedObject
-from .message import Message, MessageStatus, QueueStats
-from .writer.collector import CompactionReport
+from .message import CompactionReport, Message, MessageStatus, QueueStats
 
 Target = Message | str  # a delivered message or its receipt
 

@@ -20,7 +20,7 @@ from conftest import MotoServer
 
 import s3q
 from s3q.client import PARTITIONS_HEADER, Client, connect
-from s3q.partitions import partitioned_queue
+from s3q.partitions import placement
 
 NAME = "hot"
 COUNT = 4
@@ -131,7 +131,7 @@ def test_a_killed_brokers_partitions_move_and_nothing_is_lost(pair: tuple[Node, 
     with connect(b.url) as cb:
         qb = cb.queue(NAME)
         # messages in every partition: groups land by hash, one in each
-        groups = {partitioned_queue.home(f"k{i}", COUNT): f"k{i}" for i in range(64)}
+        groups = {placement.home(f"k{i}", COUNT): f"k{i}" for i in range(64)}
         assert len(groups) == COUNT
         acked = {qb.enqueue(b"before-%d" % p, group=g): p for p, g in groups.items()}
         held = set(a.led())
@@ -166,7 +166,7 @@ def test_a_stalled_brokers_partitions_are_taken_over_though_no_call_reaches_them
         stuck = {
             qb.enqueue(b"stuck", group=g)
             for g in (f"k{i}" for i in range(64))
-            if f"{NAME}@{partitioned_queue.home(g, COUNT)}".replace("@0", "") in a.led()
+            if f"{NAME}@{placement.home(g, COUNT)}".replace("@0", "") in a.led()
         }
         assert stuck, "a leads partitions holding messages"
         began = time.monotonic()

@@ -31,7 +31,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 import s3q
 import s3q.index.tenants
-import s3q.partitions.partitioned_queue
+import s3q.partitions.queue
 from s3q.index import checkpoint
 from s3q.log import tables
 from s3q.wire import pages
@@ -1134,7 +1134,7 @@ class PartitionedMachine(QueueMachine):
 
     def _dedup_key(self, it: dict) -> object:
         key = it["group"] if it["group"] is not None else it["dedup_id"]
-        where = None if key is None else s3q.partitions.partitioned_queue.home(key, self.partitions)
+        where = None if key is None else s3q.partitions.placement.home(key, self.partitions)
         return where, it["dedup_id"]
 
     def partition_of(self, mid: str) -> int:

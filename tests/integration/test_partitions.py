@@ -12,7 +12,7 @@ from conftest import MotoServer, Parked, StoreEnv, drain, woke
 import s3q
 from s3q.faults.proxy import FaultProxy
 from s3q.faults.schedule import S3_LATENCY
-from s3q.partitions import partitioned_queue
+from s3q.partitions import placement
 
 S = s3q.MessageStatus
 
@@ -80,7 +80,7 @@ def test_a_group_stays_in_one_partition_and_in_order(env: StoreEnv) -> None:
         while msgs := q.dequeue(10):
             for m in msgs:
                 assert m.group is not None
-                assert _partition(q, m.id) == partitioned_queue.home(m.group, 4)
+                assert _partition(q, m.id) == placement.home(m.group, 4)
                 seen.setdefault(m.group, []).append(m.payload)
             q.complete_batch(msgs)
         for g in range(3):
@@ -100,7 +100,7 @@ def test_a_batch_is_split_by_partition_and_answers_in_its_order(env: StoreEnv) -
         items = [{"payload": b"%d" % i, "group": f"g{i}"} for i in range(9)] + [b"plain"]
         ids = q.enqueue_batch(items)
         for i, mid in enumerate(ids[:9]):
-            assert _partition(q, mid) == partitioned_queue.home(f"g{i}", 3)
+            assert _partition(q, mid) == placement.home(f"g{i}", 3)
             assert q.status(mid) is S.PENDING
         got = {m.id: m.payload for m in drain(q)}
         assert [got[mid] for mid in ids] == [b"%d" % i for i in range(9)] + [b"plain"]
@@ -185,13 +185,13 @@ def test_a_message_with_no_key_goes_where_the_next_write_leaves_soonest(
     """On S3 with S3's latency (a write takes 20-60 ms): while partition 1 writes, a message
     that may go anywhere goes to partition 0, which writes nothing, though the turn names
     partition 1 (it would wait for the write in flight, then its own)."""
-    busy = next(g for g in map(str, range(100)) if partitioned_queue.home(g, 2) == 1)
+    busy = next(g for g in map(str, range(100)) if placement.home(g, 2) == 1)
 
     async def main() -> None:
         with FaultProxy(moto_server.endpoint, S3_LATENCY, seed=1) as proxy:
             options = {**moto_server.store_options(), "endpoint_url": proxy.endpoint}
             q = await s3q.open_async(f"s3://{s3_bucket}/soonest", partitions=2, **options)
-            assert isinstance(q, partitioned_queue.PartitionedQueue)
+            assert isinstance(q, s3q.PartitionedQueue)
             try:
                 ids = (await q.stats()).queue_id.split(",")
                 writer = q.partitions[1].led

@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import s3q.spark
-from s3q.partitions.partitioned_queue import home, split_key
+from s3q.partitions.placement import home, split_key
 
 # one worker runs them all (pytest-xdist, --dist loadgroup): one JVM, not one per worker
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark")]

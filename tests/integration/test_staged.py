@@ -12,7 +12,7 @@ from histories import drain_all, observe, payload_for, random_history
 
 import s3q
 from s3q.log.staging import ORPHAN_AGE, StagedObject, object_key
-from s3q.partitions.partitioned_queue import home, key_of, url_of
+from s3q.partitions.placement import home, key_of, url_of
 from s3q.store import open_store
 
 

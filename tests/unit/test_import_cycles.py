@@ -1,4 +1,5 @@
-"""No import cycle among the modules of s3q, type-only ones included.
+"""No import cycle among the modules of s3q, type-only ones included, nor among its rooms; and
+every import runs down the layers of :data:`LAYERS`.
 
 The graph is read from the source with ``ast``: every ``import`` and ``from … import`` of a
 module, at its top, under ``if TYPE_CHECKING:`` and inside functions, relative and absolute.
@@ -6,9 +7,12 @@ module, at its top, under ``if TYPE_CHECKING:`` and inside functions, relative a
 Importing ``a.b.c`` runs the ``__init__`` of ``a`` and ``a.b`` first; those implicit edges are
 left out (every module would otherwise depend on ``s3q/__init__``), only what a module names.
 
+A *room* is a sub-package (``s3q.writer``, ``s3q.broker``: everything below it) or a module at
+the package's root (``s3q.api``, ``s3q.errors``); ``s3q`` itself is the package's ``__init__``.
+
 Run as a script (``python tests/unit/test_import_cycles.py [SRC_DIR]``) to print the cycles of
 a tree, each marked ``runtime`` (top-level or in a function) or ``type-only`` (one of its edges
-is only under TYPE_CHECKING).
+is only under TYPE_CHECKING), then the rooms layer by layer with what each imports.
 """
 
 from __future__ import annotations
@@ -21,6 +25,26 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 RUNTIME, TYPE_ONLY = "runtime", "type-only"
+
+#: The rooms of s3q from the bottom up. A room imports only rooms of the layers below its own:
+#: never one beside it, never one above (the index never reaches the writer, the writer never
+#: the broker, no front end the writer). A new room must be given a layer here.
+LAYERS: list[tuple[str, frozenset[str]]] = [
+    ("shapes", frozenset({"s3q.errors", "s3q.message", "s3q.blocking"})),
+    ("the store", frozenset({"s3q.store", "s3q.prices"})),
+    ("on the store", frozenset({"s3q.log", "s3q.lease", "s3q.tracing", "s3q.faults"})),
+    ("settings", frozenset({"s3q.config"})),
+    ("the fold and the checks", frozenset({"s3q.index", "s3q.validate", "s3q.surface"})),
+    ("read without a writer", frozenset({"s3q.snapshot", "s3q.wire"})),
+    (
+        "the writer and the readers",
+        frozenset({"s3q.writer", "s3q.history", "s3q.partitions", "s3q.client"}),
+    ),
+    ("the embedded queue", frozenset({"s3q.api"})),
+    ("front ends", frozenset({"s3q.broker", "s3q.worker", "s3q.spark"})),
+    ("the package", frozenset({"s3q"})),
+    ("the command line", frozenset({"s3q.cli"})),
+]
 
 
 def modules(src: Path, package: str = "s3q") -> dict[str, Path]:
@@ -84,6 +108,40 @@ def graph(src: Path = SRC) -> dict[str, dict[str, str]]:
                 if edges[name].get(target) != RUNTIME:
                     edges[name][target] = kind
     return edges
+
+
+def room(module: str) -> str:
+    """The room a module is in: its sub-package, or itself at the package's root."""
+    return ".".join(module.split(".")[:2])
+
+
+def rooms(edges: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    """The import graph between rooms (an edge is ``runtime`` if any module edge under it is)."""
+    between: dict[str, dict[str, str]] = {}
+    for a, targets in edges.items():
+        between.setdefault(room(a), {})
+        for b, kind in targets.items():
+            ra, rb = room(a), room(b)
+            if ra != rb and between[ra].get(rb) != RUNTIME:
+                between[ra][rb] = kind
+    return between
+
+
+def floors(edges: dict[str, dict[str, str]]) -> int:
+    """How many floors the graph has: the modules on its longest chain of imports."""
+    depth: dict[str, int] = {}
+
+    def down(node: str) -> int:
+        if node not in depth:
+            depth[node] = 0  # (no cycles: asserted apart)
+            depth[node] = 1 + max((down(t) for t in edges[node]), default=0)
+        return depth[node]
+
+    return max((down(node) for node in edges), default=0)
+
+
+def layer_of() -> dict[str, int]:
+    return {name: i for i, (_, members) in enumerate(LAYERS) for name in members}
 
 
 Cycle = tuple[list[str], str, list[str]]
@@ -173,6 +231,27 @@ def test_no_import_cycle() -> None:
     assert not found, "import cycles among the modules of s3q:\n" + describe(found)
 
 
+def test_no_import_cycle_between_rooms() -> None:
+    found = cycles(rooms(graph()))
+    assert not found, "import cycles between the rooms of s3q:\n" + describe(found)
+
+
+def test_every_import_runs_down_the_layers() -> None:
+    between = rooms(graph())
+    layer = layer_of()
+    unplaced = sorted(set(between) - set(layer))
+    assert not unplaced, f"rooms with no layer in LAYERS: {unplaced}"
+    gone = sorted(set(layer) - set(between))
+    assert not gone, f"LAYERS names rooms that do not exist: {gone}"
+    wrong = [
+        f"{a} ({LAYERS[layer[a]][0]}) imports {b} ({LAYERS[layer[b]][0]}), {kind}"
+        for a, targets in sorted(between.items())
+        for b, kind in sorted(targets.items())
+        if layer[b] >= layer[a]
+    ]
+    assert not wrong, "imports that do not run down the layers:\n" + "\n".join(wrong)
+
+
 def test_the_graph_sees_every_kind_of_import(tmp_path: Path) -> None:
     """Relative and absolute, top-level, TYPE_CHECKING and function-level imports all count."""
     package = tmp_path / "s3q"
@@ -195,4 +274,15 @@ def test_the_graph_sees_every_kind_of_import(tmp_path: Path) -> None:
 
 if __name__ == "__main__":
     root = Path(sys.argv[1]) if len(sys.argv) > 1 else SRC
-    print(describe(cycles(graph(root))) or "no import cycle")
+    edges = graph(root)
+    print(describe(cycles(edges)) or "no import cycle")
+    between = rooms(edges)
+    print(
+        f"{len(edges)} modules on {floors(edges)} floors; {len(between)} rooms on "
+        f"{floors(between)} floors"
+    )
+    layer = layer_of()
+    for i, (name, _) in reversed(list(enumerate(LAYERS))):
+        print(f"{i} {name}")
+        for r in sorted(n for n in between if layer.get(n) == i):
+            print(f"    {r} -> {' '.join(sorted(between[r]))}")

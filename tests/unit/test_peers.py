@@ -9,7 +9,7 @@ import s3q
 
 def test_which_addresses_a_broker_forwards_to(caplog: pytest.LogCaptureFixture) -> None:
     from s3q.broker.forward import Peers
-    from s3q.broker.peerauth import normalize
+    from s3q.wire.peers import normalize
 
     assert (
         normalize("HTTP://Node-A:8765/")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from s3q.partitions.partitioned_queue import home
+from s3q.partitions.placement import home
 from s3q.spark.stage import routed
 
 

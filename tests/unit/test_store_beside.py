@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from s3q.partitions.partitioned_queue import url_of
+from s3q.partitions.placement import url_of
 from s3q.store import open_store
 
 S3 = {"endpoint_url": "http://127.0.0.1:9", "region": "us-east-1", "allow_http": True}

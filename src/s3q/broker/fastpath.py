@@ -25,7 +25,6 @@ from .guard import HostCheck
 
 Handler = Callable[[Request], Awaitable[Response]]
 QUEUES = "/v1/queues/"
-MAX_NAMES = 64  # Host values remembered as allowed or not
 
 
 def _probe(method: str, path: str) -> Scope:

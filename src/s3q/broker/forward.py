@@ -61,14 +61,14 @@ from ..errors import (
     WriterFenced,
 )
 from ..message import Message
-from ..partitions import partitioned_queue
-from ..partitions.partitioned_queue import Paging
+from ..partitions import placement
+from ..partitions.partition import Paging
 from ..surface import AsyncQueueSurface, Target, documented
 from ..wire.answers import Answers, answers, heard, spread
 from ..wire.codec import BrokerUnreachable
 from ..wire.pages import Pages
+from ..wire.peers import is_loopback, normalize
 from . import peerauth
-from .peerauth import is_loopback
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -87,7 +87,7 @@ class Peers:
     """The other brokers of the cluster calls may be forwarded to, one connection pool each.
 
     ``allowed``: their URLs (``s3q serve --peer``; compared normalised, see
-    :func:`.peerauth.normalize`). None: without ``token``, the brokers on this machine
+    :func:`s3q.wire.peers.normalize`). None: without ``token``, the brokers on this machine
     (loopback addresses: a broker without tokens listens on loopback only); with one, none.
     An address a lease names that is not allowed is never sent anything. ``token``: the
     cluster's token, which signs each forwarded call (:mod:`.peerauth`) and is never sent.
@@ -97,14 +97,14 @@ class Peers:
         self, token: str | None, allowed: Iterable[str] | None = None, timeout: float = 30.0
     ) -> None:
         self.token, self.timeout = token, timeout
-        self.allowed = None if allowed is None else frozenset(map(peerauth.normalize, allowed))
+        self.allowed = None if allowed is None else frozenset(map(normalize, allowed))
         self._clients: dict[str, AsyncClient] = {}
         self._warned: dict[str, float] = {}  # address -> when it was last warned about
 
     def allows(self, address: str) -> bool:
         """Whether calls may be forwarded to the broker at ``address``."""
         try:
-            url = peerauth.normalize(address)
+            url = normalize(address)
         except InvalidConfig:
             return False
         if self.allowed is not None:
@@ -398,7 +398,7 @@ class ForwardedQueue:
         partitions as a whole (its own log is only partition 0), once this broker leads it."""
         if not isinstance(queue, AsyncQueue) or queue.config.partitions == 1:
             return queue
-        if partitioned_queue.split_name(self.name)[1] is not None:
+        if placement.split_name(self.name)[1] is not None:
             return queue  # (one partition, named)
         self.partitions = queue.config.partitions
         return await self._cluster.whole(self.name)

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
+from importlib import metadata
 from typing import Any
 
 import msgspec
 
-from .. import __version__
-from ..message import Message, QueueStats
+from ..message import CompactionReport, Message, QueueStats
 from ..wire.codec import API_PREFIX, JSON, MSGPACK
 from ..wire.pages import Page
-from ..writer.collector import CompactionReport
 from .routes import ENDPOINTS, Endpoint
 
 ERROR_STATUSES = {
@@ -31,6 +30,14 @@ DESCRIPTION = (
     "(`Accept: application/json`) for everything but payloads, which JSON carries in base64. "
     "Errors are `{error: ExceptionClassName, message: text}`."
 )
+
+
+def _version() -> str:
+    """s3q's version as installed (read from its metadata, not by importing the package root)."""
+    try:
+        return metadata.version("s3q")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
 
 
 def _schemas() -> dict[str, Any]:
@@ -111,7 +118,7 @@ def document() -> dict[str, Any]:
         )
     return {
         "openapi": "3.1.0",
-        "info": {"title": "s3q broker", "version": __version__, "description": DESCRIPTION},
+        "info": {"title": "s3q broker", "version": _version(), "description": DESCRIPTION},
         "paths": paths,
         "components": {
             "schemas": _schemas(),

@@ -1,4 +1,4 @@
-"""What one broker of a cluster sends another instead of its bearer token, and the peers' URLs.
+"""What one broker of a cluster sends another instead of its bearer token.
 
 A call forwarded to the broker that leads a queue carries no bearer token, but
 ``Authorization: S3Q-HMAC-SHA256 t=<unix seconds>,d=<body SHA-256>,s=<signature>``: an
@@ -13,52 +13,19 @@ address, for a minute; sent to any other broker, it is refused.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import hmac
-import ipaddress
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import unquote, urlencode, urlsplit
+from urllib.parse import unquote, urlencode
 
-from ..errors import InvalidConfig
 from ..wire.codec import AuthError
+from ..wire.peers import normalize
 
 AUTH_SCHEME = "S3Q-HMAC-SHA256"
 WINDOW = 60.0  # seconds a signature is good for, either side of the receiver's clock
 _VERSION = "s3q-peer-1"
-LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
-
-
-@functools.lru_cache(maxsize=256)
-def normalize(url: str) -> str:
-    """``url`` of a broker as ``scheme://host:port[/path]``: lower case, the port explicit, no
-    trailing slash, no query. InvalidConfig if it is not an http(s) URL with a host."""
-    try:
-        parts = urlsplit(url.strip())
-        port = parts.port
-    except ValueError as exc:
-        raise InvalidConfig(f"not a broker URL: {url!r} ({exc})") from None
-    scheme = parts.scheme.lower()
-    host = parts.hostname
-    if scheme not in ("http", "https") or not host:
-        raise InvalidConfig(f"not a broker URL: {url!r} (give http://HOST:PORT)")
-    if ":" in host:
-        host = f"[{host}]"
-    if port is None:
-        port = 443 if scheme == "https" else 80
-    return f"{scheme}://{host}:{port}{parts.path.rstrip('/')}"
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` only listens on this machine (a broker's own, or a peer's)."""
-    if host.lower() in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def _canonical(

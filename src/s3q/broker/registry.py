@@ -22,15 +22,15 @@ from ..errors import (
     Unavailable,
 )
 from ..lease import opened_once
-from ..partitions import partitioned_queue
-from ..partitions.partitioned_queue import PartitionedQueue
+from ..partitions import placement
+from ..partitions.queue import PartitionedQueue
 from ..store import STORE_OPTIONS, open_store, queue_url
 from ..store.base import Counts
 from ..wire.codec import QueueNotFound, check_name
+from ..wire.peers import normalize
 from .forward import LAPSED, RETRY_PAUSE, ForwardedQueue, Peers
 from .lease import BrokerLease
 from .limits import DEFAULT_IDLE_CLOSE
-from .peerauth import normalize
 from .readahead import OUTCOMES, ReadAheads
 
 DEFAULT_LEASE_TTL = QueueConfig().lease_ttl
@@ -129,7 +129,7 @@ class QueueRegistry:
 
     def local(self, name: str) -> AsyncQueue | None:
         """Queue ``name`` if this broker leads it."""
-        return self._queues.get(partitioned_queue.log_name(name))
+        return self._queues.get(placement.log_name(name))
 
     @staticmethod
     def _now() -> float:
@@ -145,7 +145,7 @@ class QueueRegistry:
         queue; Unavailable if it does not. Unless ``create``, QueueNotFound for a queue the
         store does not hold."""
         queue = await self.log(name, forwarded=forwarded, create=create)
-        if partitioned_queue.split_name(name)[1] is not None:
+        if placement.split_name(name)[1] is not None:
             return queue  # one partition, asked for by name
         count = queue.config.partitions if isinstance(queue, AsyncQueue) else queue.partitions
         if count == 1:
@@ -157,7 +157,7 @@ class QueueRegistry:
                 self._adopter = asyncio.create_task(self._adopt_lapsed())
         now = self._now()
         for index in range(1, count):  # in use: none of them is idle
-            self._used[partitioned_queue.name_of(name, index)] = now
+            self._used[placement.name_of(name, index)] = now
         return whole
 
     async def whole(self, name: str) -> AsyncQueue | ForwardedQueue | PartitionedQueue:
@@ -180,9 +180,9 @@ class QueueRegistry:
         # partition i goes to the broker i places after partition 0's in the order
         known = _normalized(first_leader)
         start = order.index(known) if known in order else 0
-        parts = [ForwardedQueue(self, partitioned_queue.name_of(name, 0), first_leader)]
+        parts = [ForwardedQueue(self, placement.name_of(name, 0), first_leader)]
         for index in range(1, count):
-            part = partitioned_queue.name_of(name, index)
+            part = placement.name_of(name, index)
             leader = order[(start + index) % len(order)]
             if leader is None or leader == _normalized(self.address):
                 try:
@@ -202,8 +202,8 @@ class QueueRegistry:
         :meth:`get` finds a queue, but never as its partitions."""
         check_name(name)
         self._url_of(name)
-        self._used[name] = self._used[partitioned_queue.log_name(name)] = self._now()
-        queue = self._queues.get(partitioned_queue.log_name(name))
+        self._used[name] = self._used[placement.log_name(name)] = self._now()
+        queue = self._queues.get(placement.log_name(name))
         if queue is not None:
             return queue
         if not (create or forwarded or name in self._forwarded or await self.exists(name)):
@@ -235,7 +235,7 @@ class QueueRegistry:
         is not a peer, Unavailable at once.
         """
         loop = asyncio.get_running_loop()
-        name = partitioned_queue.log_name(name)
+        name = placement.log_name(name)
         while True:
             try:
                 return await self._open(name)
@@ -260,10 +260,10 @@ class QueueRegistry:
 
     def _url_of(self, name: str) -> str:
         """The URL of the log named ``name`` (``NAME@i``: partition ``i`` of queue ``NAME``)."""
-        base, index = partitioned_queue.split_name(name)
-        if partitioned_queue.SEPARATOR in base:
+        base, index = placement.split_name(name)
+        if placement.SEPARATOR in base:
             raise InvalidArgument(f"no partition {name!r}: partitions number from 0 to 63")
-        return partitioned_queue.url_of(queue_url(self.store, base), index or 0)
+        return placement.url_of(queue_url(self.store, base), index or 0)
 
     async def exists(self, name: str) -> bool:
         """Whether the store holds queue ``name``: it was opened once (its writer lease is
@@ -340,7 +340,7 @@ class QueueRegistry:
                     if part.led is not None:
                         continue
                     try:
-                        await self.take_over(partitioned_queue.name_of(name, part.index))
+                        await self.take_over(placement.name_of(name, part.index))
                     except (QueueLocked, Unavailable, StoreError):
                         continue  # its lease runs (or the store or the broker is away)
                     except S3QError as exc:
@@ -366,7 +366,7 @@ class QueueRegistry:
     def read_ahead(self, name: str) -> None:
         """Queue ``name``'s leader is away: read the queue now, for an open here to read on
         from once the leader's lease has lapsed (``readahead``)."""
-        name = partitioned_queue.log_name(name)
+        name = placement.log_name(name)
         if name not in self._queues and not self._closed:
             self._ahead.start(name)
 
@@ -379,7 +379,7 @@ class QueueRegistry:
         self._down[address] = now + DOWN_FOR
 
     async def _open(self, name: str) -> AsyncQueue:
-        name = partitioned_queue.log_name(name)
+        name = placement.log_name(name)
         queue = self._queues.get(name)
         if queue is not None:
             return queue
@@ -426,15 +426,12 @@ class QueueRegistry:
         partitions open here (a call to the whole queue reaches them); whether one was."""
         if name is None:
             return False
-        base, index = partitioned_queue.split_name(name)
+        base, index = placement.split_name(name)
         stopped = [
             (log, queue)
             for log, queue in self._queues.items()
             if queue.stopped is not None
-            and (
-                log == partitioned_queue.log_name(name)
-                or (index is None and _partition_of(log, base))
-            )
+            and (log == placement.log_name(name) or (index is None and _partition_of(log, base)))
         ]
         for log, queue in stopped:
             await self.evict(log, queue)
@@ -451,7 +448,7 @@ class QueueRegistry:
 
     async def close_queue(self, name: str) -> None:
         """Close queue ``name`` if it is open here, and forget it (e.g. before deleting it)."""
-        queue = self._queues.pop(partitioned_queue.log_name(name), None)
+        queue = self._queues.pop(placement.log_name(name), None)
         if queue is not None:
             await self._shut(queue)
 
@@ -517,5 +514,5 @@ def _normalized(address: str | None) -> str | None:
 
 def _partition_of(log: str, name: str) -> bool:
     """Whether the log a broker keeps as ``log`` is a partition of queue ``name``."""
-    base, index = partitioned_queue.split_name(log)
+    base, index = placement.split_name(log)
     return index is not None and base == name

@@ -18,7 +18,7 @@ from .. import validate
 from ..api import AsyncQueue
 from ..errors import InvalidArgument
 from ..log.staging import StagedObject
-from ..partitions.partitioned_queue import PartitionedQueue
+from ..partitions.queue import PartitionedQueue
 from ..wire import pages
 from ..wire.answers import heard, spread
 from ..wire.codec import SERVED_NAME_PATTERN, QueueNotFound

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidConfig
 from ..prices import Prices
+from ..wire.peers import is_loopback
 from .limits import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_HEAD_TIMEOUT,
@@ -23,7 +24,6 @@ from .limits import (
     DEFAULT_MAX_BODY,
     DEFAULT_MAX_CONNECTIONS,
 )
-from .peerauth import is_loopback
 
 if TYPE_CHECKING:
     from .registry import QueueRegistry
@@ -153,7 +153,7 @@ def serve(
     keys = {**load_sqs_keys(sqs_credentials), **(sqs_keys or {})}
     check_exposure(host, all_tokens)
     if advertise is not None:
-        from .peerauth import normalize
+        from ..wire.peers import normalize
 
         normalize(advertise)  # InvalidConfig now, not refused forwarded calls later
     app = create_app(

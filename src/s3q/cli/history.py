@@ -14,14 +14,13 @@ from typing import Any, TypeVar
 
 import click
 
-from ..history import log_events
+from ..history import log_events, timeline
 from ..history import replay as replaying
 from ..history.lives import Summary, summarize
 from ..history.log_events import Event
 from ..history.replay import Tally
 from ..log import ids
 from ..store import Store, open_store
-from ..writer import history_retention
 from .stores import local_path
 
 T = TypeVar("T")
@@ -111,8 +110,7 @@ def recent(url: str, since: float, now: float) -> tuple[Summary, int]:
 
     async def read(store: Store) -> tuple[Summary, int]:
         seqs = await log_events.seqs(store)
-        start = await history_retention.first_after(store, seqs, now - since, {})
-        wanted = seqs[start:]
+        wanted, _ = await timeline.window(store, seqs, now - since, None)
         if not wanted:
             return summarize([]), 0
         events = [e async for e in log_events.read(store, wanted[0]) if e.at > now - since]

@@ -7,8 +7,8 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from ..broker.peerauth import normalize
 from ..errors import InvalidArgument, S3QError
+from ..wire.peers import normalize
 from .calls import Call, error_of, retryable, transport_error
 from .requests import cluster
 

@@ -12,10 +12,9 @@ from ..blocking import blocking, run_in_place
 from ..config import Setting
 from ..errors import InvalidArgument, QueueClosed
 from ..log.staging import StagedObject
-from ..message import Message, MessageStatus, QueueStats
+from ..message import CompactionReport, Message, MessageStatus, QueueStats
 from ..surface import AsyncQueueSurface, Target, documented
 from ..wire.pages import Pages
-from ..writer.collector import CompactionReport
 from .calls import Call
 from .requests import QueueRequests
 

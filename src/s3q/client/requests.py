@@ -13,11 +13,10 @@ from .. import validate
 from ..config import Setting
 from ..errors import InvalidArgument, MessageNotFound
 from ..log.staging import StagedObject
-from ..message import Message, MessageStatus, QueueStats
+from ..message import CompactionReport, Message, MessageStatus, QueueStats
 from ..surface import Target
 from ..wire import pages
 from ..wire.codec import API_PREFIX, check_name
-from ..writer.collector import CompactionReport
 from .calls import Call
 
 WAIT_MARGIN = 10.0  # seconds added to a long poll's wait for the answer to arrive

@@ -14,48 +14,17 @@ they end is found by binary search too.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from ..log import segment, stamps, tables
-from ..store import NotFound, Store
-
-
-class Stamps:
-    """The stamps of a queue's log objects, read once each (``None``: gone meanwhile)."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.read: dict[int, segment.Stamp | None] = {}
-
-    async def of(self, seq: int) -> segment.Stamp | None:
-        if seq not in self.read:
-            try:
-                self.read[seq] = segment.stamp(await tables.tail(self.store, seq), segment.key(seq))
-            except NotFound:
-                self.read[seq] = None
-        return self.read[seq]
-
-    async def first(self, seqs: list[int], test: Callable[[segment.Stamp], bool]) -> int:
-        """Where in ``seqs`` (ascending) the first object whose stamp passes ``test`` lies,
-        ``len(seqs)`` if none, for a ``test`` that once passed passes for every later object;
-        an object gone meanwhile fails it (it was older)."""
-        low, high = 0, len(seqs)
-        while low < high:
-            mid = (low + high) // 2
-            found = await self.of(seqs[mid])
-            if found is not None and test(found):
-                high = mid
-            else:
-                low = mid + 1
-        return low
+from ..log import stamps
+from ..log.stamps import StampReader
+from ..store import Store
 
 
 async def window(
     store: Store, seqs: list[int], since: float | None, until: float | None
-) -> tuple[list[int], Stamps]:
+) -> tuple[list[int], StampReader]:
     """The log objects among ``seqs`` (ascending) that may hold events at ``since`` to
     ``until`` (None: unbounded), and the stamps read to find them."""
-    found = Stamps(store)
+    found = StampReader(store)
     if (since is None and until is None) or not seqs:
         return seqs, found
     start = await found.first(seqs, lambda s: stamps.marked(s.writer))

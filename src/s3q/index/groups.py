@@ -8,10 +8,8 @@ import itertools
 from collections import deque
 from collections.abc import Mapping
 
+from ..config import MAX_PER_GROUP
 from .records import LEASED, QUEUED, Record
-
-#: the most messages of one group a dequeue delivers together
-MAX_PER_GROUP = 10
 
 
 class Groups:

@@ -108,7 +108,7 @@ class Run:
     (``Record``) of its own. A run made beyond the index's table budget, or restored from a
     checkpoint, holds no ``table`` (each member's size and offset: 4 to 12 bytes), only a few
     dozen bytes whatever its length; taking a member, or reading one, needs the table read back
-    first (``tables.fill``).
+    first (``snapshot.fill_tables``).
     """
 
     __slots__ = (

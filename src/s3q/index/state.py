@@ -47,7 +47,6 @@ from ..log.ops import (
 from ..message import MessageStatus
 from . import appends
 from .delivery import Chosen, DeliveryIndex
-from .groups import MAX_PER_GROUP
 from .payload_refs import PayloadRefs, blob_key
 from .records import DEAD, DONE, LEASED, QUEUED, Record, Run, status
 from .retention import Retention
@@ -55,7 +54,7 @@ from .runs import RunIndex
 from .stretches import Stretch, Stretches
 from .tenants import QuietCounts, Tenants
 
-__all__ = ["MAX_PER_GROUP", "TABLE_BUDGET", "QueueState", "QuietCounts", "blob_key"]
+__all__ = ["TABLE_BUDGET", "QueueState", "QuietCounts", "blob_key"]
 
 #: untouched messages whose tables the index keeps (a few bytes each) beyond those it needs now
 TABLE_BUDGET = 1_000_000
@@ -498,7 +497,7 @@ class QueueState:
     def holder(self, receipt: str) -> str | None:
         """The id of the leased message ``receipt`` belongs to, if that lease is still its
         latest (as ``receipt_holder``, making no record)."""
-        mid, _, token = receipt.partition("~")
+        mid, token = ids.split_receipt(receipt)
         rec = self.messages.get(mid)
         if rec is None:
             return mid if self.stretches.holds(mid, token) else None

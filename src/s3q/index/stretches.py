@@ -88,7 +88,7 @@ class Stretch:
         so the completion that gives them back is matched a whole run at a time."""
         made = self.receipts_
         if made is None:
-            suffix = "~" + self.token
+            suffix = ids.RECEIPT_MARK + self.token
             made = self.receipts_ = [mid + suffix for mid in self.ids()]
         return made
 
@@ -140,7 +140,7 @@ class Stretch:
             attempts=1,
             state=LEASED,
             version=1,  # (not 0: never taken for an untouched one)
-            receipt=f"{mid}~{self.token}",
+            receipt=ids.receipt(mid, self.token),
             lease_until=self.until,
             stage=self.stage,
             first_leased_at=self.at,

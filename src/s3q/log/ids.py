@@ -6,6 +6,9 @@ An id is the queue's own id (8 hexadecimal digits, chosen when the queue was cre
 those that object enqueued (12 and 8 digits): 28 digits, which sort in enqueue order within a
 queue. Users treat ids as opaque strings. Queues written before ids named places (format 1)
 hold 32-digit ids of another shape, which name nothing.
+
+A receipt (what a dequeue hands out with each message) is ``<message id>~<lease token>``:
+:func:`receipt` makes one, :func:`split_receipt` reads one back.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from typing import overload
 QUEUE_DIGITS, SEQ_DIGITS, PLACE_DIGITS = 8, 12, 8
 LENGTH = QUEUE_DIGITS + SEQ_DIGITS + PLACE_DIGITS
 _HEX = frozenset("0123456789abcdef")
+#: between a receipt's message id and its lease token
+RECEIPT_MARK = "~"
 
 
 def new_queue() -> str:
@@ -103,3 +108,14 @@ def where(mid: str, queue: str) -> tuple[int, int] | None:
     if len(mid) != LENGTH or not mid.startswith(queue) or not _HEX.issuperset(mid):
         return None
     return split(mid)
+
+
+def receipt(mid: str, token: str) -> str:
+    """The receipt of message ``mid`` under the lease ``token``."""
+    return mid + RECEIPT_MARK + token
+
+
+def split_receipt(receipt: str) -> tuple[str, str]:
+    """A receipt's message id and lease token (the token empty if it names none)."""
+    mid, _, token = receipt.partition(RECEIPT_MARK)
+    return mid, token

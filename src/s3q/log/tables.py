@@ -9,10 +9,6 @@ a log object (its header, without the payloads) when the runs are about to be ne
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterable
-
-from ..index.state import QueueState
 from ..store import NotFound, Store
 from . import segment
 from .ops import Append
@@ -50,16 +46,3 @@ async def appends(store: Store, seq: int) -> list[Append]:
     except NotFound:
         raise TableMissing(f"log object {segment.key(seq)} of {store.url} is gone") from None
     return [op for op in found.ops if isinstance(op, Append)]
-
-
-async def fill(store: Store, state: QueueState, seqs: Iterable[int]) -> None:
-    """Give the runs in log objects ``seqs`` their tables back."""
-    wanted = sorted(set(seqs))
-    limit = asyncio.Semaphore(CONCURRENCY)
-
-    async def one(seq: int) -> None:
-        async with limit:
-            found = await appends(store, seq)
-        state.fill(seq, found)
-
-    await asyncio.gather(*(one(seq) for seq in wanted))

@@ -41,7 +41,7 @@ from ..errors import InvalidConfig
 from ..history import log_events, timeline
 from ..history.log_events import Block, Each
 from ..log import ids, segment
-from ..partitions import partitioned_queue
+from ..partitions import placement
 from ..store import Store
 from ..store.base import PARTITIONS
 from .options import Options, run
@@ -271,7 +271,7 @@ async def partition_logs(options: Options) -> dict[int, list[int]]:
     try:
         found = {0: await log_events.seqs(root)}
         for key in await root.keys(f"{PARTITIONS}/"):
-            index, inner = partitioned_queue.split_key(key)
+            index, inner = placement.split_key(key)
             if index and (seq := segment.seq_of(inner)) is not None:
                 found.setdefault(index, []).append(seq)
     finally:

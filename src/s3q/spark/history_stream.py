@@ -46,7 +46,7 @@ from pyspark.sql.streaming.datasource import (
 
 from ..errors import InvalidConfig
 from ..history import log_events
-from ..partitions import partitioned_queue
+from ..partitions import placement
 from .history_read import (
     OBJECTS_PER_PARTITION,
     LogRange,
@@ -171,7 +171,7 @@ class HistoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         for low, high in log_events.missing(first, stop, found):
             gap = log_events.gap(
-                partitioned_queue.url_of(self.options.url, index),
+                placement.url_of(self.options.url, index),
                 low,
                 high,
                 "or set option failOnDataLoss to false to go on past the gap",

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..errors import InvalidConfig
-from ..partitions.partitioned_queue import url_of
+from ..partitions.placement import url_of
 from ..store import STORE_OPTIONS, Store, open_store
 
 T = TypeVar("T")

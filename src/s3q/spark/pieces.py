@@ -26,7 +26,7 @@ import pyarrow as pa
 from ..index.state import QueueState
 from ..log import ids, segment, tables
 from ..log.ops import Append
-from ..partitions import partitioned_queue
+from ..partitions import placement
 from ..snapshot import SnapshotExpired
 from ..store import NotFound, Store
 
@@ -167,7 +167,7 @@ class RunPiece(msgspec.Struct, array_like=True):
         n = len(offsets)
         none: list[Any] = [None] * n
         return Piece(
-            partitioned_queue.key_of(self.partition, self.stage or segment.key(self.seq)),
+            placement.key_of(self.partition, self.stage or segment.key(self.seq)),
             offsets,
             op.sizes[start:end],
             ids.make_many(self.queue, self.seq, self.first, n),

@@ -20,7 +20,7 @@ from ..index.records import DONE
 from ..index.state import QueueState, blob_key
 from ..log import segment
 from ..message import MessageStatus
-from ..partitions import partitioned_queue
+from ..partitions import placement
 from ..snapshot import Loaded, load
 from . import pieces
 from .options import Options, run
@@ -76,15 +76,15 @@ class SnapshotReader(DataSourceReader):
             if status not in self.statuses:
                 continue
             if rec.stage is not None:
-                key = partitioned_queue.key_of(index, rec.stage)
+                key = placement.key_of(index, rec.stage)
                 chosen.append((key, rec.offset, rec.size, rec, status))
             elif rec.offset < 0:
-                key = partitioned_queue.key_of(index, blob_key(rec.id))
+                key = placement.key_of(index, blob_key(rec.id))
                 chosen.append((key, 0, rec.size, rec, status))
             else:
                 known = log_keys.get(rec.payload_seq)
                 if known is None:
-                    known = partitioned_queue.key_of(index, segment.key(rec.payload_seq))
+                    known = placement.key_of(index, segment.key(rec.payload_seq))
                     log_keys[rec.payload_seq] = known
                 chosen.append((known, rec.offset, rec.size, rec, status))
         return chosen

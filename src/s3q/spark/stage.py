@@ -32,7 +32,7 @@ from ..errors import (
     S3QError,
 )
 from ..log.staging import StagedObject, job_prefix, object_key
-from ..partitions.partitioned_queue import key_of, placed, split_key
+from ..partitions.placement import key_of, placed, split_key
 from ..store import Store, queue_name
 from .options import Options
 
@@ -282,7 +282,7 @@ def routed(
 ) -> Iterator[tuple[int, pa.RecordBatch, np.ndarray | None]]:
     """``batch`` (its rows numbered from ``first``) split by the partition each row goes to,
     with the rows' numbers (None: the batch whole): a row with a group or dedup id to that key's
-    (``s3q.partitions.partitioned_queue.placed``), the others to the ``turn``-th."""
+    (``s3q.partitions.placement.placed``), the others to the ``turn``-th."""
     n, names = batch.num_rows, set(batch.schema.names)
     mine = turn % partitions
     if partitions == 1 or not names & {"group", "dedup_id"}:

@@ -36,12 +36,12 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from ..api import Queue, open
+from ..config import MAX_DEQUEUE
 from ..errors import MessageNotFound, ReceiptExpired
 from ..log import ids as message_ids
 from ..message import Message, MessageStatus
 from ..snapshot import Located
 from ..store import Store, queue_name
-from ..writer.engine import MAX_DEQUEUE
 from . import pieces
 from .options import Options
 from .snapshot_read import PiecesPartition
@@ -266,7 +266,11 @@ class ConsumeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             queue.complete_batch(receipts)
         except ReceiptExpired:
             stale = self._complete_one_by_one(queue, receipts)
-        owed = [mid for mid in (r.partition("~")[0] for r in stale) if _unfinished(queue, mid)]
+        owed = [
+            mid
+            for mid in (message_ids.split_receipt(r)[0] for r in stale)
+            if _unfinished(queue, mid)
+        ]
         for n in done:
             manifest = self._manifests.pop(n)
             for mid in manifest.ids:
@@ -288,7 +292,7 @@ class ConsumeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _drop_completed(self, manifest: Manifest, completed: list[str]) -> None:
         """Drop the owed messages just completed; the manifest goes once none is left."""
-        gone = {r.partition("~")[0] for r in completed}
+        gone = {message_ids.split_receipt(r)[0] for r in completed}
         for mid in gone & set(manifest.ids):
             self._owner.pop(mid, None)
         manifest.ids = [mid for mid in manifest.ids if mid not in gone]

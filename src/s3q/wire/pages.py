@@ -81,7 +81,7 @@ def messages(page: Page) -> list[Message]:
         sizes.byteswap()
     if len(sizes) != page.count or sum(sizes) != len(page.payloads):
         raise ValueError(f"a page of {page.count} messages that does not add up")
-    block, token = page.payloads, "~" + page.token
+    block, token = page.payloads, ids.RECEIPT_MARK + page.token
     if type(block) is not bytes:  # (a page made in this process holds a view of the cache)
         block = bytes(block)
     mids = ids.make_many(page.queue, page.seq, page.place, page.count)

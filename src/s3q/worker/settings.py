@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import math
 
-from ..config import MAX_WAIT
+from ..config import MAX_DEQUEUE, MAX_WAIT
 from ..errors import InvalidArgument
-from ..writer.engine import MAX_DEQUEUE
 
 __all__ = ["check_settings"]
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..config import QueueConfig
@@ -29,6 +28,7 @@ from ..index import checkpoint
 from ..index.records import DONE, Record
 from ..index.state import QueueState
 from ..log import segment, staging
+from ..message import CompactionReport
 from ..store import Store
 from .history_retention import Horizon, governing_seq
 
@@ -83,21 +83,6 @@ class Writer(Protocol):
 
     def relocate(self, moves: list[tuple[str, bytes]]) -> None:
         """Copy payloads forward into the log: ``(id, payload)``."""
-
-
-@dataclass
-class CompactionReport:
-    """What one collection pass did."""
-
-    stable_checkpoint: int = 0
-    deleted_objects: int = 0
-    deleted_checkpoints: int = 0
-    history_objects: int = 0  # garbage kept for history_retention alone
-    relocated_messages: int = 0
-    relocated_bytes: int = 0
-    objects: int = 0  # what the queue's prefix holds afterwards (filled in by compact())
-    bytes: int = 0
-    errors: list[str] = field(default_factory=list)
 
 
 async def collect(writer: Writer) -> CompactionReport:

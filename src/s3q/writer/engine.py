@@ -40,11 +40,10 @@ from ..lease import WriterLease, describe_holder, writer_lease
 from ..log import ids, segment, stamps
 from ..log.ops import Configure, Open
 from ..log.staging import StagedObject
-from ..message import Message, MessageStatus, QueueStats
+from ..message import CompactionReport, Message, MessageStatus, QueueStats
 from ..snapshot import Located
 from ..store import AlreadyExists, Store, store_kind
 from ..wire.pages import Pages
-from . import collector
 from .checkpointer import Checkpointer
 from .commit import COMMIT_BACKOFF, GroupCommit
 from .core import Core
@@ -58,8 +57,6 @@ from .upkeep import Upkeep
 logger = logging.getLogger("s3q")
 
 DEFAULT_SETTINGS = queue_settings(QueueConfig())
-
-MAX_DEQUEUE = 10_000
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -101,7 +98,7 @@ class Engine:
         self.store = store
         self.clock = config.clock
         self.token = secrets.token_hex(8) + stamps.MARK
-        self.stamps = stamps.Stamps(self.clock)  # log objects' times, never going back
+        self.stamps = stamps.StampClock(self.clock)  # log objects' times, never going back
         self.holder = describe_holder(config.writer_address)
         self._lease: WriterLease = writer_lease(
             store,
@@ -541,7 +538,7 @@ class Engine:
         return await self._upkeep.cleanup()
 
     @_counted
-    async def compact(self) -> collector.CompactionReport:
+    async def compact(self) -> CompactionReport:
         """Checkpoint now, then collect garbage: for a tidy-minded caller or a long idle spell."""
         return await self._upkeep.compact()
 

@@ -22,7 +22,7 @@ from ..errors import ReceiptExpired
 from ..index.delivery import Chosen
 from ..index.records import DONE, Record
 from ..index.stretches import Stretch
-from ..log import tables
+from ..log import ids as message_ids
 from ..log.ops import Bury, Complete, Extend, Fail, Lease, Release
 from ..message import Message
 from ..snapshot import Located
@@ -157,7 +157,9 @@ class Leasing:
                 token = f"{prefix}{next(counter):x}"
                 stretches.append((item.seq, item.place, item.count, token, until))
             else:
-                leases.append((item.id, f"{item.id}~{prefix}{next(counter):x}", until))
+                leases.append(
+                    (item.id, message_ids.receipt(item.id, f"{prefix}{next(counter):x}"), until)
+                )
         return Lease(leases, now, stretches or None)
 
     async def _answers(self, chosen: list[Chosen], lease: Lease, batch: Batch) -> list[Message]:
@@ -271,7 +273,7 @@ class Leasing:
     async def fill(self, seqs: set[int]) -> None:
         """Read back the run tables of log objects ``seqs``."""
         if seqs:
-            await tables.fill(self.core.store, self.core.state, seqs)
+            await snapshot.fill_tables(self.core.store, self.core.state, seqs)
 
     async def find(self, mid: str) -> Record | None:
         """Message ``mid``'s record, its run's table read back if need be."""
@@ -353,7 +355,7 @@ class Leasing:
         i = 0
         while i < len(given):
             receipt = given[i]
-            mid, _, token = receipt.partition("~")
+            mid, token = message_ids.split_receipt(receipt)
             stretch = by_token.get(token)
             if stretch is not None and (k := stretch.member_index(mid)) is not None:
                 # a member still leased in its stretch (so it has no record of its own); the

@@ -16,6 +16,7 @@ from ..config import QueueConfig
 from ..errors import S3QError
 from ..index.state import QueueState
 from ..log.ops import Prune, Relocate
+from ..message import CompactionReport
 from ..store import Store
 from . import collector
 from .checkpointer import Checkpointer
@@ -34,7 +35,7 @@ class Upkeep:
         self.core = core
         self.checkpointer = checkpointer
         self.payloads = payloads
-        self.collecting: asyncio.Task[collector.CompactionReport] | None = None
+        self.collecting: asyncio.Task[CompactionReport] | None = None
 
     # -- riding the commits ----------------------------------------------------------------------
 
@@ -90,7 +91,7 @@ class Upkeep:
             self.collecting.add_done_callback(self._collection_done)
             await asyncio.wait([self.collecting])
 
-    def _collection_done(self, task: asyncio.Task[collector.CompactionReport]) -> None:
+    def _collection_done(self, task: asyncio.Task[CompactionReport]) -> None:
         """A pass that met a store fault is one line in the log: the next pass (after the
         next checkpoint) collects what it left."""
         if task.cancelled() or (exc := task.exception()) is None:
@@ -113,7 +114,7 @@ class Upkeep:
         await self.core.commit.durable_after(batch)
         return pruned
 
-    async def compact(self) -> collector.CompactionReport:
+    async def compact(self) -> CompactionReport:
         """Checkpoint now, then collect garbage: for a tidy-minded caller or a long idle spell."""
         core = self.core
         core.check()

@@ -45,7 +45,7 @@ from s3q.client import AsyncRemoteQueue, connect_async
 from s3q.faults.checker import History, check, first_answers
 from s3q.faults.proxy import FaultProxy
 from s3q.lease import LeaseRecord, read_record
-from s3q.partitions import partitioned_queue
+from s3q.partitions import placement
 from s3q.store import Store, open_store, queue_url
 
 QUEUE = "work"
@@ -134,10 +134,7 @@ async def run_cluster(
         ]
         try:
             url = queue_url(root, QUEUE)
-            raws = [
-                open_store(partitioned_queue.url_of(url, i), options)
-                for i in range(plan.partitions)
-            ]
+            raws = [open_store(placement.url_of(url, i), options) for i in range(plan.partitions)]
             if plan.partitions > 1:
                 await clients[0].queue(QUEUE).configure(partitions=plan.partitions)
             started = time.monotonic()

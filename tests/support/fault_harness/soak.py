@@ -48,7 +48,7 @@ from fault_harness.cluster import Brokers, leader
 from fault_harness.workload import KNOWN_FAILURES, read_back
 from s3q.client import AsyncRemoteQueue, connect_async
 from s3q.client.requests import cluster
-from s3q.client.stalls import PROBE_EVERY, STALL_TIMEOUT
+from s3q.client.stalls import PROBE_EVERY, STALL_TIMEOUT, BrokerStalled
 from s3q.errors import S3QError
 from s3q.faults.checker import Call, History, Outcome, Violation, check, first_answers
 from s3q.faults.proxy import FaultProxy
@@ -132,7 +132,6 @@ DETAIL = 160  # characters of an error's text a sample keeps
 #: kinds whose samples count messages finished (completed, deleted, done by the worker)
 FINISHING = frozenset({"complete_batch", "sqs_delete", "worker_done"})
 #: kinds whose samples count messages enqueued
-ENQUEUING = frozenset({"enqueue_batch", "sqs_send", "enqueue"})
 #: kinds recorded only to count messages (no latency of their own)
 UNTIMED = frozenset({"worker_done"})
 
@@ -642,10 +641,6 @@ def _sqs(url: str, plan: SoakPlan) -> Any:
             read_timeout=SQS_WAIT + 4 * plan.lease_ttl,
         ),
     )
-
-
-class BrokerStalled(Exception):
-    """The broker an SQS call was sent to did not answer a probe while the call was in flight."""
 
 
 def _answers(url: str) -> bool:

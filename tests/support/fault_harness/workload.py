@@ -39,8 +39,8 @@ from s3q.faults.store import FaultyStore
 from s3q.index.records import DONE
 from s3q.log import tables
 from s3q.message import Message
-from s3q.partitions import partitioned_queue
-from s3q.partitions.partitioned_queue import PartitionedQueue
+from s3q.partitions import placement
+from s3q.partitions.queue import PartitionedQueue
 from s3q.store import RetryingStore, Store
 from s3q.wire.answers import answers
 from s3q.writer.engine import Engine
@@ -124,7 +124,7 @@ def in_memory(plan: Plan) -> Target:
     schedule = Schedule(plan.profile, plan.seed)
 
     def at(index: int) -> Target:
-        raw = open_store(partitioned_queue.url_of(url, index))
+        raw = open_store(placement.url_of(url, index))
         assert isinstance(raw, RetryingStore)
         faulty = FaultyStore(raw.inner, plan.profile, plan.seed, plan.store_timeout)
         faulty.schedule = schedule  # (one schedule for every partition's requests)
@@ -141,7 +141,7 @@ def through_proxy(plan: Plan, proxy: FaultProxy, url: str, options: dict[str, An
     from s3q.store import open_store
 
     def at(index: int) -> Target:
-        where = partitioned_queue.url_of(url, index)
+        where = placement.url_of(url, index)
         faulty = {**options, "endpoint_url": proxy.endpoint, "store_timeout": plan.store_timeout}
         return Target(open_store(where, faulty), open_store(where, options), proxy.schedule, at)
 
@@ -273,7 +273,7 @@ class _Writer:
 
 class _Partitions:
     """The writers of a partitioned queue's partitions, reached as one queue
-    (``s3q.partitions.partitioned_queue.PartitionedQueue``),
+    (``s3q.partitions.queue.PartitionedQueue``),
     made anew when a writer was reopened."""
 
     def __init__(self, url: str, writers: list[_Writer]) -> None:

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import time
 
+from ...config import MAX_VISIBILITY
 from ...errors import MessageNotFound, ReceiptExpired
 from ...message import MessageStatus
 from ...surface import AsyncQueueSurface
 from . import handles, queues
 from .protocol import SqsError, invalid, within
-
-MAX_VISIBILITY = 43200  # seconds: a visibility timeout, and a lease from its receive
 
 
 async def delete(queue: AsyncQueueSurface, fifo: bool, handle: str, mid: str, receipt: str) -> None:
@@ -38,13 +37,13 @@ async def change_visibility(name: str, queue: AsyncQueueSurface, handle: str, se
     out takes effect again if nobody received the message since, and the handle of an
     earlier receive of a message received again answers 200 and changes nothing (the lease
     is another consumer's). A lease may not reach past 12 hours from its receive."""
-    within("VisibilityTimeout", seconds, 0, MAX_VISIBILITY, 0)
+    within("VisibilityTimeout", seconds, 0, int(MAX_VISIBILITY), 0)
     mid, receipt, received_at = handles.decode(name, handle)
     fifo = queues.is_fifo(name)
     if received_at is not None and time.time() + seconds > received_at + MAX_VISIBILITY:
         raise invalid(
             f"Value {seconds} for parameter VisibilityTimeout is invalid. Reason: Total "
-            f"VisibilityTimeout for the message is beyond the limit [{MAX_VISIBILITY} "
+            f"VisibilityTimeout for the message is beyond the limit [{int(MAX_VISIBILITY)} "
             "seconds]."
         )
     try:

@@ -24,16 +24,16 @@ from typing import Any
 
 from starlette.requests import Request
 
+from ...config import MAX_VISIBILITY
 from ...errors import InvalidArgument, ReceiptExpired
-from ...partitions import partitioned_queue
-from ...partitions.partitioned_queue import PartitionedQueue
+from ...partitions import placement
+from ...partitions.queue import PartitionedQueue
 from ...surface import AsyncQueueSurface
 from ...wire.codec import check_name
 from ..forward import ForwardedQueue
 from ..limits import disconnected
 from ..registry import QueueRegistry
 from . import acks, handles, messages, permissions, queues, shapes, tags
-from .acks import MAX_VISIBILITY
 from .catalog import Catalog, Entry
 from .moves import MoveTasks, Redrives
 from .protocol import SqsError, invalid, within
@@ -199,7 +199,7 @@ class Service:
                     f"queue {name} has partitions led by other brokers ({away}): stop them, "
                     "or send DeleteQueue to the broker that leads them all",
                 )
-            logs = [partitioned_queue.name_of(name, p.index) for p in queue.partitions]
+            logs = [placement.name_of(name, p.index) for p in queue.partitions]
         async with self._lock(name):
             await self.catalog.remove(name)
             for log in logs:
@@ -350,7 +350,7 @@ class Service:
         )
         visibility: float | None = None
         if req.VisibilityTimeout is not None:
-            seconds = within("VisibilityTimeout", req.VisibilityTimeout, 0, MAX_VISIBILITY, 0)
+            seconds = within("VisibilityTimeout", req.VisibilityTimeout, 0, int(MAX_VISIBILITY), 0)
             visibility = float(seconds) or queues.MIN_VISIBILITY
         await self.redrives.redrive(name, settings)
         together = count if queues.is_fifo(name) else 1  # a FIFO group's messages, in order

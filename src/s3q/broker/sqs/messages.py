@@ -213,16 +213,6 @@ def trace_header(message: Message) -> str | None:
     return None if context is None else xray.aws_trace_header(context)
 
 
-def system_attributes(message: Message) -> Attributes:
-    found: Attributes = {}
-    for name in SYSTEM_NAMES:
-        stored = message.attributes.get(SYSTEM + name)
-        value = None if stored is None else _decode(stored)
-        if value is not None:
-            found[name] = value
-    return found
-
-
 def select(attributes: Attributes, names: list[str]) -> Attributes:
     """The attributes ``MessageAttributeNames`` asks for: ``All``, ``*`` or ``.*``, names, and
     prefix wildcards: ``meta.*`` is every attribute whose name starts with ``meta`` (as on

@@ -2,27 +2,27 @@
 
 A queue made with ``partitions=N`` keeps N logs. Partition 0 is the queue's own log, at its
 URL (a queue of one partition is every other queue) and it holds the setting; partition ``i``
-lives under the queue's prefix, at ``partitions/<i>`` (:func:`url_of`), with its own writer
-lease, fencing, checkpoints and garbage collection. Between brokers partition ``i`` of queue
-``q`` is ``q@i`` (:func:`name_of`); which broker of a cluster leads it, and how a broker serves
-the whole queue, is ``s3q.broker.registry``'s.
+lives under the queue's prefix (``s3q.partitions.placement``), with its own writer lease,
+fencing, checkpoints and garbage collection. Between brokers partition ``i`` of queue ``q`` is
+``q@i``; which broker of a cluster leads it, and how a broker serves the whole queue, is
+``s3q.broker.registry``'s.
 
 :class:`PartitionedQueue` serves the partitions as one queue (``AsyncQueueSurface``):
 
-- **Enqueue.** A message with a group goes to its group's partition (:func:`home`), so a group
-  stays in order; else one with a dedup id to that id's partition, so deduplication stays exact
-  (a message with both is deduplicated within its group, as SQS's high-throughput FIFO queues
+- **Enqueue.** A message with a group goes to its group's partition, so a group stays in
+  order; else one with a dedup id to that id's partition, so deduplication stays exact (a
+  message with both is deduplicated within its group, as SQS's high-throughput FIFO queues
   scope it); the others to the partition led here whose next log write leaves soonest (no
   hop to another broker; alike ones in turn), else to every partition in turn. A batch is
-  split by partition, one call per partition. Staged objects (``s3q.log.staging``, a Spark write)
-  lie under the prefix of the partition they are for, which commits them, its messages placed
-  as an enqueue's are (``placed``).
-- **Dequeue** takes from the partitions led here first, the one whose best message has the
-  highest priority first (``AsyncQueue.best_priority``), then from the others; partitions
-  alike take turns, each call starting one further on, so none is starved; a long poll waits
-  on every partition at once and wakes on the first with a message. Receipts and ids begin
-  with their partition's queue id (``s3q.log.ids``), so ``complete``, ``fail``, ``extend``,
-  ``release`` and ``status`` go straight to it.
+  split by partition, one call per partition. Staged objects (``s3q.log.staging``, a Spark
+  write) lie under the prefix of the partition they are for, which commits them, its
+  messages placed as an enqueue's are.
+- **Dequeue** (``s3q.partitions.dequeue``) takes from the partitions led here first, the one
+  whose best message has the highest priority first (``AsyncQueue.best_priority``), then from
+  the others; partitions alike take turns, each call starting one further on, so none is
+  starved; a long poll waits on every partition at once and wakes on the first with a
+  message. Receipts and ids begin with their partition's queue id (``s3q.log.ids``), so
+  ``complete``, ``fail``, ``extend``, ``release`` and ``status`` go straight to it.
 - **Order.** Within a partition every promise of a queue holds (priorities, groups in order,
   fair delivery). Across partitions only priority's, among those led here: a message may be
   delivered before one enqueued earlier in another partition, or before one of a higher
@@ -35,165 +35,30 @@ the whole queue, is ``s3q.broker.registry``'s.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import hashlib
 import heapq
 import itertools
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
 from .. import validate
-from ..config import MAX_DELAY, MAX_MESSAGE_SIZE, MAX_PARTITIONS, QueueConfig, Setting
-from ..errors import InvalidArgument, InvalidConfig, OutcomeUnknown, S3QError
+from ..config import MAX_DELAY, MAX_MESSAGE_SIZE, QueueConfig, Setting
+from ..errors import InvalidArgument, InvalidConfig, S3QError
 from ..log import ids
 from ..log.staging import StagedObject
-from ..message import Message, MessageStatus, QueueStats
+from ..message import CompactionReport, Message, MessageStatus, QueueStats
 from ..snapshot import Located
-from ..store import queue_url
-from ..store.base import PARTITIONS, Counts
+from ..store.base import Counts
 from ..surface import AsyncQueueSurface, Target, documented
 from ..wire import pages
 from ..wire.pages import Pages
-from ..writer.collector import CompactionReport
-from ..writer.engine import MAX_DEQUEUE
+from .dequeue import Dequeues, Take
+from .partition import Led, Partition, in_each
+from .placement import check_placed, key_of, placed, split_key, token_of
 
 T = TypeVar("T")
-
-#: what a broker's name of a partition puts between the queue's name and the partition's number
-SEPARATOR = "@"
-
-
-def url_of(url: str, index: int) -> str:
-    """The URL of partition ``index`` of the queue at ``url``."""
-    return url if index == 0 else queue_url(url, f"{PARTITIONS}/{index}")
-
-
-def key_of(index: int, key: str) -> str:
-    """The key, from the queue's URL, of object ``key`` of partition ``index``."""
-    return key if index == 0 else f"{PARTITIONS}/{index}/{key}"
-
-
-def split_key(key: str) -> tuple[int, str]:
-    """A key from the queue's URL as its partition's number and its key there (``key_of``)."""
-    head, _, rest = key.partition("/")
-    number, _, inner = rest.partition("/")
-    if head == PARTITIONS and number.isdigit() and str(int(number)) == number and inner:
-        return int(number), inner
-    return 0, key
-
-
-def placed(group: object, dedup_id: object, count: int) -> int | None:
-    """The partition a message with ``group`` and ``dedup_id`` must go to: its group's, else its
-    dedup id's; None: any (or a key that is not a string, which the partition refuses)."""
-    key = group if group is not None else dedup_id
-    return home(key, count) if isinstance(key, str) else None
-
-
-def name_of(name: str, index: int) -> str:
-    """A broker's name of partition ``index`` of queue ``name`` (``NAME@0`` is the queue's own
-    log: ``NAME`` alone names the whole queue)."""
-    return f"{name}{SEPARATOR}{index}"
-
-
-def split_name(name: str) -> tuple[str, int | None]:
-    """A broker's queue name as the queue's name and the partition's number (None: the whole
-    queue)."""
-    base, sep, number = name.rpartition(SEPARATOR)
-    if sep and number.isdigit() and int(number) < MAX_PARTITIONS and str(int(number)) == number:
-        return base, int(number)
-    return name, None
-
-
-def log_name(name: str) -> str:
-    """The name a broker keeps the log named ``name`` under: partition 0 is the queue's own."""
-    base, index = split_name(name)
-    return base if index == 0 else name
-
-
-def home(key: str, count: int) -> int:
-    """The partition of a group or dedup id: the same in every process and every build."""
-    digest = hashlib.blake2b(key.encode(errors="surrogatepass"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % count
-
-
-@runtime_checkable
-class Paging(Protocol):
-    """A queue that answers a dequeue as pages (``s3q.wire.pages``): led here, or its leader's."""
-
-    async def dequeue_pages(
-        self,
-        max_messages: int = 1,
-        visibility_timeout: float | None = None,
-        wait: float = 0.0,
-        *,
-        per_group: int = 1,
-        complete: Iterable[Target] = (),
-    ) -> Pages: ...
-
-
-@runtime_checkable
-class Led(Paging, Protocol):
-    """A partition led in this process (an ``s3q.AsyncQueue``): waited on without a lease."""
-
-    @property
-    def config(self) -> QueueConfig: ...
-
-    @property
-    def requests(self) -> Counts: ...
-
-    @property
-    def stopped(self) -> S3QError | None: ...
-
-    def on_commit(self, listener: Callable[[float, int], None]) -> None: ...
-
-    async def lease(
-        self, max_messages: int = 1, visibility_timeout: float | None = None
-    ) -> list[Located]: ...
-
-    async def locate(self, ids: Iterable[str]) -> dict[str, Located]: ...
-
-    async def changed(self, timeout: float) -> None: ...
-
-    def stop_waiting(self) -> None: ...
-
-    def best_priority(self) -> int | None: ...
-
-    def writing_since(self) -> float | None: ...
-
-
-@runtime_checkable
-class Followed(Protocol):
-    """A partition reached wherever its writer is (a broker's ``ForwardedQueue``)."""
-
-    @property
-    def here(self) -> Led | None:
-        """The partition, if its writer is in this process now."""
-
-
-class Partition:
-    """One partition as the partitioned queue reaches it."""
-
-    __slots__ = ("_followed", "_led", "index", "paging", "queue", "queue_id")
-
-    def __init__(self, index: int, queue: AsyncQueueSurface, queue_id: str = "") -> None:
-        self.index = index
-        self.queue = queue
-        self.queue_id = queue_id  # what its ids begin with, once known
-        # (checks against runtime protocols are slow: made once)
-        self._followed = queue if isinstance(queue, Followed) else None
-        self._led = queue if isinstance(queue, Led) else None
-        self.paging = queue if isinstance(queue, Paging) else None  # answers pages as they are
-
-    @property
-    def led(self) -> Led | None:
-        """The partition, if it is led in this process (now: a broker's partition is where
-        its writer is, and moves)."""
-        if self._followed is not None:
-            return self._followed.here
-        return self._led
 
 
 @documented
@@ -207,9 +72,8 @@ class PartitionedQueue:
         self._url = url
         self.partitions = [Partition(i, q) for i, q in enumerate(queues)]
         self._turn = itertools.count()  # which partition comes first, call after call
-        self._no_waits = asyncio.Event()
         self._by_id: dict[str, Partition] = {}
-        self._ending: set[asyncio.Future[Any]] = set()  # long polls let go of, and give-backs
+        self._dequeues = Dequeues(self.partitions, self._order, self._by_partition, self.release)
 
     @property
     def url(self) -> str:
@@ -305,15 +169,6 @@ class PartitionedQueue:
         first = sorted(_rotated([part for part, _ in led], turn), key=ahead)
         return first + _rotated(others, turn)
 
-    def _limits(self) -> tuple[int, float]:
-        """The largest message and delay the queue takes: partition 0's settings if it is led
-        here, else the bounds of every queue (a partition refuses what its settings do not
-        allow)."""
-        led = self.partitions[0].led
-        if led is not None:
-            return led.config.max_message_size, led.config.max_delay
-        return MAX_MESSAGE_SIZE, MAX_DELAY
-
     def _for_new(self, group: str | None, dedup_id: str | None, turn: int) -> Partition:
         """Where a new message goes: its group's partition, else its dedup id's, else the one
         led here whose next log write leaves soonest (one writing nothing, else the one whose
@@ -396,7 +251,7 @@ class PartitionedQueue:
         if not any(isinstance(item, dict) for item in listed):  # one call, to one partition
             return await anywhere.queue.enqueue_batch(listed, durability=durability)
         # split over partitions, all or none: every item checked before any is sent
-        max_size, max_delay = self._limits()
+        max_size, max_delay = _limits(self.partitions[0])
         for item in listed:
             validate.item_of(item, max_size, max_delay)
         places: dict[Partition, list[int]] = {}
@@ -410,7 +265,7 @@ class PartitionedQueue:
         if len(places) == 1:  # one partition: the batch as it is, in one call
             (part,) = places
             return await part.queue.enqueue_batch(listed, durability=durability)
-        answers = await _in_each(
+        answers = await in_each(
             "enqueue_batch",
             {
                 part: part.queue.enqueue_batch([listed[k] for k in where], durability=durability)
@@ -441,16 +296,19 @@ class PartitionedQueue:
                     f"staged object {obj.key} lies in partition {index}; the queue has "
                     f"{len(self.partitions)}"
                 )
-            _check_placed(obj, index, len(self.partitions))
+            check_placed(obj, index, len(self.partitions))
             part = self.partitions[index]
             split.setdefault(part, []).append(msgspec.structs.replace(obj, key=key))
             where.append(part)
         if len(split) <= 1:
             part = where[0] if where else self.partitions[0]
-            return await part.queue.enqueue_staged(split.get(part, []), _token_of(token, part))
-        answers = await _in_each(
+            return await part.queue.enqueue_staged(split.get(part, []), token_of(token, part.index))
+        answers = await in_each(
             "enqueue_staged",
-            {p: p.queue.enqueue_staged(objs, _token_of(token, p)) for p, objs in split.items()},
+            {
+                p: p.queue.enqueue_staged(objs, token_of(token, p.index))
+                for p, objs in split.items()
+            },
         )
         made = dict(zip(split, answers, strict=True))
         if all(answer is None for answer in answers):
@@ -475,8 +333,8 @@ class PartitionedQueue:
         per_group: int = 1,
         complete: Iterable[Target] = (),
     ) -> list[Message]:
-        take = _Take(max_messages, visibility_timeout, wait, per_group, paged=False)
-        return pages.merged(await self._dequeue(take, complete))
+        take = Take(max_messages, visibility_timeout, wait, per_group, paged=False)
+        return pages.merged(await self._dequeues.take(take, complete))
 
     async def dequeue_pages(
         self,
@@ -489,155 +347,12 @@ class PartitionedQueue:
     ) -> Pages:
         """``dequeue``, stretches of the partitions led here answered as pages
         (``s3q.wire.pages``)."""
-        take = _Take(max_messages, visibility_timeout, wait, per_group, paged=True)
-        return await self._dequeue(take, complete)
-
-    async def _dequeue(self, take: _Take, complete: Iterable[Target]) -> Pages:
-        validate.count("max_messages", take.max_messages, 1, MAX_DEQUEUE)
-        wait = validate.wait(take.wait)
-        settle = await self._by_partition(complete)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait
-        got = await self._sweep(take, settle)
-        if _count(got) or wait <= 0 or self._no_waits.is_set():
-            return got
-        return await self._poll(take, deadline)
-
-    async def _sweep(
-        self,
-        take: _Take,
-        settle: dict[Partition, list[str]] | None = None,
-        *,
-        led_only: bool = False,
-    ) -> Pages:
-        """What the partitions have now, in turn (``_order``; those led here alone if
-        ``led_only``), up to ``take.max_messages``; the receipts of ``settle`` completed in the
-        same call to their partitions."""
-        order = self._order()
-        settle = dict(settle or {})
-        # the completions of the first partition tried ride on its lease's commit; the
-        # others' go to their partitions at once, beside it
-        first = settle.pop(order[0], [])
-        others = asyncio.ensure_future(
-            _outcomes({p: p.queue.complete_batch(r) for p, r in settle.items()})
-        )
-        completions: dict[Partition, object] = {}  # partition -> None (done) or its failure
-        answers: list[Pages] = []
-        failure: BaseException | None = None
-        try:
-            for part in order:
-                want = take.max_messages - sum(map(_count, answers))
-                if want <= 0 or (led_only and part.led is None):
-                    break
-                receipts, first = first, []
-                try:
-                    answers.append(await take.of(part, want, 0.0, receipts))
-                except Exception as exc:
-                    if receipts:
-                        completions[part] = exc  # those completions did not happen
-                        break
-                    failure = failure or exc  # another partition may still have messages
-                else:
-                    if receipts:
-                        completions[part] = None
-            if first:  # (no message wanted: the first partition's completions alone)
-                completions[order[0]] = await _outcome(order[0].queue.complete_batch(first))
-            completions.update(await others)
-        except BaseException:
-            with contextlib.suppress(BaseException):
-                await others  # (what it did, it did: its caller learns of the failure)
-            await self._give_back(answers)
-            raise
-        if any(outcome is not None for outcome in completions.values()):
-            await self._give_back(answers)
-            _judged("complete", completions)  # (raises: a failure, or OutcomeUnknown)
-        got = _joined(answers)
-        if failure is not None and not _count(got):
-            raise failure
-        return got
-
-    async def _poll(self, take: _Take, deadline: float) -> Pages:
-        """Wait until a partition has messages, at most until ``deadline`` (loop time): on
-        each partition led here for a change (then look again), on each of the others with a
-        long poll of its own."""
-        loop = asyncio.get_running_loop()
-        polls: dict[Partition, asyncio.Task[Pages]] = {}
-        failed: set[Partition] = set()  # long polls that failed: not sent again this call
-        try:
-            while True:
-                remaining = deadline - loop.time()
-                if remaining <= 0 or self._no_waits.is_set():
-                    return Pages([])
-                for part in self.partitions:
-                    if part.led is None and part not in polls and part not in failed:
-                        polls[part] = asyncio.ensure_future(
-                            take.of(part, take.max_messages, remaining, [])
-                        )
-                changes = [
-                    asyncio.ensure_future(led.changed(remaining))
-                    for part in self.partitions
-                    if (led := part.led) is not None
-                ]
-                stop = asyncio.ensure_future(self._no_waits.wait())
-                try:
-                    done, _ = await asyncio.wait(
-                        [*changes, stop, *polls.values()],
-                        timeout=remaining,
-                        return_when=asyncio.FIRST_COMPLETED,
-                    )
-                finally:
-                    for task in (*changes, stop):
-                        task.cancel()
-                found: list[Pages] = []
-                for part in [p for p, poll in polls.items() if poll.done()]:
-                    poll = polls.pop(part)
-                    if poll.exception() is None:
-                        found.append(poll.result())
-                    else:
-                        failed.add(part)
-                got = _joined(found)
-                if not _count(got) and any(task in done for task in changes):
-                    got = await self._sweep(take, led_only=True)
-                if _count(got):
-                    return got
-        finally:
-            await self._stop(polls.values())
-
-    async def _stop(self, polls: Iterable[asyncio.Task[Pages]]) -> None:
-        """Let go of long polls of other brokers no longer wanted: each is left to end (within
-        its wait), and what it leased is given back. (Cancelled, one whose answer was on its
-        way would strand what it leased until its visibility timeout.)"""
-        for task in polls:
-            if task.done():
-                await self._given_back(task)
-            else:
-                self._ending.add(task)
-                task.add_done_callback(self._ended)
-
-    def _ended(self, task: asyncio.Task[Pages]) -> None:
-        self._ending.discard(task)
-        if not task.cancelled() and task.exception() is None and _count(task.result()):
-            giving = asyncio.ensure_future(self._given_back(task))
-            self._ending.add(giving)
-            giving.add_done_callback(self._ending.discard)
-
-    async def _given_back(self, task: asyncio.Future[Any]) -> None:
-        if not task.cancelled() and task.exception() is None:
-            await self._give_back([task.result()])
-
-    async def _give_back(self, answers: list[Pages]) -> None:
-        """Release the messages of ``answers`` (leased, but not to be answered)."""
-        leased = pages.merged(_joined(answers))
-        if leased:
-            with contextlib.suppress(Exception):  # unreleased, they come back after their lease
-                await self.release(leased)
+        take = Take(max_messages, visibility_timeout, wait, per_group, paged=True)
+        return await self._dequeues.take(take, complete)
 
     def stop_waiting(self) -> None:
         """End every long poll now with what is there, and make later ones answer at once."""
-        self._no_waits.set()
-        for part in self.partitions:
-            if (led := part.led) is not None:
-                led.stop_waiting()
+        self._dequeues.stop_waiting()
 
     # -- calls on delivered messages -------------------------------------------------------------
 
@@ -647,7 +362,7 @@ class PartitionedQueue:
 
     async def complete_batch(self, targets: Iterable[Target]) -> None:
         split = await self._by_partition(targets)
-        await _in_each("complete_batch", {p: p.queue.complete_batch(r) for p, r in split.items()})
+        await in_each("complete_batch", {p: p.queue.complete_batch(r) for p, r in split.items()})
 
     async def fail(self, target: Target, error: str | None = None) -> float | None:
         receipt = validate.receipt_of(target)
@@ -656,7 +371,7 @@ class PartitionedQueue:
     async def release(self, targets: Target | Iterable[Target]) -> None:
         items = [targets] if isinstance(targets, Message | str) else targets
         split = await self._by_partition(items)
-        await _in_each("release", {p: p.queue.release(r) for p, r in split.items()})
+        await in_each("release", {p: p.queue.release(r) for p, r in split.items()})
 
     async def extend(self, target: Target, seconds: float, *, revive: bool = False) -> None:
         receipt = validate.receipt_of(target)
@@ -729,20 +444,10 @@ class PartitionedQueue:
         return sum(await self._each(lambda p: p.queue.purge()))
 
     async def compact(self) -> CompactionReport:
-        reports = await self._each(lambda p: p.queue.compact())
-        total = CompactionReport()
-        for report in reports:
-            for field in dataclasses.fields(CompactionReport):
-                if field.name not in ("objects", "bytes"):
-                    value = getattr(report, field.name)
-                    setattr(total, field.name, getattr(total, field.name) + value)
-        # partition 0's prefix holds the other partitions': its figures are the queue's
-        total.objects, total.bytes = reports[0].objects, reports[0].bytes
-        return total
+        return summed_reports(await self._each(lambda p: p.queue.compact()))
 
     async def close(self) -> None:
-        for task in list(self._ending):  # (what they leased comes back after its lease)
-            task.cancel()
+        self._dequeues.close()
         results = await self._each(lambda p: _closed(p.queue))
         for result in results:
             if result is not None:
@@ -754,29 +459,6 @@ class PartitionedQueue:
 
 if TYPE_CHECKING:  # mypy checks that PartitionedQueue offers the whole surface
     _partitioned: type[AsyncQueueSurface] = PartitionedQueue
-
-
-@dataclasses.dataclass(frozen=True)
-class _Take:
-    """A dequeue's arguments, as the partitions are asked."""
-
-    max_messages: int
-    visibility_timeout: float | None
-    wait: float
-    per_group: int
-    paged: bool
-
-    async def of(self, part: Partition, want: int, wait: float, settle: list[str]) -> Pages:
-        """Up to ``want`` messages of ``part``, waiting up to ``wait``, after completing
-        ``settle`` (in the same commit)."""
-        if self.paged and part.paging is not None:
-            return await part.paging.dequeue_pages(
-                want, self.visibility_timeout, wait, per_group=self.per_group, complete=settle
-            )
-        messages = await part.queue.dequeue(
-            want, self.visibility_timeout, wait, per_group=self.per_group, complete=settle
-        )
-        return Pages(messages)
 
 
 def _ahead(message: Message) -> tuple[int, float]:
@@ -796,66 +478,14 @@ def _prefixed(index: int, located: list[Located]) -> list[Located]:
     ]
 
 
-def _count(answer: Pages) -> int:
-    return len(answer.messages) + sum(page.count for page in answer.pages)
-
-
-def _joined(answers: list[Pages]) -> Pages:
-    """Answers of several partitions as one, in their order."""
-    answers = [a for a in answers if _count(a)]
-    if len(answers) == 1:
-        return answers[0]
-    if not any(a.pages for a in answers):
-        return Pages([m for a in answers for m in a.messages])
-    messages: list[Message] = []
-    joined: list[pages.Page] = []
-    for answer in answers:
-        at = len(messages) + sum(p.count for p in joined)
-        joined += [pages.moved(p, at) for p in answer.pages]
-        messages += answer.messages
-    return Pages(messages, joined)
-
-
-async def _in_each(what: str, calls: dict[Partition, Awaitable[T]]) -> list[T]:
-    """The answers of ``calls``, one per partition, made at once (see :func:`_judged`)."""
-    return cast("list[T]", _judged(what, await _outcomes(calls)))
-
-
-async def _outcomes(calls: dict[Partition, Awaitable[T]]) -> dict[Partition, object]:
-    """What each of ``calls`` answered, or the exception it raised; made at once."""
-    answers = await asyncio.gather(*calls.values(), return_exceptions=True)
-    return dict(zip(calls, answers, strict=True))
-
-
-async def _outcome(call: Awaitable[object]) -> object:
-    """None, or the exception ``call`` raised."""
-    try:
-        await call
-    except Exception as exc:
-        return exc
-    return None
-
-
-def _judged(what: str, outcomes: dict[Partition, object]) -> list[object]:
-    """The answers of a call made in several partitions, in their order, if none failed.
-    Each partition is all or none, the whole is not: if some failed and others did not,
-    OutcomeUnknown, which names them, rather than the failure, which a caller would take for
-    "nothing was done" (and a client would send again, to partitions that had done it)."""
-    failed = [(part, a) for part, a in outcomes.items() if isinstance(a, BaseException)]
-    if not failed:
-        return list(outcomes.values())
-    for _, error in failed:
-        if not isinstance(error, Exception):
-            raise error  # (cancelled)
-    first = next((e for _, e in failed if isinstance(e, OutcomeUnknown)), failed[0][1])
-    if len(failed) == len(outcomes):
-        raise first  # (nothing done anywhere, unless a partition's outcome is unknown)
-    done = sorted(part.index for part, a in outcomes.items() if not isinstance(a, BaseException))
-    raise OutcomeUnknown(
-        f"{what} was done in partitions {done} of the queue but not in "
-        f"{sorted(part.index for part, _ in failed)} ({type(first).__name__}: {first}): each "
-        "partition is all or none, a batch over several is not"
-    ) from first
+def _limits(first: Partition) -> tuple[int, float]:
+    """The largest message and delay the queue takes: partition 0's settings if it is led
+    here, else the bounds of every queue (a partition refuses what its settings do not
+    allow)."""
+    led = first.led
+    if led is not None:
+        return led.config.max_message_size, led.config.max_delay
+    return MAX_MESSAGE_SIZE, MAX_DELAY
 
 
 def _next_write(part: Partition) -> float:
@@ -864,26 +494,6 @@ def _next_write(part: Partition) -> float:
     led = part.led
     since = led.writing_since() if led is not None else None
     return float("-inf") if since is None else since
-
-
-def _token_of(token: str | None, part: Partition) -> str | None:
-    """The commit token of a staged commit in ``part`` (partition 0: the token itself)."""
-    return token if token is None or part.index == 0 else f"{token}{SEPARATOR}{part.index}"
-
-
-def _check_placed(obj: StagedObject, index: int, count: int) -> None:
-    """Every message of ``obj`` with a group or dedup id belongs in partition ``index``."""
-    if count == 1 or (obj.groups is None and obj.dedup_ids is None):
-        return
-    groups = obj.groups or [None] * len(obj)
-    dedups = obj.dedup_ids or [None] * len(obj)
-    for i, (group, dedup_id) in enumerate(zip(groups, dedups, strict=False)):
-        home_index = placed(group, dedup_id, count)
-        if home_index is not None and home_index != index:
-            raise InvalidArgument(
-                f"{obj.row(i)}: its {'group' if group is not None else 'dedup id'} belongs in "
-                f"partition {home_index} of the queue, not in {index} where it was staged"
-            )
 
 
 def _rotated(items: list[T], turn: int) -> list[T]:
@@ -941,3 +551,16 @@ def summed(each: list[QueueStats]) -> QueueStats:
         else:
             values[name] = sum(column)
     return QueueStats(**values)
+
+
+def summed_reports(reports: list[CompactionReport]) -> CompactionReport:
+    """What a collection pass of every partition did, as the queue's."""
+    total = CompactionReport()
+    for report in reports:
+        for field in dataclasses.fields(CompactionReport):
+            if field.name not in ("objects", "bytes"):
+                value = getattr(report, field.name)
+                setattr(total, field.name, getattr(total, field.name) + value)
+    # partition 0's prefix holds the other partitions': its figures are the queue's
+    total.objects, total.bytes = reports[0].objects, reports[0].bytes
+    return total
