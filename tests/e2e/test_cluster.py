@@ -20,8 +20,7 @@ from cluster_node import Node
 from conftest import MotoServer, free_port, state_of
 
 import s3q
-from s3q.client import WRITER_HEADER, Client, connect, connect_async
-from s3q.wire import answers
+from s3q.client import WRITER_HEADER, Client, answers, connect, connect_async
 
 
 @pytest.fixture(params=["file", "s3"])

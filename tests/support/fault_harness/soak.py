@@ -46,7 +46,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 from fault_harness.cluster import Brokers, leader
 from fault_harness.workload import KNOWN_FAILURES, read_back
-from s3q.client import AsyncRemoteQueue, connect_async
+from s3q.client import AsyncRemoteQueue, answers, connect_async
 from s3q.client.requests import cluster
 from s3q.client.stalls import PROBE_EVERY, STALL_TIMEOUT, BrokerStalled
 from s3q.errors import S3QError
@@ -55,7 +55,6 @@ from s3q.faults.proxy import FaultProxy
 from s3q.faults.schedule import REALISTIC, FaultProfile
 from s3q.message import Message
 from s3q.store import Store, open_store, queue_url
-from s3q.wire import answers
 from s3q.worker import Completed, Dead, Event, Worker
 
 T = TypeVar("T")
