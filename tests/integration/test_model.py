@@ -33,7 +33,6 @@ import s3q
 import s3q.index.tenants
 import s3q.partitions.queue
 from s3q.index import checkpoint
-from s3q.log import tables
 from s3q.wire import pages
 
 pytestmark = pytest.mark.slow
@@ -954,7 +953,7 @@ class QueueMachine(RuleBasedStateMachine):
                 now, attempts, fair = self.now, config.max_attempts, self.delivery == "fair"
                 for index in (state, restored):  # (runs' tables read back, as a dequeue does)
                     while wanted := index.wanted(1000, fair):
-                        await tables.fill(engine.store, index, wanted)
+                        await fill_tables(engine.store, index, wanted)
                 for per_group in (1, 3):
                     live = [r.id for r in state.peek(now, 1000, attempts, fair, per_group)]
                     again = [r.id for r in restored.peek(now, 1000, attempts, fair, per_group)]

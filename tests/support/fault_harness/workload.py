@@ -37,7 +37,6 @@ from s3q.faults.checker import Call, Final, History, Outcome, Violation, check
 from s3q.faults.schedule import HARSH, FaultProfile, Schedule
 from s3q.faults.store import FaultyStore
 from s3q.index.records import DONE
-from s3q.log import tables
 from s3q.message import Message
 from s3q.partitions import placement
 from s3q.partitions.queue import PartitionedQueue
@@ -358,7 +357,7 @@ def merged(finals: list[Final]) -> Final:
 async def read_back(raw: Store) -> Final:
     """The queue in ``raw`` as its log and checkpoints say it is."""
     loaded = await snapshot.load(raw)
-    await tables.fill(raw, loaded.state, loaded.state.runs.untabled())
+    await snapshot.fill_tables(raw, loaded.state, loaded.state.runs.untabled())
     messages = list(loaded.state.all())
     return Final(
         remaining=[rec.id for rec in messages if rec.state != DONE],
