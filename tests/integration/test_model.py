@@ -33,6 +33,7 @@ import s3q
 import s3q.index.tenants
 import s3q.partitions.queue
 from s3q.index import checkpoint
+from s3q.snapshot import fill_tables
 from s3q.wire import pages
 
 pytestmark = pytest.mark.slow
