@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from typing import Any
 
 import pytest
 from conftest import MotoServer, Parked, StoreEnv, drain, woke
@@ -315,3 +316,87 @@ def test_staged_objects_commit_into_partition_0_where_they_lie(durable_env: Stor
         assert ids is not None and {_partition(q, mid) for mid in ids} == {0}
         assert q.enqueue_staged([stage(durable_env, [b"one", b"two"])], token="sink:1") is None
         assert sorted(m.payload for m in drain(q)) == [b"one", b"two"]
+
+
+class Away:
+    """A partition led by another broker, as a partitioned queue reaches it: the queue's
+    surface only (no waiting on its writer, no pages). ``together`` holds each answer with
+    messages until that many are ready, as a broker's busy event loop would take them in at
+    once; ``stalled`` makes every dequeue hang, as a dead or paused leader's does."""
+
+    def __init__(self, queue: s3q.AsyncQueue, together: asyncio.Barrier | None = None) -> None:
+        self._queue, self._together = queue, together
+        self.stalled = asyncio.Event()
+        self.asked = 0
+
+    async def dequeue(self, *args: Any, **kwargs: Any) -> list[s3q.Message]:
+        self.asked += 1
+        if self.stalled.is_set():
+            await asyncio.Event().wait()
+        got = await self._queue.dequeue(*args, **kwargs)
+        if got and self._together is not None:
+            await self._together.wait()
+        return got
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("dequeue_pages", "changed", "here", "best_priority", "writing_since"):
+            raise AttributeError(name)  # (not led here, not paged, not followed)
+        return getattr(self._queue, name)
+
+
+def test_a_long_poll_woken_in_every_partition_answers_no_more_than_it_asked(
+    parked: Parked,
+) -> None:
+    """Partitions led elsewhere each get a long poll for the whole ``max_messages``; when
+    several answer at once, the answer is cut to ``max_messages`` and the rest is released at
+    once (visible again, its attempt given back), not held until its visibility timeout."""
+
+    async def run() -> None:
+        q = await s3q.open_async("memory://cut-long-poll", partitions=4)
+        assert isinstance(q, s3q.PartitionedQueue)
+        together = asyncio.Barrier(4)
+        inner = [p.queue for p in q.partitions]
+        far = s3q.PartitionedQueue(q.url, [Away(p, together) for p in inner])  # type: ignore[arg-type]
+        try:
+            poll = asyncio.ensure_future(far.dequeue(10, visibility_timeout=60, wait=10))
+            await parked.wait_async(4)  # a long poll in each partition
+            for part in inner:
+                await part.enqueue_batch([b"m"] * 10)
+            got = await poll
+            assert len(got) == 10
+            stats = await q.stats()
+            assert stats.processing == 10 and stats.pending == 30
+            again = await q.dequeue(100)
+            assert len(again) == 30 and {m.attempts for m in again} == {1}
+        finally:
+            await q.close()
+
+    asyncio.run(run())
+
+
+def test_a_dequeue_answers_from_the_partitions_led_here_while_another_is_stalled() -> None:
+    """With the leader of one partition stalled, a dequeue answers what the partitions led
+    here (and the live ones elsewhere) have, at once: it does not wait on the stalled one."""
+
+    async def run() -> None:
+        q = await s3q.open_async("memory://stalled-partition", partitions=4)
+        assert isinstance(q, s3q.PartitionedQueue)
+        inner = [p.queue for p in q.partitions]
+        stalled, live = Away(inner[1]), Away(inner[3])
+        stalled.stalled.set()
+        mixed = s3q.PartitionedQueue(q.url, [inner[0], stalled, inner[2], live])  # type: ignore[list-item]
+        try:
+            for part in inner:
+                await part.enqueue_batch([b"m"] * 20)
+            for wait in (0.0, 5.0):
+                began = time.monotonic()
+                got = await mixed.dequeue(10, wait=wait)
+                assert len(got) == 10 and time.monotonic() - began < 0.1
+            began = time.monotonic()
+            got = await mixed.dequeue(100, wait=5.0)  # the led partitions and the live one
+            assert len(got) == 60 - 20 and time.monotonic() - began < 0.25
+            assert stalled.asked == 1  # asked once: not again while its last ask hangs
+        finally:
+            await q.close()
+
+    asyncio.run(run())

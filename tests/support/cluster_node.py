@@ -14,6 +14,7 @@ class Node:
     """``s3q.broker.serve`` in a child process."""
 
     def __init__(self, store: str, options: dict[str, Any], **settings: Any) -> None:
+        self.store, self.options = store, options
         self.proc, self.url = spawn(store, options=options, **settings)
         tokens = settings.get("tokens")
         self.headers = {"authorization": f"Bearer {min(tokens)}"} if tokens else {}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -23,6 +24,10 @@ from ..surface import Target
 from ..wire import pages
 from ..wire.pages import Pages
 from .partition import Partition, judged, outcome, outcomes
+
+#: how much longer a dequeue waits for the partitions led elsewhere once one partition has
+#: answered it messages (a live broker answers well within it; a dead one is not waited on)
+AWAY_GRACE = 0.05
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +68,8 @@ class Dequeues:
         self._order, self._by_partition, self._release = order, by_partition, release
         self._no_waits = asyncio.Event()
         self._ending: set[asyncio.Future[Any]] = set()  # long polls let go of, and give-backs
+        #: asks of partitions elsewhere left unanswered (a dead or stalled leader's)
+        self._hanging: dict[Partition, asyncio.Task[Pages]] = {}
 
     async def take(self, take: Take, complete: Iterable[Target]) -> Pages:
         """A dequeue over the partitions, ``complete`` completed in the same call."""
@@ -71,10 +78,12 @@ class Dequeues:
         settle = await self._by_partition(complete)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
-        got = await self._sweep(take, settle)
-        if count(got) or wait <= 0 or self._no_waits.is_set():
+        polling = wait > 0 and not self._no_waits.is_set()
+        got, asked = await self._sweep(take, settle, hand_over=polling)
+        if count(got) or not polling:
+            await self._stop(asked.values())
             return got
-        return await self._poll(take, deadline)
+        return await self._poll(take, deadline, asked)
 
     async def _sweep(
         self,
@@ -82,10 +91,14 @@ class Dequeues:
         settle: dict[Partition, list[str]] | None = None,
         *,
         led_only: bool = False,
-    ) -> Pages:
-        """What the partitions have now, in turn (``_order``; those led here alone if
-        ``led_only``), up to ``take.max_messages``; the receipts of ``settle`` completed in the
-        same call to their partitions."""
+        hand_over: bool = False,
+    ) -> tuple[Pages, dict[Partition, asyncio.Task[Pages]]]:
+        """What the partitions have now, up to ``take.max_messages``: those led here in turn
+        (``_order``), then the others all at once (but one whose last ask still hangs), none
+        of which holds up the answer for long once another has answered (``AWAY_GRACE``);
+        none at all if ``led_only``. The receipts of ``settle`` completed in the same call to
+        their partitions. Also the asks of other partitions still unanswered, if
+        ``hand_over`` (a long poll waits on them), else let go of."""
         order = self._order()
         settle = dict(settle or {})
         # the completions of the first partition tried ride on its lease's commit; the
@@ -96,13 +109,20 @@ class Dequeues:
         )
         completions: dict[Partition, object] = {}  # partition -> None (done) or its failure
         answers: list[Pages] = []
+        asked: dict[Partition, asyncio.Task[Pages]] = {}
+        settling: Partition | None = None  # the partition asked elsewhere with completions
         failure: BaseException | None = None
         try:
             for part in order:
                 want = take.max_messages - sum(map(count, answers))
-                if want <= 0 or (led_only and part.led is None):
-                    break
-                receipts, first = first, []
+                if want <= 0 or (part.led is None and (led_only or part in self._hanging)):
+                    continue
+                receipts = first if part is order[0] else []
+                first = [] if part is order[0] else first
+                if part.led is None:
+                    asked[part] = asyncio.ensure_future(take.of(part, want, 0.0, receipts))
+                    settling = part if receipts else settling
+                    continue
                 try:
                     answers.append(await take.of(part, want, 0.0, receipts))
                 except Exception as exc:
@@ -113,28 +133,99 @@ class Dequeues:
                 else:
                     if receipts:
                         completions[part] = None
+            if asked:
+                await self._hear(asked, settling, bool(count(joined(answers))), hand_over)
+                for part, task in list(asked.items()):
+                    if not task.done():
+                        continue
+                    del asked[part]
+                    error = task.exception()
+                    if error is None:
+                        answers.append(task.result())
+                    elif part is settling:
+                        completions[part] = error
+                    else:
+                        failure = failure or error
+                    if part is settling and error is None:
+                        completions[part] = None
             if first:  # (no message wanted: the first partition's completions alone)
                 completions[order[0]] = await outcome(order[0].queue.complete_batch(first))
             completions.update(await others)
         except BaseException:
             with contextlib.suppress(BaseException):
                 await others  # (what it did, it did: its caller learns of the failure)
+            await self._stop(asked.values())
             await self._give_back(answers)
             raise
         if any(outcome is not None for outcome in completions.values()):
+            await self._stop(asked.values())
             await self._give_back(answers)
             judged("complete", completions)  # (raises: a failure, or OutcomeUnknown)
-        got = joined(answers)
-        if failure is not None and not count(got):
+        got = await self._cut(joined(answers), take.max_messages)
+        if failure is not None and not count(got) and not asked:
             raise failure
-        return got
+        if not hand_over:
+            self._let_hang(asked)
+        return got, (asked if hand_over else {})
 
-    async def _poll(self, take: Take, deadline: float) -> Pages:
+    async def _hear(
+        self,
+        asked: dict[Partition, asyncio.Task[Pages]],
+        settling: Partition | None,
+        found: bool,
+        hand_over: bool,
+    ) -> None:
+        """Wait for the partitions ``asked`` elsewhere: until all have answered, or for
+        ``AWAY_GRACE`` more once any partition has answered messages; not at all for a long
+        poll (``hand_over``) that has none yet. The one ``settling`` completions is waited
+        for whatever happens: its answer says whether they were made."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + AWAY_GRACE if found else None
+        pending = set(asked.values())
+        must = asked.get(settling) if settling is not None else None
+        while pending:
+            if must is None or must.done():
+                if hand_over and until is None:
+                    return
+                timeout = None if until is None else max(0.0, until - loop.time())
+            else:
+                timeout = None
+            done, pending = await asyncio.wait(
+                pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+            if not done:
+                return
+            if until is None and any(t.exception() is None and count(t.result()) for t in done):
+                until = loop.time() + AWAY_GRACE
+
+    def _let_hang(self, asked: dict[Partition, asyncio.Task[Pages]]) -> None:
+        """Asks of other partitions left unanswered: not sent again while they hang (a dead or
+        stalled leader), let go of (what they lease, given back)."""
+        for part, task in asked.items():
+            self._hanging[part] = task
+            task.add_done_callback(functools.partial(self._answered, part))
+        self._stop_now(asked.values())
+
+    def _answered(self, part: Partition, task: asyncio.Task[Pages]) -> None:
+        if self._hanging.get(part) is task:
+            del self._hanging[part]
+
+    async def _cut(self, answer: Pages, most: int) -> Pages:
+        """``answer`` with at most ``most`` messages: the rest (leased by partitions that
+        answered together) given back at once."""
+        if count(answer) <= most:
+            return answer
+        messages = pages.merged(answer)
+        await self._give_back([Pages(messages[most:])])
+        return Pages(messages[:most])
+
+    async def _poll(
+        self, take: Take, deadline: float, polls: dict[Partition, asyncio.Task[Pages]]
+    ) -> Pages:
         """Wait until a partition has messages, at most until ``deadline`` (loop time): on
         each partition led here for a change (then look again), on each of the others with a
-        long poll of its own."""
+        long poll of its own (after the ask of the sweep, ``polls``, if it still runs)."""
         loop = asyncio.get_running_loop()
-        polls: dict[Partition, asyncio.Task[Pages]] = {}
         failed: set[Partition] = set()  # long polls that failed: not sent again this call
         try:
             while True:
@@ -168,9 +259,9 @@ class Dequeues:
                         found.append(poll.result())
                     else:
                         failed.add(part)
-                got = joined(found)
+                got = await self._cut(joined(found), take.max_messages)
                 if not count(got) and any(task in done for task in changes):
-                    got = await self._sweep(take, led_only=True)
+                    got, _ = await self._sweep(take, led_only=True)
                 if count(got):
                     return got
         finally:
@@ -180,12 +271,17 @@ class Dequeues:
         """Let go of long polls of other brokers no longer wanted: each is left to end (within
         its wait), and what it leased is given back. (Cancelled, one whose answer was on its
         way would strand what it leased until its visibility timeout.)"""
+        polls = list(polls)
+        done = [task for task in polls if task.done()]
+        self._stop_now(task for task in polls if not task.done())  # (before any await)
+        for task in done:
+            await self._given_back(task)
+
+    def _stop_now(self, polls: Iterable[asyncio.Task[Pages]]) -> None:
+        """``_stop`` for polls not done: what they lease is given back when they end."""
         for task in polls:
-            if task.done():
-                await self._given_back(task)
-            else:
-                self._ending.add(task)
-                task.add_done_callback(self._ended)
+            self._ending.add(task)
+            task.add_done_callback(self._ended)
 
     def _ended(self, task: asyncio.Task[Pages]) -> None:
         self._ending.discard(task)
