@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -369,3 +370,53 @@ def test_metrics_need_the_token_when_tokens_are_set(store: str) -> None:
         )
         with urllib.request.urlopen(request, timeout=10) as answer:
             assert b"s3q_broker_request_seconds" in answer.read()
+
+
+def test_the_broker_logs_a_summary_of_its_requests_not_a_line_each(tmp_path: Path) -> None:
+    """At info, one line a period with the requests answered in it by outcome; no access log
+    line per request unless asked for (``access_log``)."""
+    import queue
+    import subprocess
+    import sys
+    import threading
+
+    store, port = f"file://{tmp_path}/s", free_port()
+    code = (
+        f"from s3q.broker import serve; serve({store!r}, port={port}, log_level='info', "
+        "summary_every=0.5)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+    assert proc.stderr is not None
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr or ()])
+    reader.start()
+    try:
+        with connect(f"http://127.0.0.1:{port}") as c:
+            deadline = time.monotonic() + 15
+            while True:  # (the child starting: until it answers)
+                try:
+                    q = c.queue("logged")
+                    q.enqueue(b"one")
+                    break
+                except s3q.StoreError:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.1)
+            q.enqueue(b"two")
+            with pytest.raises(s3q.InvalidPriority):
+                q.enqueue(b"bad", priority=999)
+        seen: list[str] = []
+        while not any("requests in the last" in line for line in seen):
+            seen.append(lines.get(timeout=10))
+        summary = next(line for line in seen if "requests in the last" in line)
+        # (the client's own calls, as learning the cluster, count too: ok at least the two)
+        found = re.search(
+            r"requests in the last 0.5 s: (\d+) \(ok (\d+), InvalidPriority 1\)", summary
+        )
+        assert found is not None, summary
+        total, ok = map(int, found.groups())
+        assert ok >= 2 and total == ok + 1, summary
+        assert not any("POST /v1/queues" in line for line in seen), seen
+    finally:
+        proc.kill()
+        proc.wait()
+        reader.join()

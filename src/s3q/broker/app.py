@@ -24,7 +24,7 @@ from ..tracing import Server
 from ..tracing import server as span_server
 from ..wire.answers import PARTITIONS_HEADER, WRITER_HEADER, answers
 from ..wire.codec import API_PREFIX, JSON, MSGPACK, AuthError, encode, error_body, status_of
-from . import dashboard, guard, heap, openapi, peerauth, redact, sqs
+from . import dashboard, guard, heap, openapi, peerauth, redact, request_log, sqs
 from .dashboard.history import History
 from .fastpath import Broker
 from .limits import (
@@ -100,7 +100,9 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        tasks = [asyncio.create_task(history.run()), asyncio.create_task(heap.trim_every())]
+        every = app.state.summary_every
+        work = [history.run(), heap.trim_every(), request_log.summarize(metrics.tally, every)]
+        tasks = [asyncio.create_task(job) for job in work]
         try:
             yield
         finally:
@@ -117,20 +119,7 @@ def create_app(
         )
         for e in ENDPOINTS
     ]
-    document = encode(openapi.document(), as_json=True)
-
-    async def openapi_json(request: Request) -> Response:
-        return Response(document, media_type=JSON)
-
-    async def metrics_text(request: Request) -> Response:
-        try:
-            _authorize(request, secrets)
-        except S3QError as exc:
-            return _answer(request, status_of(exc), error_body(exc))
-        return Response(await metrics.render(registry), media_type=METRICS_TYPE)
-
-    routes.append(Route("/openapi.json", openapi_json, methods=["GET"]))
-    routes.append(Route("/metrics", metrics_text, methods=["GET"]))
+    routes += _documents(registry, metrics, secrets)
     routes += dashboard.routes(
         registry,
         metrics,
@@ -148,7 +137,30 @@ def create_app(
     )
     app.host_check = None if secrets else guard.HostCheck()  # as guard.middleware's
     app.state.registry = registry
+    app.state.summary_every = request_log.SUMMARY_EVERY  # (s3q.broker.serve sets it)
     return app
+
+
+def _documents(
+    registry: QueueRegistry, metrics: BrokerMetrics, secrets: list[bytes]
+) -> list[Route]:
+    """``/openapi.json`` and ``/metrics`` (which needs a token, if the broker has any)."""
+    document = encode(openapi.document(), as_json=True)
+
+    async def openapi_json(request: Request) -> Response:
+        return Response(document, media_type=JSON)
+
+    async def metrics_text(request: Request) -> Response:
+        try:
+            _authorize(request, secrets)
+        except S3QError as exc:
+            return _answer(request, status_of(exc), error_body(exc))
+        return Response(await metrics.render(registry), media_type=METRICS_TYPE)
+
+    return [
+        Route("/openapi.json", openapi_json, methods=["GET"]),
+        Route("/metrics", metrics_text, methods=["GET"]),
+    ]
 
 
 class TracedBroker(Broker):

@@ -20,6 +20,7 @@ from ..history.lives import percentile
 from ..prices import MONTH, S3, Prices
 from ..store.base import Counts
 from .registry import QueueRegistry
+from .request_log import RequestTally
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 REQUEST_KINDS = ("put", "get", "list", "delete", "all", "failed", "retried")
@@ -280,12 +281,13 @@ class BrokerMetrics:
         self._counted: dict[tuple[str, str, str], Any] = {}  # operations' children
         self._timed: dict[str, Any] = {}  # seconds' children
         self._committed: dict[str, tuple[Any, Any]] = {}  # commit_seconds', commit_ops' children
-        self.commit_latency = LatencyWindow()  # for the dashboard
-        self.spend_rate = SpendRate()  # for the dashboard
+        self.tally = RequestTally()  # for the summary line (s3q.broker.request_log)
+        self.commit_latency, self.spend_rate = LatencyWindow(), SpendRate()  # for the dashboard
 
     def observe(self, queue: str | None, operation: str, outcome: str, seconds: float) -> None:
         """One request answered. Its queue is a label only if the broker serves that queue:
         a refused caller's made-up names add no series."""
+        self.tally.outcomes[outcome] += 1
         label = queue if queue is not None and self.serves(queue) else ""
         key = (label, operation, outcome)
         counter = self._counted.get(key)

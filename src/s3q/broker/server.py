@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InvalidConfig
 from ..prices import Prices
 from ..wire.peers import is_loopback
+from . import request_log
 from .limits import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_HEAD_TIMEOUT,
@@ -106,6 +107,8 @@ def serve(
     peers: Iterable[str] | None = None,
     graceful_timeout: int = 10,
     log_level: str = "info",
+    access_log: bool = False,
+    summary_every: float = request_log.SUMMARY_EVERY,
     on_ready: Callable[[str], None] | None = None,
     max_body: int = DEFAULT_MAX_BODY,
     max_batch: int = DEFAULT_MAX_BATCH,
@@ -137,12 +140,13 @@ def serve(
     seconds after which a queue no call used is closed (0: never). ``prices``: the store's,
     for the spend reckoned on the dashboard and at ``/metrics`` (default: S3's list prices on
     an object store, nothing on a local directory). On SIGTERM, long polls end at
-    once with an empty answer.
+    once with an empty answer. ``log_level``: what is logged (to standard error); at info a
+    summary of the requests each ``summary_every`` seconds, and with ``access_log`` a line per
+    request (``s3q.broker.request_log``).
     """
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401  (the broker's extra: checked before anything starts)
 
-        from . import connections
         from .app import create_app
     except ImportError as exc:
         raise InvalidConfig(
@@ -169,6 +173,37 @@ def serve(
         prices=prices,
         idle_close=idle_close,
     )
+    app.state.summary_every = summary_every
+    request_log.show(log_level)
+    _run(
+        app,
+        host,
+        port,
+        log_level,
+        access_log,
+        graceful_timeout,
+        head_timeout,
+        max_connections,
+        on_ready,
+    )
+
+
+def _run(
+    app: Any,
+    host: str,
+    port: int,
+    log_level: str,
+    access_log: bool,
+    graceful_timeout: int,
+    head_timeout: float,
+    max_connections: int,
+    on_ready: Callable[[str], None] | None,
+) -> None:
+    """Serve ``app`` under uvicorn until SIGTERM or Ctrl-C (see :func:`serve`)."""
+    import uvicorn
+
+    from . import connections
+
     registry: QueueRegistry = app.state.registry
     config = uvicorn.Config(
         app,
@@ -176,6 +211,7 @@ def serve(
         port=port,
         lifespan="on",
         log_level=log_level,
+        access_log=access_log,
         timeout_graceful_shutdown=graceful_timeout,
         server_header=False,
         http=connections.protocol(head_timeout),  # httptools when installed

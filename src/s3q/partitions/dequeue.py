@@ -135,19 +135,7 @@ class Dequeues:
                         completions[part] = None
             if asked:
                 await self._hear(asked, settling, bool(count(joined(answers))), hand_over)
-                for part, task in list(asked.items()):
-                    if not task.done():
-                        continue
-                    del asked[part]
-                    error = task.exception()
-                    if error is None:
-                        answers.append(task.result())
-                    elif part is settling:
-                        completions[part] = error
-                    else:
-                        failure = failure or error
-                    if part is settling and error is None:
-                        completions[part] = None
+                failure = _heard(asked, settling, answers, completions) or failure
             if first:  # (no message wanted: the first partition's completions alone)
                 completions[order[0]] = await outcome(order[0].queue.complete_batch(first))
             completions.update(await others)
@@ -312,6 +300,30 @@ class Dequeues:
         """Let go of what is under way (what it leased comes back after its lease)."""
         for task in list(self._ending):
             task.cancel()
+
+
+def _heard(
+    asked: dict[Partition, asyncio.Task[Pages]],
+    settling: Partition | None,
+    answers: list[Pages],
+    completions: dict[Partition, object],
+) -> BaseException | None:
+    """Take the answers of the partitions ``asked`` that have answered out of it, into
+    ``answers`` (and, for the one ``settling``, whether its completions were made, into
+    ``completions``); the first failure of another."""
+    failure: BaseException | None = None
+    for part, task in list(asked.items()):
+        if not task.done():
+            continue
+        del asked[part]
+        error = task.exception()
+        if error is None:
+            answers.append(task.result())
+        elif part is not settling:
+            failure = failure or error
+        if part is settling:
+            completions[part] = error
+    return failure
 
 
 def count(answer: Pages) -> int:
