@@ -15,6 +15,10 @@ from s3q.prices import Prices
 
 TOKEN = "sekrit-token"
 
+#: when (time.monotonic) a broker of this process last began to stop: a web page still open
+#: on it fails its next poll then, which is the test's end, not a fault of the page
+stopping_since = float("inf")
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -63,6 +67,8 @@ class Broker:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        global stopping_since
+        stopping_since = time.monotonic()
         self.server.should_exit = True
         self.thread.join(15)
         self.socket.close()
