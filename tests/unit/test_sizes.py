@@ -17,13 +17,12 @@ OVER: dict[str, int] = {
     "class broker/registry.py:QueueRegistry": 453,
     "class index/delivery.py:DeliveryIndex": 510,
     "class index/state.py:QueueState": 513,
-    "class writer/engine.py:Engine": 450,
     "function broker/app.py:create_app": 94,
     "function broker/metrics.py:__init__": 145,
     "function broker/server.py:serve": 93,
     "function cli/bench.py:_phases": 90,
     "function index/delivery.py:_fetch": 83,
-    "module cli/commands.py": 831,
+    "module cli/commands.py": 838,
 }
 
 

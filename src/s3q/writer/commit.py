@@ -36,7 +36,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -131,10 +131,25 @@ def _retrieve(future: asyncio.Future[None]) -> None:
     future.exception()  # mark a failure as seen: every waiter gets it re-raised
 
 
-#: Called as a batch is sealed (it may still add operations to it); what it returns is
-#: handed to ``OnDurable`` with the batch once the batch is in the log.
-OnSeal = Callable[[Batch], Any]
-OnDurable = Callable[[Batch, Any], None]
+class CommitHooks(Protocol):
+    """What group commit calls back into: the writer whose log it writes."""
+
+    def fold(self, op: AnyOp, seq: int) -> int:
+        """Fold ``op``, going into log object ``seq``, into the index; what folding answered
+        (what a Prune forgot)."""
+
+    def sealing(self, batch: Batch) -> Any:
+        """``batch`` is being sealed (operations may still be added to it); what this returns
+        is handed to ``durable`` with the batch once it is in the log."""
+
+    def durable(self, batch: Batch, sealed: Any) -> None:
+        """``batch`` is in the log."""
+
+    def stopped(self) -> None:
+        """The writer stopped (fenced, or a write's outcome unknown): long polls end."""
+
+    def full(self) -> None:
+        """The store had no room for a log write: the group commit is paused."""
 
 
 class GroupCommit:
@@ -147,14 +162,10 @@ class GroupCommit:
         lease: WriterLease,
         token: str,
         clock: Callable[[], float],
-        apply: Callable[[AnyOp, int], int],
+        hooks: CommitHooks,
         commit_timeout: float,
         *,
         window: float = 0.0,
-        on_seal: OnSeal,
-        on_durable: OnDurable,
-        on_stop: Callable[[], None],
-        on_full: Callable[[], None],
     ) -> None:
         self.store, self.lease, self.token, self.clock = store, lease, token, clock
         self.commit_timeout = commit_timeout
@@ -163,8 +174,7 @@ class GroupCommit:
         self._chances = 0  # batches that could have waited
         self._hurry: asyncio.Event | None = None  # set to end a wait early
         self.waits = 0  # batches that waited for company
-        self._apply, self._on_seal, self._on_durable = apply, on_seal, on_durable
-        self._on_stop, self._on_full = on_stop, on_full
+        self._hooks = hooks
         self.durable = 0  # sequence number of the last durable log object
         self.filling = Batch(1)  # placed after the log's end by ``resume``
         self.unflushed: dict[int, Batch] = {}
@@ -199,7 +209,7 @@ class GroupCommit:
     def add_counted(self, op: AnyOp) -> tuple[Batch, int]:
         """``add``, with what folding ``op`` answered (what a Prune forgot)."""
         batch = self.filling
-        answer = self._apply(op, batch.seq)
+        answer = self._hooks.fold(op, batch.seq)
         if not batch.ops:
             batch.opened = time.monotonic()
         batch.ops.append(op)
@@ -274,7 +284,7 @@ class GroupCommit:
                 if self.window > 0:
                     await self._gather(self.filling)
                 batch = self.filling
-                sealed = self._on_seal(batch)
+                sealed = self._hooks.sealing(batch)
                 self.unflushed[batch.seq] = batch
                 self.filling = Batch(batch.seq + 1)
                 started = time.perf_counter()
@@ -300,7 +310,7 @@ class GroupCommit:
                 if not batch.done.done():
                     batch.done.set_result(None)
                 if self.failure is None:
-                    self._on_durable(batch, sealed)
+                    self._hooks.durable(batch, sealed)
         finally:
             self.task = None
             self.writing_since = None
@@ -392,8 +402,8 @@ class GroupCommit:
             if not batch.done.done():
                 batch.done.set_exception(exc)
         self.unflushed.clear()
-        self._on_stop()  # long polls end
-        self._on_full()
+        self._hooks.stopped()  # long polls end
+        self._hooks.full()
 
     def unpause(self) -> None:
         """The index holds the log again (read back from it): write again, after the last
@@ -427,4 +437,4 @@ class GroupCommit:
                 batch.done.set_exception(self.failure)
         if in_flight:
             self.unflushed.clear()
-        self._on_stop()
+        self._hooks.stopped()
