@@ -877,10 +877,14 @@ def test_fifo_sends_as_sqs_does(sqs: Any) -> None:
         MessageDeduplicationId="d0",
         DelaySeconds=0,
     )
-    # a batch entry without its group or its dedup id fails the whole request: nothing is sent
+    # a batch entry without its group or its dedup id fails the whole request: nothing is sent;
+    # InvalidParameterValue as AWS answers it (docs/sqs.md, Errors, names the recordings)
     good = {"Id": "a", "MessageBody": "a", "MessageGroupId": "g", "MessageDeduplicationId": "a"}
     for bad, text in (
-        ({"Id": "b", "MessageBody": "b", "MessageDeduplicationId": "b"}, "MessageGroupId"),
+        (
+            {"Id": "b", "MessageBody": "b", "MessageDeduplicationId": "b"},
+            "The request must contain the parameter MessageGroupId.",
+        ),
         ({"Id": "b", "MessageBody": "b", "MessageGroupId": "g"}, "ContentBasedDeduplication"),
     ):
         with pytest.raises(ClientError) as refused:
