@@ -620,8 +620,9 @@ def replay_command(
 
     Each copy keeps its payload, priority, group, tenant and attributes, and gets the dedup
     id replay:<original id>: running the same replay again within the target's dedup_window
-    enqueues nothing twice. Reads NAME's store directly (keep its history with
-    history_retention); enqueues through QUEUE's writer or broker.
+    enqueues nothing twice, and says how many were there already. Reads NAME's store
+    directly (keep its history with history_retention); enqueues through QUEUE's writer or
+    broker.
     """
     now = time.time()
     chosen = replaying.Selection(
@@ -633,12 +634,8 @@ def replay_command(
     )
     url, into = resolve(name, store), resolve(target, store)
     with opened(into, create=True) as q:
-        tally = history.replay(url, chosen, q.enqueue_batch)
-    sent = tally.found - tally.collected
-    text = f"replayed {sent:,} message(s) of {shown(url)} into {shown(into)}"
-    if tally.collected:
-        text += f"; {tally.collected:,} skipped: their payloads were collected"
-    show_result(into, as_json, text, {"replayed": sent, "collected": tally.collected})
+        tally = history.replay(url, chosen, q)
+    show_result(into, as_json, *history.replayed(tally, shown(url), shown(into)))
 
 
 @main.group()

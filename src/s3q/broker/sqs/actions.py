@@ -126,7 +126,7 @@ class Service:
             if existed:
                 _same_attributes(name, settings, checked)
                 if entry is None:  # made with the native API: adopted as it is
-                    await self._adopt(name, queue, settings)
+                    await _adopt(self.catalog, name, queue, settings)
                 return {"QueueUrl": self.url_of(call, name)}
             stamp = str(int(time.time()))
             saved = {
@@ -147,22 +147,6 @@ class Service:
             await queue.configure(**queues.settings_for(full, saved), dedup_window=300.0)
             await self.catalog.put(name, Entry(time.time(), target))
         return {"QueueUrl": self.url_of(call, name)}
-
-    async def _adopt(self, name: str, queue: AnyQueue, settings: dict[str, Any]) -> None:
-        """Name a queue made with the native API to the endpoint. Its settings stay as they
-        are (its max_attempts, visibility timeout, message size, dedup window); only the
-        timestamps GetQueueAttributes shows are added to its saved attributes."""
-        saved = queues.saved_of(settings)
-        stamp = str(int(time.time()))
-        added = {
-            queues.KEY + k: stamp
-            for k in ("CreatedTimestamp", "LastModifiedTimestamp")
-            if queues.KEY + k not in saved
-        }
-        if added:
-            await queue.configure(attributes={**saved, **added})
-        target = queues.dead_letter_target(name, settings)
-        await self.catalog.put(name, Entry(time.time(), target))
 
     async def _check_target(self, name: str, checked: dict[str, str]) -> str | None:
         policy = queues.redrive_policy(checked.get("RedrivePolicy", ""))
@@ -496,6 +480,22 @@ def _check_batch(
         if eid in seen:
             raise SqsError("BatchEntryIdsNotDistinct", f"Id {eid} repeated.")
         seen.add(eid)
+
+
+async def _adopt(catalog: Catalog, name: str, queue: AnyQueue, settings: dict[str, Any]) -> None:
+    """Name a queue made with the native API to the endpoint. Its settings stay as they are
+    (its max_attempts, visibility timeout, message size, dedup window); only the timestamps
+    GetQueueAttributes shows are added to its saved attributes."""
+    saved = queues.saved_of(settings)
+    stamp = str(int(time.time()))
+    added = {
+        queues.KEY + k: stamp
+        for k in ("CreatedTimestamp", "LastModifiedTimestamp")
+        if queues.KEY + k not in saved
+    }
+    if added:
+        await queue.configure(attributes={**saved, **added})
+    await catalog.put(name, Entry(time.time(), queues.dead_letter_target(name, settings)))
 
 
 def _same_attributes(name: str, settings: dict[str, Any], checked: dict[str, str]) -> None:
