@@ -32,7 +32,7 @@ from ..errors import S3QError
 from ..history import replay as replaying
 from ..prices import S3, named_prices
 from ..store import queue_url
-from . import history
+from . import history, inputs
 from .demo import run_demo
 from .errors import friendly_errors, one_line
 from .inputs import Item, parse_attributes, parse_settings, read_items
@@ -398,6 +398,7 @@ def stats(name: str, watch: float | None, as_json: bool, store: str | None) -> N
     help="How long an idle queue may gather calls into one store write: fewer requests for "
     "that much latency at most [default: 0.02 on object stores, 0 on a directory].",
 )
+@inputs.lease_ttl_option
 @click.option(
     "--put-price",
     type=click.FloatRange(min=0),
@@ -437,6 +438,7 @@ def serve(
     body_timeout: float,
     idle_close: float,
     commit_window: float | None,
+    lease_ttl: float | None,
     put_price: float | None,
     get_price: float | None,
     log_level: str,
@@ -472,7 +474,7 @@ def serve(
         head_timeout=head_timeout,
         body_timeout=body_timeout,
         idle_close=idle_close,
-        options=None if commit_window is None else {"commit_window": commit_window},
+        options=inputs.writer_options(commit_window=commit_window, lease_ttl=lease_ttl),
         prices=named_prices(put_price, get_price),
         log_level=log_level,
     )
