@@ -522,3 +522,40 @@ def test_serve_logs_a_line_per_request_only_when_asked(tmp_path: Path) -> None:
 def test_serve_refuses_an_unknown_log_level(tmp_path: Path) -> None:
     error = failed(cli(tmp_path, "serve", "--log-level", "loud"), 2)
     assert "'loud' is not one of" in error, error
+
+
+def test_serve_takes_a_lease_ttl(tmp_path: Path, moto_server: Any, s3_bucket: str) -> None:
+    """``--lease-ttl``: on an object store the broker's lease, which the leases of the queues
+    it leads ride on, runs that long past its last renewal (10 s without it)."""
+    from s3q.client import Client
+
+    prefix = f"ttl-{tmp_path.name}"
+    store = (
+        f"s3://{s3_bucket}/{prefix}?endpoint_url={moto_server.endpoint}&allow_http=true"
+        "&access_key_id=testing&secret_access_key=testing&region=us-east-1"
+    )
+    port = free_port()
+    proc = start_cli(store, "serve", "--port", str(port), "--lease-ttl", "45")
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("dashboard:"):
+                break
+        else:
+            raise AssertionError(f"the broker did not start: {proc.communicate()}")
+        with Client(f"http://127.0.0.1:{port}") as client:
+            client.queue("q").enqueue(b"x")
+        s3 = moto_server.client()
+        listed = s3.list_objects_v2(Bucket=s3_bucket, Prefix=f"{prefix}/.brokers/")
+        [key] = [o["Key"] for o in listed.get("Contents", [])]
+        lease = json.loads(s3.get_object(Bucket=s3_bucket, Key=key)["Body"].read())
+        assert 45 / 2 < lease["expires_at"] - time.time() <= 45, lease
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+
+
+def test_serve_refuses_a_bad_lease_ttl(tmp_path: Path) -> None:
+    for bad in ("0", "-3", "nan", "inf", "soon"):
+        error = failed(cli(tmp_path, "serve", "--lease-ttl", bad), 2)
+        assert "--lease-ttl" in error and "a number of seconds > 0" in error, error

@@ -56,3 +56,16 @@ def test_history_mistakes_are_one_line_errors(tmp_path: Path) -> None:
     failed(cli(tmp_path, "history", "nosuch", "--since", "1h"), 1, "no queue at")
     for other in (f"{done[:8]}{999:012x}{0:08x}", "f" * 8 + done[8:]):  # no such seq, queue
         failed(cli(tmp_path, "history", "q", "--id", other), 1, "no history of message")
+
+
+def test_replay_run_again_says_its_copies_were_there_already(tmp_path: Path) -> None:
+    """A replay run twice: the second enqueues nothing (the copies' dedup ids were seen), and
+    says so, rather than claiming to have replayed them again."""
+    _load(tmp_path)
+    first = data(cli(tmp_path, "replay", "q", "--into", "t", "--since", "1h", "--json"))
+    assert (first["replayed"], first["deduplicated"], first["collected"]) == (2, 0, 0)
+    again = data(cli(tmp_path, "replay", "q", "--into", "t", "--since", "1h", "--json"))
+    assert (again["replayed"], again["deduplicated"], again["collected"]) == (0, 2, 0)
+    text = ok(cli(tmp_path, "replay", "q", "--into", "t", "--since", "1h"))
+    assert text.startswith("replayed 0 message(s)") and "2 were there already" in text, text
+    assert data(cli(tmp_path, "stats", "t", "--json"))["total_enqueued"] == 2

@@ -109,3 +109,61 @@ def test_worker_command_through_a_broker_without_the_token(tmp_path: Path) -> No
         )
     assert done.returncode == 1
     assert "bearer token" in done.stderr and "Traceback" not in done.stderr
+
+
+ATTEMPTS = """
+import sys
+import s3q
+
+@s3q.handler("jobs", concurrency=2, max_attempts=2, retry_delay=0.0)
+def count(msg):
+    sys.stdout.write(f"{msg.payload.decode()} {msg.attempts}\\n")
+    sys.stdout.flush()
+    raise ValueError("never")
+"""
+
+
+def test_worker_through_a_broker_gives_its_queue_settings_to_the_broker_s_queue(
+    tmp_path: Path,
+) -> None:
+    """The handler's queue settings (max_attempts=2 here, the broker's queue having 3) apply
+    through a broker as they would on a queue the worker opens: it configures them there."""
+    from broker_harness import Broker
+
+    from s3q.client import connect
+
+    (tmp_path / "tasks.py").write_text(ATTEMPTS)
+    with Broker(f"file://{tmp_path}/store") as broker, connect(broker.url) as client:
+        q = client.queue("jobs")
+        [poison] = q.enqueue_batch([b"poison"])
+        assert q.configure()["max_attempts"] == 3
+        command = ["worker", "tasks:count", "--queue", f"{broker.url}/jobs"]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "s3q.cli", *command],
+            cwd=tmp_path,
+            env=child_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        reader = LineReader(proc)
+        try:
+            assert [reader.next() for _ in range(2)] == ["poison 1", "poison 2"]
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0, proc.communicate()
+        assert q.configure()["max_attempts"] == 2 and q.configure()["retry_delay"] == 0.0
+        assert q.status(poison) is s3q.MessageStatus.DEAD
+        assert q.dead_letters()[0].attempts == 2
+
+
+def test_a_worker_through_a_broker_refuses_the_broker_s_own_options(tmp_path: Path) -> None:
+    from s3q.worker import Worker
+
+    for option in ("lease_ttl", "commit_window", "endpoint_url"):
+        try:
+            Worker("http://127.0.0.1:1/jobs", print, options={option: 1.0})
+        except s3q.InvalidArgument as exc:
+            assert option in str(exc) and "s3q serve" in str(exc), exc
+        else:
+            raise AssertionError(f"{option} was taken")

@@ -31,6 +31,9 @@ from sqs_checks import (
     refused,
 )
 
+from s3q import MessageStatus
+from s3q.client import Client
+
 
 @pytest.fixture
 def store(tmp_path: Path) -> str:
@@ -85,6 +88,38 @@ def test_create_queue_again(sqs: Any) -> None:
     with pytest.raises(sqs.exceptions.QueueNameExists) as exc:
         sqs.create_queue(QueueName="q", Attributes={"VisibilityTimeout": "41"})
     assert error_code(exc) == "QueueAlreadyExists"
+
+
+def test_create_queue_of_a_native_queue_changes_nothing(sqs: Any, broker: SqsBroker) -> None:
+    """A queue made with the native API: CreateQueue with no (or its own) attributes adopts it
+    as it is; with others it is QueueAlreadyExists, as SQS answers for an existing name."""
+    with Client(broker.url) as client:
+        native = client.queue("native")
+        native.configure(max_attempts=2, visibility_timeout=45.0)
+        mid = native.enqueue(b"poison")
+        before = native.configure()
+        with pytest.raises(sqs.exceptions.QueueNameExists):
+            sqs.create_queue(QueueName="native", Attributes={"VisibilityTimeout": "30"})
+        assert "QueueUrls" not in sqs.list_queues()  # refused: not adopted either
+        url = sqs.create_queue(QueueName="native")["QueueUrl"]
+        assert (
+            sqs.create_queue(QueueName="native", Attributes={"VisibilityTimeout": "45"})["QueueUrl"]
+            == url
+        )
+        after = native.configure()
+        assert {k: v for k, v in after.items() if k != "attributes"} == {
+            k: v for k, v in before.items() if k != "attributes"
+        }
+        attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+        assert attributes["VisibilityTimeout"] == "45"
+        # the poison message still dies after its two attempts (leases of a moment: they lapse)
+        for attempt in ("1", "2"):
+            [msg] = sqs.receive_message(
+                QueueUrl=url, VisibilityTimeout=0, AttributeNames=["ApproximateReceiveCount"]
+            )["Messages"]
+            assert msg["Attributes"]["ApproximateReceiveCount"] == attempt
+        assert "Messages" not in sqs.receive_message(QueueUrl=url)
+        assert native.status(mid) is MessageStatus.DEAD
 
 
 def test_create_queue_checks_names_and_attributes(sqs: Any) -> None:
@@ -842,10 +877,14 @@ def test_fifo_sends_as_sqs_does(sqs: Any) -> None:
         MessageDeduplicationId="d0",
         DelaySeconds=0,
     )
-    # a batch entry without its group or its dedup id fails the whole request: nothing is sent
+    # a batch entry without its group or its dedup id fails the whole request: nothing is sent;
+    # InvalidParameterValue as AWS answers it (docs/sqs.md, Errors, names the recordings)
     good = {"Id": "a", "MessageBody": "a", "MessageGroupId": "g", "MessageDeduplicationId": "a"}
     for bad, text in (
-        ({"Id": "b", "MessageBody": "b", "MessageDeduplicationId": "b"}, "MessageGroupId"),
+        (
+            {"Id": "b", "MessageBody": "b", "MessageDeduplicationId": "b"},
+            "The request must contain the parameter MessageGroupId.",
+        ),
         ({"Id": "b", "MessageBody": "b", "MessageGroupId": "g"}, "ContentBasedDeduplication"),
     ):
         with pytest.raises(ClientError) as refused:

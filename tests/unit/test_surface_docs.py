@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 import pydoc
+import re
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +90,13 @@ def test_a_method_without_a_docstring_takes_the_surfaces() -> None:
     assert Bare.url.__doc__ == AsyncQueueSurface.url.__doc__
     assert Bare().url == "memory://bare"
     assert Bare.purge.__doc__ == AsyncQueueSurface.purge.__doc__
+
+
+def test_docs_api_tables_every_method_of_the_surface() -> None:
+    """docs/api.md's table of methods has a row for each of the surface's (``configure``, the
+    only way to change a served queue's settings, among them)."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    table = doc.split("| method | what it does |", 1)[1].split("\n\n", 1)[0]
+    rows = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `")]
+    named = {name for row in rows for name in re.findall(r"`(\w+)", row)}
+    assert set(NAMES) - named == set()

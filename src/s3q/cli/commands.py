@@ -32,7 +32,7 @@ from ..errors import S3QError
 from ..history import replay as replaying
 from ..prices import S3, named_prices
 from ..store import queue_url
-from . import history
+from . import history, inputs
 from .demo import run_demo
 from .errors import friendly_errors, one_line
 from .inputs import Item, parse_attributes, parse_settings, read_items
@@ -398,6 +398,7 @@ def stats(name: str, watch: float | None, as_json: bool, store: str | None) -> N
     help="How long an idle queue may gather calls into one store write: fewer requests for "
     "that much latency at most [default: 0.02 on object stores, 0 on a directory].",
 )
+@inputs.lease_ttl_option
 @click.option(
     "--put-price",
     type=click.FloatRange(min=0),
@@ -442,6 +443,7 @@ def serve(
     body_timeout: float,
     idle_close: float,
     commit_window: float | None,
+    lease_ttl: float | None,
     put_price: float | None,
     get_price: float | None,
     log_level: str,
@@ -478,7 +480,7 @@ def serve(
         head_timeout=head_timeout,
         body_timeout=body_timeout,
         idle_close=idle_close,
-        options=None if commit_window is None else {"commit_window": commit_window},
+        options=inputs.writer_options(commit_window=commit_window, lease_ttl=lease_ttl),
         prices=named_prices(put_price, get_price),
         log_level=log_level,
         access_log=access_log,
@@ -627,8 +629,9 @@ def replay_command(
 
     Each copy keeps its payload, priority, group, tenant and attributes, and gets the dedup
     id replay:<original id>: running the same replay again within the target's dedup_window
-    enqueues nothing twice. Reads NAME's store directly (keep its history with
-    history_retention); enqueues through QUEUE's writer or broker.
+    enqueues nothing twice, and says how many were there already. Reads NAME's store
+    directly (keep its history with history_retention); enqueues through QUEUE's writer or
+    broker.
     """
     now = time.time()
     chosen = replaying.Selection(
@@ -640,12 +643,8 @@ def replay_command(
     )
     url, into = resolve(name, store), resolve(target, store)
     with opened(into, create=True) as q:
-        tally = history.replay(url, chosen, q.enqueue_batch)
-    sent = tally.found - tally.collected
-    text = f"replayed {sent:,} message(s) of {shown(url)} into {shown(into)}"
-    if tally.collected:
-        text += f"; {tally.collected:,} skipped: their payloads were collected"
-    show_result(into, as_json, text, {"replayed": sent, "collected": tally.collected})
+        tally = history.replay(url, chosen, q)
+    show_result(into, as_json, *history.replayed(tally, shown(url), shown(into)))
 
 
 @main.group()

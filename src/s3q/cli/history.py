@@ -8,9 +8,9 @@ import asyncio
 import datetime
 import os
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import click
 
@@ -20,6 +20,7 @@ from ..history.lives import Summary, summarize
 from ..history.log_events import Event
 from ..history.replay import Tally
 from ..log import ids
+from ..message import QueueStats
 from ..store import Store, open_store
 from .stores import local_path
 
@@ -119,19 +120,64 @@ def recent(url: str, since: float, now: float) -> tuple[Summary, int]:
     return _run(url, read)
 
 
-def replay(url: str, chosen: replaying.Selection, into: Callable[[list[Any]], object]) -> Tally:
-    """Hand the messages ``chosen`` of the queue at ``url`` to ``into``, BATCH at a time."""
+class Target(Protocol):
+    """The queue a replay enqueues into (embedded or through a broker)."""
+
+    def enqueue_batch(self, items: list[Any]) -> Sequence[str]: ...
+
+    def stats(self) -> QueueStats: ...
+
+
+def replay(url: str, chosen: replaying.Selection, into: Target) -> Tally:
+    """Enqueue the messages ``chosen`` of the queue at ``url`` into ``into``, BATCH at a time,
+    counting those it enqueued and those it already held (see :func:`made_now`)."""
+    fresh = made_now(into.stats())
 
     async def read(store: Store) -> Tally:
         tally = Tally()
         batch: list[Any] = []
+
+        async def send() -> None:
+            answered = await asyncio.to_thread(into.enqueue_batch, batch)
+            made = sum(1 for mid in answered if fresh(mid))
+            tally.enqueued += made
+            tally.deduplicated += len(answered) - made
+
         async for item in replaying.items(store, chosen, tally):
             batch.append(item)
             if len(batch) >= BATCH:
-                await asyncio.to_thread(into, batch)
+                await send()
                 batch = []
         if batch:
-            await asyncio.to_thread(into, batch)
+            await send()
         return tally
 
     return _run(url, read)
+
+
+def made_now(before: QueueStats) -> Callable[[str], bool]:
+    """Whether an id that an enqueue answers, after the queue showed ``before``, is of a
+    message that enqueue made, not the first message of a dedup id seen before: such an id
+    names a log object later than its log's newest one then (``QueueStats.log_seq``, each
+    partition's for a partitioned queue, told apart by the queue id that begins its ids)."""
+    newest = {s.queue_id: s.log_seq for s in (before.partitions or [before])}
+
+    def fresh(mid: str) -> bool:
+        return ids.enqueued_by(mid) > newest.get(mid[: ids.QUEUE_DIGITS], 0)
+
+    return fresh
+
+
+def replayed(tally: Tally, source: str, target: str) -> tuple[str, dict[str, int]]:
+    """What ``s3q replay`` prints: its line, and the figures of its ``--json``."""
+    text = f"replayed {tally.enqueued:,} message(s) of {source} into {target}"
+    if tally.deduplicated:
+        text += f"; {tally.deduplicated:,} were there already (their dedup ids were seen)"
+    if tally.collected:
+        text += f"; {tally.collected:,} skipped: their payloads were collected"
+    figures = {
+        "replayed": tally.enqueued,
+        "deduplicated": tally.deduplicated,
+        "collected": tally.collected,
+    }
+    return text, figures

@@ -1,6 +1,6 @@
 """What ``s3q enqueue`` reads: its PAYLOAD, the lines of stdin or a JSON Lines file, and
-``--attribute KEY=VALUE`` pairs, each message checked before any is enqueued; and the
-``--set KEY=VALUE`` queue settings of ``s3q create``."""
+``--attribute KEY=VALUE`` pairs, each message checked before any is enqueued; the
+``--set KEY=VALUE`` queue settings of ``s3q create``; and the writer options of ``s3q serve``."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ import contextlib
 import json
 import os
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 
-from ..config import PERSISTED, Setting
+from ..config import PERSISTED, QueueConfig, Setting
 from ..errors import InvalidArgument, InvalidConfig
 from ..validate import item_of
 from .errors import one_line
@@ -34,6 +35,7 @@ FILE_KEYS = (
 
 
 Item = bytes | dict[str, Any]  # an element of enqueue_batch
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class LineError(Exception):
@@ -169,3 +171,35 @@ def read_stdin_items(defaults: dict[str, Any], max_size: int) -> list[Item]:
             ) from None
         items.append(entry if defaults else entry["payload"])
     return items
+
+
+def _writer_seconds(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    """A writer option in seconds, checked as a queue checks it (BadParameter if not)."""
+    if value is None:
+        return None
+    try:
+        seconds: Any = float(value)
+    except ValueError:
+        seconds = value
+    try:
+        QueueConfig(**{str(param.name): seconds})
+    except InvalidConfig as exc:
+        raise click.BadParameter(str(exc)) from None
+    return seconds
+
+
+def lease_ttl_option(command: F) -> F:
+    """``--lease-ttl SECONDS`` of ``s3q serve``."""
+    return click.option(
+        "--lease-ttl",
+        metavar="SECONDS",
+        callback=_writer_seconds,
+        help="On an object store, how long the broker's lease (and so each queue it leads) "
+        "outlives its last renewal: another broker takes its queues over this long after it "
+        "stops; renewals cost a PUT every third of it [default: 10].",
+    )(command)
+
+
+def writer_options(**given: float | None) -> dict[str, Any] | None:
+    """The writer options of ``s3q serve`` given (those not None), or None if none was."""
+    return {k: v for k, v in given.items() if v is not None} or None

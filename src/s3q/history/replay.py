@@ -58,10 +58,14 @@ def item(e: Event, payload: bytes) -> dict[str, Any]:
 
 @dataclass
 class Tally:
-    """Messages found to replay, and those whose payload was collected (skipped)."""
+    """Messages found to replay, those whose payload was collected (skipped), and of the
+    others, those the target enqueued and those it already held (their dedup id was seen:
+    an earlier replay's copies)."""
 
     found: int = 0
     collected: int = 0
+    enqueued: int = 0
+    deduplicated: int = 0
 
 
 async def items(store: Store, chosen: Selection, tally: Tally) -> AsyncIterator[dict[str, Any]]:

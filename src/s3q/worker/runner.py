@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..api import AsyncQueue, Queue, open_async
-from ..config import split_options
+from ..config import PERSISTED, split_options
 from ..errors import InvalidArgument, QueueClosed
 from ..surface import AsyncQueueSurface
 from ..wire.codec import is_broker_url
@@ -38,7 +38,8 @@ class Worker:
     queue's event-loop thread), a broker's :class:`~s3q.client.AsyncRemoteQueue`, or a URL:
     a store's (opened with ``options`` and closed by the worker) or a broker's
     ``http(s)://host:port/NAME`` (its bearer token: ``options={"token": ...}`` or
-    ``$S3Q_TOKEN``). Through a broker the lease defaults to 30 s unless
+    ``$S3Q_TOKEN``; the queue settings among ``options`` are configured on the broker's queue
+    when serving starts). Through a broker the lease defaults to 30 s unless
     ``visibility_timeout`` is given.
     ``handler(message)``: sync (run on ``concurrency`` threads) or async (``concurrency``
     awaited at once). Returning completes the message; raising fails it with
@@ -82,11 +83,7 @@ class Worker:
             raise InvalidArgument("options apply only when the worker opens the queue from a URL")
         check_settings(concurrency, prefetch, visibility_timeout, ack_interval, grace, poll_wait)
         if isinstance(queue, str) and is_broker_url(queue):
-            unknown = set(options or {}) - {"token"}
-            if unknown:
-                raise InvalidArgument(
-                    f"through a broker the only option is token, not {', '.join(sorted(unknown))}"
-                )
+            _broker_settings(options or {})
         elif isinstance(queue, str):
             split_options(options or {})
         self.queue = queue
@@ -147,7 +144,11 @@ class Worker:
             broker, name = split_queue_url(queue)
             token = self._options.get("token") or os.environ.get(TOKEN_ENV)
             async with connect_async(broker, token=token) as client:
-                await self._serve(client.queue(name))
+                remote = client.queue(name)
+                settings = _broker_settings(self._options)
+                if settings:  # saved with the queue, as an open that gives them saves them
+                    await remote.configure(**settings)
+                await self._serve(remote)
         else:
             aq = await open_async(queue, **self._options)
             try:
@@ -215,3 +216,23 @@ def _is_remote(queue: object) -> bool:
     """Whether ``queue`` is a broker's queue (the client module is loaded if it is one)."""
     client = sys.modules.get("s3q.client")
     return client is not None and isinstance(queue, client.AsyncRemoteQueue)
+
+
+def _broker_settings(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The queue settings among the ``options`` of a worker on a broker's queue, checked: the
+    worker gives them to the broker's queue with ``configure``. Besides them, only ``token``;
+    InvalidArgument for the options of the broker's writer or store, which are not a worker's
+    to give."""
+    other = set(options) - set(PERSISTED) - {"token"}
+    if other:
+        named = ", ".join(sorted(other))
+        verb = "belongs" if len(other) == 1 else "belong"
+        raise InvalidArgument(
+            "through a broker a worker takes token and the queue's settings (max_attempts, "
+            "retry_delay, ...: s3q.config.PERSISTED), which it configures on the broker's "
+            f"queue; {named} {verb} to the broker's writer or store: give it to s3q serve "
+            "(or s3q.broker.serve(options=...))"
+        )
+    settings = {k: v for k, v in options.items() if k != "token"}
+    split_options(settings)  # a bad value fails here, not on the broker
+    return settings

@@ -120,18 +120,13 @@ class Service:
         target = await self._check_target(name, checked)
         async with self._lock(name):
             entry = await self.catalog.get(name)
+            existed = entry is not None or await self.registry.exists(name)
             queue = await self.registry.get(name)
             settings = await queue.configure()
-            if entry is not None:
-                now_values = queues.current(name, settings)
-                for attribute, value in checked.items():
-                    unset = "false" if attribute == "FifoQueue" else ""
-                    if now_values.get(attribute, unset) != value:
-                        raise SqsError(
-                            "QueueNameExists",
-                            "A queue already exists with the same name and a different value "
-                            f"for attribute {attribute}",
-                        )
+            if existed:
+                _same_attributes(name, settings, checked)
+                if entry is None:  # made with the native API: adopted as it is
+                    await _adopt(self.catalog, name, queue, settings)
                 return {"QueueUrl": self.url_of(call, name)}
             stamp = str(int(time.time()))
             saved = {
@@ -485,6 +480,36 @@ def _check_batch(
         if eid in seen:
             raise SqsError("BatchEntryIdsNotDistinct", f"Id {eid} repeated.")
         seen.add(eid)
+
+
+async def _adopt(catalog: Catalog, name: str, queue: AnyQueue, settings: dict[str, Any]) -> None:
+    """Name a queue made with the native API to the endpoint. Its settings stay as they are
+    (its max_attempts, visibility timeout, message size, dedup window); only the timestamps
+    GetQueueAttributes shows are added to its saved attributes."""
+    saved = queues.saved_of(settings)
+    stamp = str(int(time.time()))
+    added = {
+        queues.KEY + k: stamp
+        for k in ("CreatedTimestamp", "LastModifiedTimestamp")
+        if queues.KEY + k not in saved
+    }
+    if added:
+        await queue.configure(attributes={**saved, **added})
+    await catalog.put(name, Entry(time.time(), queues.dead_letter_target(name, settings)))
+
+
+def _same_attributes(name: str, settings: dict[str, Any], checked: dict[str, str]) -> None:
+    """QueueNameExists, as SQS answers, unless every attribute of a CreateQueue of an existing
+    queue has the value the queue has."""
+    now_values = queues.current(name, settings)
+    for attribute, value in checked.items():
+        unset = "false" if attribute == "FifoQueue" else ""
+        if now_values.get(attribute, unset) != value:
+            raise SqsError(
+                "QueueNameExists",
+                "A queue already exists with the same name and a different value "
+                f"for attribute {attribute}",
+            )
 
 
 def _failure(eid: str, error: SqsError) -> dict[str, Any]:
