@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from s3q.cli.commands import main
+from s3q.cli import main
 from s3q.log import ids
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()

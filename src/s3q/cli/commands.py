@@ -10,7 +10,6 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -19,20 +18,9 @@ from rich.console import Console
 
 import s3q
 
-from ..broker.limits import (
-    DEFAULT_BODY_TIMEOUT,
-    DEFAULT_HEAD_TIMEOUT,
-    DEFAULT_IDLE_CLOSE,
-    DEFAULT_MAX_BATCH,
-    DEFAULT_MAX_BODY,
-    DEFAULT_MAX_CONNECTIONS,
-)
-from ..config import MAX_WINDOW, check_settings
+from ..config import check_settings
 from ..errors import S3QError
-from ..history import replay as replaying
-from ..prices import S3, named_prices
 from ..store import queue_url
-from . import history, inputs
 from .demo import run_demo
 from .errors import friendly_errors, one_line
 from .inputs import Item, parse_attributes, parse_settings, read_items
@@ -44,11 +32,9 @@ from .render import (
     show_deliveries,
     show_enqueued,
     show_lease_note,
-    show_life,
     show_messages,
     show_result,
     show_stats,
-    show_summary,
     watch_stats,
 )
 from .stores import (
@@ -317,221 +303,6 @@ def stats(name: str, watch: float | None, as_json: bool, store: str | None) -> N
 
 
 @main.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535))
-@click.option(
-    "--token-file",
-    type=click.Path(exists=True, dir_okay=False),
-    help="Bearer tokens, one per line (also $S3Q_TOKENS, comma-separated).",
-)
-@click.option(
-    "--advertise",
-    metavar="URL",
-    help="URL the other brokers of a cluster reach this one at [default: http://HOST:PORT].",
-)
-@click.option(
-    "--peer",
-    "peers",
-    metavar="URL",
-    multiple=True,
-    help="A broker of the cluster (repeat it): calls are forwarded only to those listed "
-    "[default: none with tokens, else those on this machine].",
-)
-@click.option(
-    "--sqs-credentials",
-    type=click.Path(exists=True, dir_okay=False),
-    help="SQS access keys, ACCESS_KEY_ID:SECRET per line (also $S3Q_SQS_CREDENTIALS, "
-    "comma-separated): SQS requests must be SigV4-signed with one.",
-)
-@click.option(
-    "--max-body",
-    type=click.IntRange(min=1024),
-    default=DEFAULT_MAX_BODY,
-    show_default=True,
-    metavar="BYTES",
-    help="Largest native API request body; larger ones are refused (413) unread.",
-)
-@click.option(
-    "--max-batch",
-    type=click.IntRange(min=1),
-    default=DEFAULT_MAX_BATCH,
-    show_default=True,
-    metavar="N",
-    help="Most entries of a native API call's list (batch items, receipts, ids).",
-)
-@click.option(
-    "--max-connections",
-    type=click.IntRange(min=1),
-    default=DEFAULT_MAX_CONNECTIONS,
-    show_default=True,
-    metavar="N",
-    help="Connections and requests in progress beyond which requests are answered 503.",
-)
-@click.option(
-    "--head-timeout",
-    type=click.FloatRange(min=0.1),
-    default=DEFAULT_HEAD_TIMEOUT,
-    show_default=True,
-    metavar="SECONDS",
-    help="A request's head must arrive within this, or the connection is closed.",
-)
-@click.option(
-    "--body-timeout",
-    type=click.FloatRange(min=0.1),
-    default=DEFAULT_BODY_TIMEOUT,
-    show_default=True,
-    metavar="SECONDS",
-    help="A request's body must arrive within this, or it is refused (408).",
-)
-@click.option(
-    "--idle-close",
-    type=click.FloatRange(min=0),
-    default=DEFAULT_IDLE_CLOSE,
-    show_default=True,
-    metavar="SECONDS",
-    help="Close a queue no call used for this long (its lease renewals stop); 0: never.",
-)
-@click.option(
-    "--commit-window",
-    type=click.FloatRange(min=0, max=MAX_WINDOW),
-    metavar="SECONDS",
-    help="How long an idle queue may gather calls into one store write: fewer requests for "
-    "that much latency at most [default: 0.02 on object stores, 0 on a directory].",
-)
-@inputs.lease_ttl_option
-@click.option(
-    "--put-price",
-    type=click.FloatRange(min=0),
-    metavar="DOLLARS",
-    help="What the store charges per 1,000 PUTs and LISTs, for the spend shown on the "
-    f"dashboard and at /metrics [default: S3's list price, {S3.put}, on an object store; "
-    "0 on a directory].",
-)
-@click.option(
-    "--get-price",
-    type=click.FloatRange(min=0),
-    metavar="DOLLARS",
-    help=f"What the store charges per 1,000 GETs [default: {S3.get} on an object store; "
-    "0 on a directory].",
-)
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"]),
-    default="info",
-    show_default=True,
-    help="What the broker logs: info, its life and a summary of the requests answered each "
-    "minute; warning and above only what goes wrong.",
-)
-@click.option(
-    "--access-log",
-    is_flag=True,
-    help="Also log a line per request (at info; about 135 µs of broker CPU each).",
-)
-@store_option
-@friendly_errors
-def serve(
-    host: str,
-    port: int,
-    token_file: str | None,
-    advertise: str | None,
-    peers: tuple[str, ...],
-    sqs_credentials: str | None,
-    max_body: int,
-    max_batch: int,
-    max_connections: int,
-    head_timeout: float,
-    body_timeout: float,
-    idle_close: float,
-    commit_window: float | None,
-    lease_ttl: float | None,
-    put_price: float | None,
-    get_price: float | None,
-    log_level: str,
-    access_log: bool,
-    store: str | None,
-) -> None:
-    """Serve every queue of the store over HTTP (native API; /openapi.json), with a web
-    dashboard at / (prints its URL once listening) and an SQS-compatible API on POST /.
-
-    Run it on several hosts over one store for a cluster: each queue is led by one broker,
-    the others forward to it (if it is a --peer) and take over when it dies.
-    Needs the broker extra: pip install 's3q[broker]'.
-    """
-    from ..broker import serve as run
-
-    where = store_root(store)
-
-    def ready(url: str) -> None:
-        click.echo(f"s3q broker serving {shown(where)}\ndashboard: {url}")
-        sys.stdout.flush()
-
-    run(
-        where,
-        host=host,
-        port=port,
-        token_file=token_file,
-        advertise=advertise,
-        peers=list(peers) or None,
-        sqs_credentials=sqs_credentials,
-        on_ready=ready,
-        max_body=max_body,
-        max_batch=max_batch,
-        max_connections=max_connections,
-        head_timeout=head_timeout,
-        body_timeout=body_timeout,
-        idle_close=idle_close,
-        options=inputs.writer_options(commit_window=commit_window, lease_ttl=lease_ttl),
-        prices=named_prices(put_price, get_price),
-        log_level=log_level,
-        access_log=access_log,
-    )
-
-
-@main.command()
-@click.argument("target", metavar="MODULE:FUNCTION")
-@click.option("--queue", "name", help="Queue NAME (or URL) [default: the one @handler names].")
-@click.option("--concurrency", type=click.IntRange(min=1), help="Handlers at once [default 8].")
-@click.option("--prefetch", type=click.IntRange(min=1), help="Most messages buffered.")
-@click.option(
-    "--visibility-timeout", type=click.FloatRange(min=0, min_open=True), help="Lease, seconds."
-)
-@click.option("--grace", type=click.FloatRange(min=0), help="Seconds to finish on SIGTERM.")
-@click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve /metrics here.")
-@store_option
-@friendly_errors
-def worker(
-    target: str,
-    name: str | None,
-    concurrency: int | None,
-    prefetch: int | None,
-    visibility_timeout: float | None,
-    grace: float | None,
-    metrics_port: int | None,
-    store: str | None,
-) -> None:
-    """Run MODULE:FUNCTION as a worker until SIGTERM or Ctrl-C.
-
-    The function gets each message; returning completes it, raising fails it (retried with
-    backoff, then dead-lettered). Example: s3q worker app.tasks:send_email --queue emails
-    """
-    import logging
-
-    from ..worker import run_worker
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    run_worker(
-        target,
-        queue_url=resolve(name, store) if name is not None else None,
-        store=store,
-        concurrency=concurrency,
-        prefetch=prefetch,
-        visibility_timeout=visibility_timeout,
-        grace=grace,
-        metrics_port=metrics_port,
-    )
-
-
-@main.command()
 @click.argument("name")
 @click.argument("id")
 @json_option
@@ -546,105 +317,6 @@ def status(name: str, id: str, as_json: bool, store: str | None) -> None:
     with opened(url) as q:
         where = q.status(id)
     show_result(url, as_json, where.value, {"id": id, "status": where.value})
-
-
-@main.command("history")
-@click.argument("name")
-@click.option("--id", "mid", metavar="ID", help="Show the life of message ID.")
-@click.option(
-    "--since",
-    metavar="DURATION",
-    help="Sum up the history of the last DURATION (90s, 15m, 1h, 2d): events by kind, "
-    "dwell and processing p50/p99, top errors.",
-)
-@click.option(
-    "--scan",
-    type=click.IntRange(min=1),
-    default=history.SCAN,
-    show_default=True,
-    help="With --id: log objects read at most, from the one that enqueued the message.",
-)
-@json_option
-@store_option
-@friendly_errors
-def history_command(
-    name: str, mid: str | None, since: str | None, scan: int, as_json: bool, store: str | None
-) -> None:
-    """Show what happened to a message, or sum up a recent period, from the queue's log.
-
-    Reads the store directly, with no writer: the log holds every operation until garbage
-    collection deletes it, so set the queue's history_retention to keep a period readable.
-    """
-    if (mid is None) == (since is None):
-        raise click.UsageError("give one of --id ID and --since DURATION")
-    url = resolve(name, store)
-    if mid is not None:
-        events = history.life(url, mid, scan)
-        if not events:
-            raise click.ClickException(
-                f"no history of message {mid} in {shown(url)}: not a message of this queue, "
-                "or its log was collected (history_retention keeps it)"
-            )
-        show_life(url, mid, events, as_json)
-        return
-    period = history.seconds(since or "")
-    summary, objects = history.recent(url, period, time.time())
-    show_summary(url, period, summary, objects, as_json)
-
-
-@main.command("replay")
-@click.argument("name")
-@click.option("--into", "target", required=True, metavar="QUEUE", help="Queue to enqueue into.")
-@click.option(
-    "--since",
-    required=True,
-    metavar="WHEN",
-    help="Messages enqueued from WHEN: a duration ago (1h, 2d) or an ISO 8601 time.",
-)
-@click.option("--until", metavar="WHEN", help="... up to WHEN [default: now].")
-@click.option("--tenant", "tenants", multiple=True, help="Only this tenant's (repeatable).")
-@click.option(
-    "--priority",
-    "priorities",
-    multiple=True,
-    type=click.IntRange(0, 255),
-    help="Only this priority (repeatable).",
-)
-@click.option("--id", "mids", multiple=True, metavar="ID", help="Only this message (repeatable).")
-@json_option
-@store_option
-@friendly_errors
-def replay_command(
-    name: str,
-    target: str,
-    since: str,
-    until: str | None,
-    tenants: tuple[str, ...],
-    priorities: tuple[int, ...],
-    mids: tuple[str, ...],
-    as_json: bool,
-    store: str | None,
-) -> None:
-    """Enqueue again, into QUEUE, the messages NAME's history shows enqueued in a period.
-
-    Each copy keeps its payload, priority, group, tenant and attributes, and gets the dedup
-    id replay:<original id>: running the same replay again within the target's dedup_window
-    enqueues nothing twice, and says how many were there already. Reads NAME's store
-    directly (keep its history with history_retention); enqueues through QUEUE's writer or
-    broker.
-    """
-    now = time.time()
-    chosen = replaying.Selection(
-        history.moment(since, now, "--since"),
-        None if until is None else history.moment(until, now, "--until"),
-        frozenset(tenants) or None,
-        frozenset(priorities) or None,
-        frozenset(mids) or None,
-    )
-    url, into = resolve(name, store), resolve(target, store)
-    with opened(into, create=True) as q:
-        tally = history.replay(url, chosen, q)
-    show_result(into, as_json, *history.replayed(tally, shown(url), shown(into)))
 
 
 @main.group()
