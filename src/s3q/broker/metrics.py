@@ -135,8 +135,221 @@ class SpendRate:
         return max(0.0, dollars - before) / (now - then) * MONTH if now > then else 0.0
 
 
+#: the broker's series: (attribute, kind, name, help, labels, options)
+SERIES: tuple[tuple[str, type[Any], str, str, tuple[str, ...], dict[str, Any]], ...] = (
+    (
+        "operations",
+        Counter,
+        "s3q_broker_operations",
+        ("Requests answered, by queue, operation and outcome (ok or the error's class)."),
+        ("queue", "operation", "outcome"),
+        {},
+    ),
+    (
+        "seconds",
+        Histogram,
+        "s3q_broker_request_seconds",
+        ("Time to answer a request, durability included, by operation."),
+        ("operation",),
+        {},
+    ),
+    (
+        "depth",
+        Gauge,
+        "s3q_queue_messages",
+        ("Messages by status."),
+        ("queue", "status"),
+        {},
+    ),
+    (
+        "commits",
+        Gauge,
+        "s3q_queue_commits",
+        ("Log objects written since the queue opened."),
+        ("queue",),
+        {},
+    ),
+    (
+        "waits",
+        Gauge,
+        "s3q_queue_commit_waits",
+        (
+            "Commits that waited for more operations before their write (the commit window),"
+            " since the queue opened."
+        ),
+        ("queue",),
+        {},
+    ),
+    (
+        "buffered",
+        Gauge,
+        "s3q_queue_buffered_answers",
+        (
+            'Messages whose enqueue was answered before it was durable (durability "buffered"),'
+            " since the queue opened."
+        ),
+        ("queue",),
+        {},
+    ),
+    (
+        "deliveries",
+        Gauge,
+        "s3q_queue_deliveries",
+        ("Messages delivered since the queue opened, by priority."),
+        ("queue", "priority"),
+        {},
+    ),
+    (
+        "noisy",
+        Gauge,
+        "s3q_queue_noisy_tenants",
+        (
+            "Tenants noisy now: their messages wait behind the others' (as SQS fair queues'"
+            " ApproximateNumberOfNoisyGroups)."
+        ),
+        ("queue",),
+        {},
+    ),
+    (
+        "quiet",
+        Gauge,
+        "s3q_queue_quiet_messages",
+        (
+            "Messages of quiet tenants (and with no tenant), by state: visible, in_flight,"
+            " delayed (as SQS fair queues' ApproximateNumberOfMessages...InQuietGroups)."
+        ),
+        ("queue", "state"),
+        {},
+    ),
+    (
+        "quiet_age",
+        Gauge,
+        "s3q_queue_quiet_oldest_age_seconds",
+        ("Age of the oldest visible message of a quiet tenant (or with no tenant); 0 if none."),
+        ("queue",),
+        {},
+    ),
+    (
+        "history",
+        Gauge,
+        "s3q_queue_history_objects",
+        ("Objects garbage collection keeps only for history_retention (as of its last pass)."),
+        ("queue",),
+        {},
+    ),
+    (
+        "classes",
+        Gauge,
+        "s3q_queue_tenant_deliveries",
+        ("Messages delivered since the queue opened, to noisy tenants and to the others."),
+        ("queue", "tenants"),
+        {},
+    ),
+    (
+        "batch",
+        Gauge,
+        "s3q_queue_ops_per_commit",
+        ("Mean operations per commit (group commit)."),
+        ("queue",),
+        {},
+    ),
+    (
+        "commit_seconds",
+        Histogram,
+        "s3q_queue_commit_seconds",
+        ("Time to make one log object durable (one group commit), by queue."),
+        ("queue",),
+        {"buckets": (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)},
+    ),
+    (
+        "commit_ops",
+        Histogram,
+        "s3q_queue_commit_operations",
+        ("Operations per group commit, by queue."),
+        ("queue",),
+        {"buckets": (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 10000)},
+    ),
+    (
+        "requests",
+        Gauge,
+        "s3q_queue_store_requests",
+        (
+            "Object-store requests since the queue opened, by kind (put, get, list, delete, all;"
+            " failed: those that failed; retried: those sent again)."
+        ),
+        ("queue", "kind"),
+        {},
+    ),
+    (
+        "broker_requests",
+        Gauge,
+        "s3q_broker_store_requests",
+        (
+            "Object-store requests since the broker started, of every queue it led and of its own"
+            " lease, by kind (put, get, list, delete, all, failed, retried)."
+        ),
+        ("kind",),
+        {},
+    ),
+    (
+        "spent",
+        Gauge,
+        "s3q_broker_store_dollars",
+        (
+            "What the broker's store requests cost since it started, at its prices (--put-price,"
+            " --get-price; by default S3's list prices on an object store, nothing on a local"
+            " directory). A month at the present rate: rate(s3q_broker_store_dollars[1h]) *"
+            " 2592000."
+        ),
+        (),
+        {},
+    ),
+    (
+        "read_aheads",
+        Gauge,
+        "s3q_broker_read_aheads",
+        (
+            "Queues read while their leader's lease ran out, ahead of a takeover, since the"
+            " broker started: started; taken (the takeover's open read on from it: only the log"
+            " written since); dropped (the leader kept its lease, or the read failed)."
+        ),
+        ("outcome",),
+        {},
+    ),
+    (
+        "in_progress",
+        Gauge,
+        "s3q_broker_requests_in_progress",
+        ("Native API requests being served (long polls included)."),
+        (),
+        {},
+    ),
+)
+
+
 class BrokerMetrics:
     """One registry of the broker's metrics."""
+
+    operations: Counter
+    seconds: Histogram
+    depth: Gauge
+    commits: Gauge
+    waits: Gauge
+    buffered: Gauge
+    deliveries: Gauge
+    noisy: Gauge
+    quiet: Gauge
+    quiet_age: Gauge
+    history: Gauge
+    classes: Gauge
+    batch: Gauge
+    commit_seconds: Histogram
+    commit_ops: Histogram
+    requests: Gauge
+    broker_requests: Gauge
+    spent: Gauge
+    read_aheads: Gauge
+    in_progress: Gauge
 
     def __init__(
         self, serves: Callable[[str], bool] = lambda name: True, prices: Prices = S3
@@ -148,134 +361,8 @@ class BrokerMetrics:
         self._priorities: dict[str, set[str]] = {}  # queue -> priorities with deliveries shown
         self.registry = CollectorRegistry()
         r = self.registry
-        self.operations = Counter(
-            "s3q_broker_operations",
-            "Requests answered, by queue, operation and outcome (ok or the error's class).",
-            ["queue", "operation", "outcome"],
-            registry=r,
-        )
-        self.seconds = Histogram(
-            "s3q_broker_request_seconds",
-            "Time to answer a request, durability included, by operation.",
-            ["operation"],
-            registry=r,
-        )
-        self.depth = Gauge(
-            "s3q_queue_messages", "Messages by status.", ["queue", "status"], registry=r
-        )
-        self.commits = Gauge(
-            "s3q_queue_commits",
-            "Log objects written since the queue opened.",
-            ["queue"],
-            registry=r,
-        )
-        self.waits = Gauge(
-            "s3q_queue_commit_waits",
-            "Commits that waited for more operations before their write (the commit window), "
-            "since the queue opened.",
-            ["queue"],
-            registry=r,
-        )
-        self.buffered = Gauge(
-            "s3q_queue_buffered_answers",
-            "Messages whose enqueue was answered before it was durable (durability "
-            '"buffered"), since the queue opened.',
-            ["queue"],
-            registry=r,
-        )
-        self.deliveries = Gauge(
-            "s3q_queue_deliveries",
-            "Messages delivered since the queue opened, by priority.",
-            ["queue", "priority"],
-            registry=r,
-        )
-        self.noisy = Gauge(
-            "s3q_queue_noisy_tenants",
-            "Tenants noisy now: their messages wait behind the others' (as SQS fair queues' "
-            "ApproximateNumberOfNoisyGroups).",
-            ["queue"],
-            registry=r,
-        )
-        self.quiet = Gauge(
-            "s3q_queue_quiet_messages",
-            "Messages of quiet tenants (and with no tenant), by state: visible, in_flight, "
-            "delayed (as SQS fair queues' ApproximateNumberOfMessages...InQuietGroups).",
-            ["queue", "state"],
-            registry=r,
-        )
-        self.quiet_age = Gauge(
-            "s3q_queue_quiet_oldest_age_seconds",
-            "Age of the oldest visible message of a quiet tenant (or with no tenant); 0 if none.",
-            ["queue"],
-            registry=r,
-        )
-        self.history = Gauge(
-            "s3q_queue_history_objects",
-            "Objects garbage collection keeps only for history_retention (as of its last pass).",
-            ["queue"],
-            registry=r,
-        )
-        self.classes = Gauge(
-            "s3q_queue_tenant_deliveries",
-            "Messages delivered since the queue opened, to noisy tenants and to the others.",
-            ["queue", "tenants"],
-            registry=r,
-        )
-        self.batch = Gauge(
-            "s3q_queue_ops_per_commit",
-            "Mean operations per commit (group commit).",
-            ["queue"],
-            registry=r,
-        )
-        self.commit_seconds = Histogram(
-            "s3q_queue_commit_seconds",
-            "Time to make one log object durable (one group commit), by queue.",
-            ["queue"],
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0),
-            registry=r,
-        )
-        self.commit_ops = Histogram(
-            "s3q_queue_commit_operations",
-            "Operations per group commit, by queue.",
-            ["queue"],
-            buckets=(1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 10000),
-            registry=r,
-        )
-        self.requests = Gauge(
-            "s3q_queue_store_requests",
-            "Object-store requests since the queue opened, by kind (put, get, list, delete, "
-            "all; failed: those that failed; retried: those sent again).",
-            ["queue", "kind"],
-            registry=r,
-        )
-        self.broker_requests = Gauge(
-            "s3q_broker_store_requests",
-            "Object-store requests since the broker started, of every queue it led and of its "
-            "own lease, by kind (put, get, list, delete, all, failed, retried).",
-            ["kind"],
-            registry=r,
-        )
-        self.spent = Gauge(
-            "s3q_broker_store_dollars",
-            "What the broker's store requests cost since it started, at its prices "
-            "(--put-price, --get-price; by default S3's list prices on an object store, "
-            "nothing on a local directory). A month at the present rate: "
-            "rate(s3q_broker_store_dollars[1h]) * 2592000.",
-            registry=r,
-        )
-        self.read_aheads = Gauge(
-            "s3q_broker_read_aheads",
-            "Queues read while their leader's lease ran out, ahead of a takeover, since the "
-            "broker started: started; taken (the takeover's open read on from it: only the log "
-            "written since); dropped (the leader kept its lease, or the read failed).",
-            ["outcome"],
-            registry=r,
-        )
-        self.in_progress = Gauge(
-            "s3q_broker_requests_in_progress",
-            "Native API requests being served (long polls included).",
-            registry=r,
-        )
+        for attr, kind, name, doc, labels, options in SERIES:
+            setattr(self, attr, kind(name, doc, labels, registry=r, **options))
         self.serving = 0  # native API requests being served: in_progress, read when scraped
         self.in_progress.set_function(lambda: self.serving)
         self._counted: dict[tuple[str, str, str], Any] = {}  # operations' children
