@@ -6,18 +6,21 @@ import asyncio
 import datetime
 import json
 import math
+import uuid
 from pathlib import Path
 from urllib.parse import urlencode
 
+import hypothesis.strategies as st
 import pytest
 from click.testing import CliRunner
 from conftest import SUPPORT_DIR, T0, FakeClock, StoreEnv
+from hypothesis import HealthCheck, example, given, settings
 
 import s3q
 from s3q.cli import main
 from s3q.history import log_events, timeline
 from s3q.log import ids, segment, stamps, tables
-from s3q.store import open_store
+from s3q.store import Store, open_store
 
 
 def _work(q: object, rounds: int) -> list[str]:
@@ -329,3 +332,64 @@ def test_replay_refuses_a_bad_time_without_a_traceback(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2 and "'yesterday' is neither a duration" in result.output
     assert "Traceback" not in result.output
+
+
+STEPS = ("release", "extend", "fail", "expire", "redrive")
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(steps=st.lists(st.sampled_from(STEPS), min_size=1, max_size=10))
+@example(steps=["release", "fail", "fail", "fail", "redrive", "fail"])  # (the issue's case)
+@example(steps=["expire", "expire", "expire", "release", "extend"])
+def test_the_attempt_in_the_history_is_the_queue_s_own_count(
+    tmp_path: Path, steps: list[str]
+) -> None:
+    """For every delivery, failure and death of a message, whatever came before (releases,
+    which give the attempt back, extensions, failures, leases run out, redrives), the
+    history's ``attempt`` is ``Message.attempts`` at that delivery (a release made the next
+    delivery read ``retried`` one too high: ``dead`` at attempt 4 with ``max_attempts=3``)."""
+    clock = FakeClock()
+    url = f"file://{tmp_path}/{uuid.uuid4().hex}/q"
+    q = s3q.open(url, clock=clock, max_attempts=3, retry_delay=1.0, retry_delay_max=1.0)
+    expected: list[tuple[str, int]] = []  # (kind, attempt) of each event with an attempt
+    try:
+        mid = q.enqueue(b"m")
+        for step in steps:
+            clock.advance(2.0)  # (past any retry delay)
+            if q.status(mid) is s3q.MessageStatus.DEAD:
+                q.redrive([mid])
+                continue
+            [m] = q.dequeue(1, visibility_timeout=30)
+            expected.append(("retried" if m.attempts > 1 else "leased", m.attempts))
+            if step == "release":
+                q.release(m)
+            elif step == "extend":
+                q.extend(m, 30)
+                q.complete(m)
+                break
+            elif step == "fail":
+                dead = q.fail(m, "no") is None
+                expected.append(("dead" if dead else "failed", m.attempts))
+            elif step == "expire":
+                clock.advance(31.0)
+                if m.attempts == 3:  # a lease run out on the last attempt: dead
+                    q.peek(1)  # (the writer buries it when it next looks)
+                    expected.append(("dead", m.attempts))
+            elif step == "redrive":
+                q.fail(m, "no")
+                expected.append(("dead" if m.attempts == 3 else "failed", m.attempts))
+    finally:
+        q.close()
+    store = open_store(url)
+    try:
+        events = asyncio.run(_all(store))
+    finally:
+        asyncio.run(store.close())
+    got = [(e.kind, e.attempt) for e in events if e.id == mid and e.attempt is not None]
+    assert got == expected, (steps, [(e.kind, e.attempt) for e in events if e.id == mid])
+
+
+async def _all(store: Store) -> list[log_events.Event]:
+    return [e async for e in log_events.read(store, 0)]

@@ -180,6 +180,10 @@ class Reader:
             elif isinstance(op, Extend):
                 yield Block(seq, index, 1, "extended", at, [op.id], {"visible_at": op.until})
             elif isinstance(op, Release):
+                for mid in op.ids:  # the delivery given back is not counted (as the queue)
+                    known = self._attempt(mid)
+                    if known:
+                        self._attempts[mid] = known - 1
                 yield Block(seq, index, len(op.ids), "released", at, op.ids, {})
             elif isinstance(op, Complete):
                 for mid in op.ids:
