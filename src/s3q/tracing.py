@@ -13,12 +13,16 @@ starts. The spans follow the OpenTelemetry messaging conventions:
 - a worker runs each handler in a CONSUMER span ``process <queue>``, the child of (and linked to)
   the context the message carries, and records how it ended (:data:`OUTCOME`).
 - a broker serves each HTTP request in a SERVER span, the child of the request's ``traceparent``.
+  A request that came with no trace context is traced by the broker alone: the messages it
+  enqueues carry none (no ``traceparent``, and so no ``AWSTraceHeader`` for SQS consumers), as
+  a message's trace is its sender's to start.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
+from contextvars import ContextVar
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -189,7 +193,7 @@ def publishing(queue: str, attributes: Iterable[Any], batch: int | None = None) 
     ``enqueue_batch``) to ``queue`` (a name, or a queue URL): None when nothing is to trace (no
     valid current span, or every message carries a context already). Without OpenTelemetry
     loaded it costs a dict lookup, and with it but no span, a look at the current span."""
-    if not _in_span():
+    if not _in_span() or _untraced.get():
         return None
     if all(isinstance(a, Mapping) and TRACEPARENT in a for a in attributes):
         return None
@@ -290,6 +294,9 @@ def consumer(queue: str) -> Consumer | None:
 
 # ------------------------------------------------------------------------------ the broker
 
+#: set while a broker serves a request that came with no trace context
+_untraced: ContextVar[bool] = ContextVar("s3q_untraced", default=False)
+
 
 class Server:
     """The SERVER span of each HTTP request to an ASGI app (the broker's)."""
@@ -323,16 +330,20 @@ class Server:
                 status = message["status"]
             await send(message)
 
-        with trace.use_span(span, end_on_exit=True):
-            await app(scope, receive, sending)
-            route = scope.get("route")
-            path = getattr(route, "path", None)
-            if isinstance(path, str):
-                span.update_name(f"{method} {path}")
-                span.set_attribute("http.route", path)
-            span.set_attribute("http.response.status_code", status)
-            if status >= 500:
-                span.set_status(trace.Status(trace.StatusCode.ERROR))
+        untraced = _untraced.set(not carrier)  # (its messages carry no context of the broker's)
+        try:
+            with trace.use_span(span, end_on_exit=True):
+                await app(scope, receive, sending)
+                route = scope.get("route")
+                path = getattr(route, "path", None)
+                if isinstance(path, str):
+                    span.update_name(f"{method} {path}")
+                    span.set_attribute("http.route", path)
+                span.set_attribute("http.response.status_code", status)
+                if status >= 500:
+                    span.set_status(trace.Status(trace.StatusCode.ERROR))
+        finally:
+            _untraced.reset(untraced)
 
 
 def server() -> Server | None:

@@ -372,3 +372,26 @@ def test_without_opentelemetry_s3q_imports_none_of_it_and_works(tmp_path: Path) 
     assert report["handled"] == [b.decode() for b in (b"embedded", b"remote")]
     assert report["attributes"] == [{}, {}]
     assert report["asked_for"] == [] and report["loaded"] == []
+
+
+def test_a_traced_broker_adds_no_trace_to_messages_of_untraced_callers(
+    spans: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    """A broker with a tracer provider serves each request in a SERVER span, but a message
+    whose sender sent no trace context carries none: no ``traceparent`` for native consumers,
+    no ``AWSTraceHeader`` for SQS ones (an X-Ray header made from the broker's own random
+    trace id would not even begin with the epoch X-Ray's format wants). A traced caller's
+    context is carried as before."""
+    parent = "00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-01"
+    with SqsBroker(f"file://{tmp_path}/store") as broker:
+        sqs = broker.client()
+        url = sqs.create_queue(QueueName="plain")["QueueUrl"]
+        sqs.send_message(QueueUrl=url, MessageBody="untraced sqs")
+        with connect(broker.url) as client:
+            native = client.queue("plain")
+            native.enqueue(b"untraced native")
+            native.enqueue(b"traced", attributes={tracing.TRACEPARENT: parent})
+            delivered = {m.payload: m.attributes for m in native.dequeue(3)}
+        assert delivered[b"untraced sqs"] == {} and delivered[b"untraced native"] == {}
+        assert delivered[b"traced"] == {tracing.TRACEPARENT: parent}
+    assert any(s.kind is SpanKind.SERVER for s in spans.get_finished_spans())
