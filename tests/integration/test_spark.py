@@ -990,6 +990,39 @@ def test_history_stream_names_a_gap_the_collector_made(
     assert {mid for _, _, mid, kind in landed if kind == "enqueued"} >= set(kept)
 
 
+def test_a_history_read_over_collected_log_objects_names_them(
+    spark: SparkSession, file_env: StoreEnv
+) -> None:
+    """Without history_retention the collector deletes log objects between those it keeps
+    (an enqueue kept for a payload still pending, the leases after it gone): a batch read of
+    the history across them fails naming them, rather than tell wrong lives in silence; a read
+    of the window after them, or with failOnDataLoss false, reads what is left."""
+    clock = FakeClock()
+    with file_env.open(clock=clock, gc_grace=0.0, completed_retention=0.0) as q:
+        q.enqueue_batch([b"stays"] * 2)  # pending: this log object is kept for its payloads
+        for _ in range(6):  # (higher priority: these go first, "stays" stays)
+            q.enqueue_batch([{"payload": b"m", "priority": 5}] * 4)
+            q.complete_batch(q.dequeue(max_messages=4, wait=0))
+        clock.advance(10)
+        assert q.compact().deleted_objects > 0
+        q.enqueue(b"after")
+    left = file_env.log_seqs()
+    assert left != list(range(left[0], left[-1] + 1)), left  # a hole between kept objects
+
+    def history(**options: str) -> Any:
+        reader = spark.read.format("s3q").option("history", "true")
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        return reader.load(file_env.url)
+
+    with pytest.raises(Exception) as failed:
+        history().collect()
+    assert "were collected before this read reached them" in str(failed.value)
+    assert "failOnDataLoss" in str(failed.value)
+    rows = history(failOnDataLoss="false", payloads="true").collect()
+    assert {r["payload"] for r in rows if r["kind"] == "enqueued"} >= {b"stays", b"after"}
+
+
 def test_history_stream_refuses_a_bad_start(
     spark: SparkSession, file_env: StoreEnv, tmp_path: Path
 ) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import logging
 from collections.abc import AsyncGenerator, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -71,6 +72,8 @@ COLUMNS: list[tuple[str, pa.DataType, str]] = [
     ("partition", pa.int32(), "int"),  # the queue's partition whose log holds the event
 ]
 PAYLOAD = ("payload", pa.binary(), "binary")
+
+logger = logging.getLogger("s3q.spark")
 
 
 def schema(payloads: bool) -> str:
@@ -200,6 +203,7 @@ class HistoryReader(DataSourceReader):
         self.payloads = flag(options, "payloads")
         self.per_partition = options.integer("objectsPerPartition", OBJECTS_PER_PARTITION)
         self.window = Window()
+        self.strict = flag(options, "failOnDataLoss", default=True)
         self.planned: list[int] = []  # the log objects planned, for tests and explain
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
@@ -211,17 +215,37 @@ class HistoryReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         plan = run(_plan(self.options, self.window))
-        self.planned = [seq for _, _, seqs in plan for seq in seqs]
+        self._check(plan)
+        self.planned = [seq for _, _, seqs, _ in plan for seq in seqs]
         step = self.per_partition
         ranges = [
             (index, queue, seqs[i : i + step])
-            for index, queue, seqs in plan
+            for index, queue, seqs, _ in plan
             for i in range(0, len(seqs), step)
         ]
         return [
-            LogRange(i, queue, r, self.window, partition=index)
+            LogRange(i, queue, r, self.window, self.strict, partition=index)
             for i, (index, queue, r) in enumerate(ranges)
         ] or [LogRange(0, plan[0][1], [], self.window)]
+
+    def _check(self, plan: list[Planned]) -> None:
+        """Raise :class:`HistoryGap` (log it, without ``failOnDataLoss``) if log objects among
+        those the read covers were collected: the events left would tell wrong lives (an
+        enqueue kept for its payload, the leases after it gone, reads as a message never
+        delivered). History begins where the queue's log does: objects before the first one
+        kept are no gap."""
+        for index, _, _, holes in plan:
+            for low, high in holes:
+                gap = log_events.gap(
+                    placement.url_of(self.options.url, index),
+                    low,
+                    high,
+                    "or read a window after them (a filter on at), or set option "
+                    "failOnDataLoss to false to read what is left",
+                )
+                if self.strict:
+                    raise gap
+                logger.warning("%s", gap)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, LogRange)
@@ -247,16 +271,21 @@ def flag(options: Options, name: str, default: bool = False) -> bool:
     return raw == "true"
 
 
-async def _plan(options: Options, window: Window) -> list[tuple[int, str, list[int]]]:
+Planned = tuple[int, str, list[int], list[tuple[int, int]]]
+
+
+async def _plan(options: Options, window: Window) -> list[Planned]:
     """For each partition of the queue with a log (partition 0 alone, for most queues): its
-    number, its queue id and the log objects that may hold the events wanted."""
+    number, its queue id, the log objects that may hold the events wanted, and the log
+    objects between the first and the last of those that were collected (ranges)."""
     since, until = window.seconds()
 
-    async def planned(index: int, seqs: list[int]) -> tuple[int, str, list[int]]:
+    async def planned(index: int, seqs: list[int]) -> Planned:
         store = options.open_store(index)
         try:
             chosen, _ = await timeline.window(store, seqs, since, until)
-            return index, await log_events.queue_id(store), chosen
+            holes = log_events.missing(chosen[0], chosen[-1] + 1, seqs) if chosen else []
+            return index, await log_events.queue_id(store), chosen, holes
         finally:
             await store.close()
 
