@@ -4,6 +4,7 @@ a call passes through, read from the code (so the document cannot drift from it)
     python scripts/architecture.py            # print the generated part
     python scripts/architecture.py --write    # put it into docs/architecture.md
     python scripts/architecture.py --paths    # only the modules each call passes, numbered
+    python scripts/architecture.py --lines    # the lines of each room
 
 The rooms and their layers come from the import test (``tests/unit/test_import_cycles.py``:
 ``LAYERS``); each room is described by the first sentence of its docstring. The paths are
@@ -55,7 +56,7 @@ def lines_of(name: str, found: dict[str, Path]) -> int:
 def rooms_table() -> str:
     found = modules(SRC)
     between = rooms(graph(SRC))
-    out = ["| layer | room | lines | what it is | imports |", "|---|---|---|---|---|"]
+    out = ["| layer | room | what it is | imports |", "|---|---|---|---|"]
     for name, members in reversed(LAYERS):
         for member in sorted(members):
             path = found[member]
@@ -64,10 +65,7 @@ def rooms_table() -> str:
             if member == "s3q":
                 where = "s3q/__init__.py"
             below = ", ".join(f"`{r.removeprefix('s3q.')}`" for r in sorted(between[member]))
-            out.append(
-                f"| {name} | `{where}` | {lines_of(member, found):,} | "
-                f"{first_sentence(path)} | {below or '—'} |"
-            )
+            out.append(f"| {name} | `{where}` | {first_sentence(path)} | {below or '—'} |")
     return "\n".join(out)
 
 
@@ -190,6 +188,12 @@ def generated() -> str:
 
 
 def main() -> None:
+    if "--lines" in sys.argv:
+        found = modules(SRC)
+        for name, members in reversed(LAYERS):
+            for member in sorted(members):
+                print(f"{lines_of(member, found):7,} {member} ({name})")
+        return
     if "--paths" in sys.argv:
         for call, names in paths().items():
             print(f"{call}: {len(names)} modules")
