@@ -7,6 +7,7 @@ import asyncio
 import copy
 from typing import Any
 
+import pytest
 from fault_harness.cluster import PAUSE_PAST_LEASE
 from fault_harness.workload import Plan
 
@@ -72,6 +73,10 @@ def test_brokers_whose_leader_is_paused_keep_every_promise(
     assert any(v.check == "fenced-ack" and pause.writer in v.detail for v in found), found
 
 
+# a takeover within the pause is a figure of time: with the parallel tier saturating both
+# cores, a pause in one of two full runs went untaken (15 pauses, 14 taken), before and after
+# this suite's partitioned-dequeue change alike; on a machine not saturated it holds
+@pytest.mark.alone
 def test_a_partitioned_queue_through_paused_brokers_keeps_every_promise(
     moto_server: Any, s3_bucket: str
 ) -> None:
