@@ -32,9 +32,8 @@ import threading
 import time
 from typing import Any
 
-import harness_path  # noqa: F401  (puts fault_harness on the path)
 import httpx
-import local_s3
+import local_s3  # (also puts tests/support, the fault harness, on the path)
 from fault_harness.cluster import holder
 
 import s3q

@@ -33,8 +33,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import harness_path  # noqa: F401  (puts fault_harness on the path)
-import local_s3
+import local_s3  # (also puts tests/support, the fault harness, on the path)
 from fault_harness.workload import Plan, Report, in_memory, run_embedded, through_proxy
 
 from s3q.faults import HARSH, REALISTIC

@@ -23,8 +23,7 @@ import shlex
 import sys
 from pathlib import Path
 
-import harness_path  # noqa: F401  (puts fault_harness on the path)
-import local_s3
+import local_s3  # (also puts tests/support, the fault harness, on the path)
 from fault_harness.series import plot, recovered, report, table, timeline, write_json
 from fault_harness.soak import SoakPlan, run_soak
 
