@@ -1,30 +1,32 @@
 """Broker CPU per request: single SQS and native calls from one client process.
 
     python benchmarks/request_cpu.py [--calls 2000] [--rounds 1] [--src PATH ...]
-        [--store URL] [--embedded] [--profile DIR [--raw]]
+        [--store URL] [--embedded] [--floors] [--profile DIR [--raw]]
 
 For each ``--src`` (a PYTHONPATH holding the ``s3q`` package to serve with; default: the one
 this script imports), starts ``s3q serve`` on a temporary file:// store (or ``--store``) in a
 child process (SQS access key ``bench``, so every SQS request is SigV4-checked) and drives, one
-call at a time from this process: ``--calls`` SendMessage (1 KiB), ReceiveMessage (one
-message) and DeleteMessage through boto3, then as many native enqueue (1 KiB), dequeue (one
-message) and complete calls through s3q's blocking client. For each kind of call it prints
-the broker's CPU per request (user + system time of the child, from /proc/<pid>/stat, before
-and after the phase) and the client-side p50/p99 latency. With several ``--src`` and
-``--rounds``, the brokers take turns, so a noisy machine weighs on each alike; the figures are
-per round. ``--embedded`` adds the CPU per call of enqueue, dequeue and complete on an
-embedded queue of the same kind of store, in this process: the engine's share of each figure.
-``--profile DIR`` records a py-spy flame graph of each broker's SQS and native phases into DIR
-(``--raw``: collapsed stacks, for reading as text; ``$SPY_ARGS``: more py-spy options, e.g.
-``--gil``). ``$USER_ONLY=1`` counts user time only (what the store's system calls leave);
-``$LOG_LEVEL`` is the broker's (default warning; ``s3q serve``'s is info, which writes an access
-log line per request).
+call at a time from this process: ``--calls`` SendMessage (1 KiB), ReceiveMessage (one message)
+and DeleteMessage through boto3, then as many native enqueue (1 KiB), dequeue (one message) and
+complete calls through s3q's blocking client. For each kind of call it prints the broker's CPU
+per request (user + system time of the child, from /proc/<pid>/stat, before and after the phase)
+and the client-side p50/p99 latency. With several ``--src`` and ``--rounds``, the brokers take
+turns, so a noisy machine weighs on each alike; the figures are per round. ``--floors`` adds, in
+each round, the same native enqueue call answered by two floors (benchmarks/floor_servers.py): a
+raw httptools protocol on uvloop, and a one-route Starlette app under uvicorn. ``--embedded``
+adds the CPU per call of enqueue, dequeue and complete on an embedded queue of the same kind of
+store, in this process: the engine's share of each figure. ``--profile DIR`` records a py-spy
+flame graph of each broker's SQS and native phases into DIR (``--raw``: collapsed stacks, for
+reading as text; ``$SPY_ARGS``: more py-spy options, e.g. ``--gil``). ``$USER_ONLY=1`` counts
+user time only (what the store's system calls leave); ``$LOG_LEVEL`` is the broker's (default
+warning; ``s3q serve``'s is info, which writes an access log line per request).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import shlex
 import socket
@@ -194,6 +196,35 @@ def run(
     return results
 
 
+def floors(calls: int) -> dict[str, tuple[float, ...]]:
+    """The CPU per call of the floors (benchmarks/floor_servers.py), called as a native
+    enqueue is: by s3q's blocking client, one call at a time."""
+    results: dict[str, tuple[float, ...]] = {}
+    for kind in ("raw", "starlette"):
+        port = free_port()
+        script = str(Path(__file__).with_name("floor_servers.py"))
+        child = subprocess.Popen([sys.executable, script, kind, str(port)])
+        try:
+            url = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 30
+            while True:
+                with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)):
+                    break
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"the {kind} floor did not listen")
+                time.sleep(0.05)
+            with connect(url) as client:
+                queue = client.queue("native")
+                for _ in range(20):
+                    queue.enqueue(PAYLOAD)
+                call = functools.partial(lambda q, _: q.enqueue(PAYLOAD), queue)
+                results[f"floor: {kind}"] = phase(child.pid, calls, call)
+        finally:
+            child.terminate()
+            child.wait(30)
+    return results
+
+
 def embedded(store: str | None, calls: int) -> dict[str, float]:
     """CPU µs per call of the same calls on an embedded queue (this process, uvloop if
     installed): the engine's share, which the broker adds HTTP and its API to."""
@@ -248,6 +279,11 @@ def main() -> None:
         "--embedded", action="store_true", help="also the same calls on an embedded queue"
     )
     parser.add_argument("--raw", action="store_true", help="profiles as collapsed stacks")
+    parser.add_argument(
+        "--floors",
+        action="store_true",
+        help="also a native enqueue's call against a raw httptools protocol and a Starlette app",
+    )
     args = parser.parse_args()
     import s3q
 
@@ -259,6 +295,9 @@ def main() -> None:
             profile = args.profile if round_ == 0 else None
             for kind, figures in run(src, args.calls, profile, label, args.raw, args.store).items():
                 table.setdefault((src, kind), []).append(figures)
+        if args.floors:
+            for kind, figures in floors(args.calls).items():
+                table.setdefault(("(the same client call)", kind), []).append(figures)
     print(f"{'broker (src)':40} {'call':16} {'CPU µs/call':>22} {'p50 ms':>7} {'p99 ms':>7}")
     for (src, kind), rows in table.items():
         cpu = " ".join(f"{r[0]:.0f}" for r in rows)

@@ -11,6 +11,8 @@ from typing import Any
 import uvicorn
 
 from s3q.broker import create_app
+from s3q.broker.limits import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BATCH
+from s3q.broker.server import configure
 from s3q.prices import Prices
 
 TOKEN = "sekrit-token"
@@ -34,6 +36,9 @@ class Broker:
         sqs_keys: dict[str, str] | None = None,
         advertise: bool = False,
         prices: Prices | None = None,
+        lean: bool = True,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        body_timeout: float = DEFAULT_BODY_TIMEOUT,
         **options: Any,
     ) -> None:
         # bound here and handed to uvicorn: no other process (an xdist worker) can take the port
@@ -49,10 +54,12 @@ class Broker:
             sqs_keys=sqs_keys,
             address=self.url if advertise else None,
             prices=prices,
+            max_batch=max_batch,
+            body_timeout=body_timeout,
         )
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=self.port, lifespan="on", log_level="warning"
-        )
+        if not lean:
+            app.state.lean = None  # every call through the generic stack
+        config = configure(app, "127.0.0.1", self.port, log_level="warning")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True

@@ -26,6 +26,7 @@ try:
 except ImportError:  # httptools missing: h11 it is
     HttpToolsProtocol = None  # type: ignore[assignment,misc]
 
+from .lean import LeanProtocol, NativeCalls
 from .limits import DEFAULT_HEAD_TIMEOUT
 
 log = logging.getLogger("s3q.broker")
@@ -113,11 +114,20 @@ class _HeadLimit(_HttpTools):
         super().on_headers_complete()
 
 
-def protocol(head_timeout: float = DEFAULT_HEAD_TIMEOUT, parser: str = "auto") -> type[Any]:
+def protocol(
+    head_timeout: float = DEFAULT_HEAD_TIMEOUT,
+    parser: str = "auto",
+    lean: NativeCalls | None = None,
+) -> type[Any]:
     """uvicorn's HTTP/1.1 protocol (``uvicorn.Config(http=...)``) with ``head_timeout``:
-    ``parser`` "httptools", "h11", or "auto" (httptools if installed)."""
+    ``parser`` "httptools", "h11", or "auto" (httptools if installed). ``lean``: the calls
+    answered by the lean path (:mod:`.lean`; with httptools only)."""
     fast = parser == "httptools" or (parser == "auto" and HttpToolsProtocol is not None)
     if fast and HttpToolsProtocol is None:
         raise ImportError("httptools is not installed")
-    bases = (_HeadTimeout, _HeadLimit, HttpToolsProtocol) if fast else (_HeadTimeout, H11Protocol)
-    return type("HeadTimeoutProtocol", bases, {"head_timeout": head_timeout})
+    if not fast:
+        return type(
+            "HeadTimeoutProtocol", (_HeadTimeout, H11Protocol), {"head_timeout": head_timeout}
+        )
+    bases = (_HeadTimeout, _HeadLimit, LeanProtocol, HttpToolsProtocol)
+    return type("BrokerProtocol", bases, {"head_timeout": head_timeout, "lean": lean})

@@ -90,10 +90,13 @@ async def read_body(
                     raise ClientDisconnect()
                 message = None
     except TimeoutError:
-        raise RequestTimeout(
-            f"request body not received within {timeout:g} s ({size:,} bytes came)"
-        ) from None
+        raise body_late(timeout, size) from None
     return b"".join(chunks)
+
+
+def body_late(timeout: float, size: int) -> RequestTimeout:
+    """The refusal of a body not received within ``timeout`` seconds (``size`` bytes came)."""
+    return RequestTimeout(f"request body not received within {timeout:g} s ({size:,} bytes came)")
 
 
 def _ready(receive: Receive) -> Message | None:

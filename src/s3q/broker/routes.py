@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import msgspec
-from starlette.requests import Request
 
 from .. import validate
 from ..api import AsyncQueue
@@ -22,19 +21,25 @@ from ..partitions.queue import PartitionedQueue
 from ..wire import pages
 from ..wire.answers import heard, spread
 from ..wire.codec import SERVED_NAME_PATTERN, QueueNotFound
-from .forward import FORWARDED, ForwardedQueue
-from .limits import disconnected
+from .forward import ForwardedQueue
 from .registry import QueueRegistry
+
+
+async def _staying() -> bool:
+    return False
 
 
 @dataclass
 class Call:
-    """One request to a route: its checked arguments and where to find its queue."""
+    """One request to a route: its checked arguments and where to find its queue.
+    ``forwarded``: another broker sent it (believing this one leads the queue); ``gone``:
+    whether its client has left by now (a long poll gives back what it leased then)."""
 
     registry: QueueRegistry
-    request: Request
     name: str | None
     args: dict[str, Any]
+    forwarded: bool = False
+    gone: Callable[[], Awaitable[bool]] = _staying
 
     async def queue(
         self, *, create: bool = False
@@ -43,8 +48,7 @@ class Call:
         (a call that adds messages or settings makes the queue). Its writer is noted for the
         answer's ``s3q-writer`` header (a forwarded queue's, by its leader's answer)."""
         assert self.name is not None
-        forwarded = FORWARDED in self.request.headers
-        queue = await self.registry.get(self.name, forwarded=forwarded, create=create)
+        queue = await self.registry.get(self.name, forwarded=self.forwarded, create=create)
         heard(queue.writer if isinstance(queue, AsyncQueue) else None)
         if isinstance(queue, PartitionedQueue):
             spread(len(queue.partitions))  # (the client spreads its calls over the brokers)
@@ -176,12 +180,12 @@ async def dequeue(call: Call) -> Any:
         raise InvalidArgument(f"pages must be true or false, got {paged!r}")
     if paged and isinstance(queue, AsyncQueue | PartitionedQueue):  # (led elsewhere: messages)
         answer = await queue.dequeue_pages(**call.args)
-        if (answer.messages or answer.pages) and await disconnected(call.request):
+        if (answer.messages or answer.pages) and await call.gone():
             await queue.release(pages.merged(answer))
             return {"messages": []}
         return answer
     messages = await queue.dequeue(**call.args)
-    if messages and await disconnected(call.request):
+    if messages and await call.gone():
         # A long poll whose client left: give its leases back instead of stranding them.
         await queue.release(messages)
         return {"messages": []}

@@ -27,6 +27,8 @@ from .limits import (
 )
 
 if TYPE_CHECKING:
+    import uvicorn
+
     from .registry import QueueRegistry
 
 TOKENS_ENV = "S3Q_TOKENS"
@@ -108,6 +110,7 @@ def serve(
     graceful_timeout: int = 10,
     log_level: str = "info",
     access_log: bool = False,
+    lean: bool = True,
     summary_every: float = request_log.SUMMARY_EVERY,
     on_ready: Callable[[str], None] | None = None,
     max_body: int = DEFAULT_MAX_BODY,
@@ -125,7 +128,8 @@ def serve(
     ``sqs_keys`` (plus those of ``sqs_credentials`` and ``$S3Q_SQS_CREDENTIALS``): access key
     id -> secret; when any, requests to the SQS endpoint must be SigV4-signed with one. On
     SIGTERM uvicorn stops accepting, lets requests in flight finish (``graceful_timeout``
-    seconds at most), then every queue is closed: pending commits finish, leases are released.
+    seconds at most; long polls end at once, empty), then every queue is closed: pending
+    commits finish, leases are released.
 
     ``advertise``: the URL other brokers over the same store reach this one at (default: the
     address it listens on); they forward the requests of the queues this broker leads to it.
@@ -139,20 +143,12 @@ def serve(
     request's head/body may take to arrive (the connection is closed/408). ``idle_close``:
     seconds after which a queue no call used is closed (0: never). ``prices``: the store's,
     for the spend reckoned on the dashboard and at ``/metrics`` (default: S3's list prices on
-    an object store, nothing on a local directory). On SIGTERM, long polls end at
-    once with an empty answer. ``log_level``: what is logged (to standard error); at info a
-    summary of the requests each ``summary_every`` seconds, and with ``access_log`` a line per
-    request (``s3q.broker.request_log``).
+    an object store, nothing on a local directory). ``log_level``: what is logged (to standard
+    error); at info a summary of the requests each ``summary_every`` seconds, and with
+    ``access_log`` a line per request (``s3q.broker.request_log``). ``lean``: the hot calls
+    answered straight from the HTTP parser (``s3q.broker.lean``; not with an access log).
     """
-    try:
-        import uvicorn  # noqa: F401  (the broker's extra: checked before anything starts)
-
-        from .app import create_app
-    except ImportError as exc:
-        raise InvalidConfig(
-            f"the broker needs its extra ({exc}): pip install 's3q[broker]'"
-        ) from None
-
+    create_app = _app_maker()
     all_tokens = set(tokens or ()) | load_tokens(token_file)
     keys = {**load_sqs_keys(sqs_credentials), **(sqs_keys or {})}
     check_exposure(host, all_tokens)
@@ -175,6 +171,7 @@ def serve(
     )
     app.state.summary_every = summary_every
     request_log.show(log_level)
+    app.state.lean = app.state.lean if lean and not access_log else None
     _run(
         app,
         host,
@@ -186,6 +183,20 @@ def serve(
         max_connections,
         on_ready,
     )
+
+
+def _app_maker() -> Callable[..., Any]:
+    """:func:`.app.create_app`; InvalidConfig if the broker's extra is not installed (checked
+    before anything starts)."""
+    try:
+        import uvicorn  # noqa: F401
+
+        from .app import create_app
+    except ImportError as exc:
+        raise InvalidConfig(
+            f"the broker needs its extra ({exc}): pip install 's3q[broker]'"
+        ) from None
+    return create_app
 
 
 def _run(
@@ -202,21 +213,16 @@ def _run(
     """Serve ``app`` under uvicorn until SIGTERM or Ctrl-C (see :func:`serve`)."""
     import uvicorn
 
-    from . import connections
-
     registry: QueueRegistry = app.state.registry
-    config = uvicorn.Config(
+    config = configure(
         app,
-        host=host,
-        port=port,
-        lifespan="on",
+        host,
+        port,
         log_level=log_level,
         access_log=access_log,
-        timeout_graceful_shutdown=graceful_timeout,
-        server_header=False,
-        http=connections.protocol(head_timeout),  # httptools when installed
-        loop="auto",  # uvloop when installed
-        limit_concurrency=max_connections,
+        graceful_timeout=graceful_timeout,
+        head_timeout=head_timeout,
+        max_connections=max_connections,
     )
 
     class Server(uvicorn.Server):
@@ -235,6 +241,38 @@ def _run(
             await super().shutdown(sockets)
 
     Server(config).run()
+
+
+def configure(
+    app: Any,
+    host: str,
+    port: int,
+    *,
+    log_level: str = "info",
+    access_log: bool = False,
+    graceful_timeout: int = 10,
+    head_timeout: float = DEFAULT_HEAD_TIMEOUT,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+) -> uvicorn.Config:
+    """uvicorn's settings for serving the broker ``app`` (of :func:`.app.create_app`): its
+    HTTP protocol, with the lean path unless ``app.state.lean`` is None (see :func:`serve`)."""
+    import uvicorn
+
+    from . import connections
+
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        lifespan="on",
+        log_level=log_level,
+        access_log=access_log,
+        timeout_graceful_shutdown=graceful_timeout,
+        server_header=False,
+        http=connections.protocol(head_timeout, lean=app.state.lean),  # httptools if installed
+        loop="auto",  # uvloop when installed
+        limit_concurrency=max_connections,
+    )
 
 
 def spawn(

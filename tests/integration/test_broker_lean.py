@@ -1,0 +1,204 @@
+"""The lean request path (``s3q.broker.lean``) answers exactly as the generic stack does: each
+request below, good or bad, is sent as raw bytes to a broker with the lean path and to one
+without, and the two answers must match in status, content type and body. Also: the lean path
+really takes the calls it should, keeps pipelined requests in order, waits for a body sent in
+pieces, and refuses a body that stops coming as the generic stack does."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+import pytest
+from broker_harness import Broker
+
+TOKEN = "lean-token"
+MAX_BATCH = 5
+Q = "/v1/queues/lean"
+pack = msgspec.msgpack.encode
+
+
+def request(
+    path: str,
+    body: bytes,
+    *,
+    kind: str = "application/msgpack",
+    token: str | None = TOKEN,
+    method: str = "POST",
+    extra: tuple[str, ...] = (),
+) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", "Accept: application/msgpack"]
+    lines += [f"Content-Type: {kind}"] if kind else []
+    lines += [f"Authorization: Bearer {token}"] if token is not None else []
+    lines += [f"Content-Length: {len(body)}", *extra]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def answers(port: int, data: bytes, count: int = 1, pieces: int = 1) -> list[tuple[int, str, Any]]:
+    """Send ``data`` (in ``pieces`` writes) on one connection; its first ``count`` answers as
+    (status, content type, decoded body)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+        step = -(-len(data) // pieces)
+        for at in range(0, len(data), step):
+            sock.sendall(data[at : at + step])
+        stream = sock.makefile("rb")
+        found = []
+        for _ in range(count):
+            status = int(stream.readline().split()[1])
+            headers = {}
+            while (line := stream.readline()) not in (b"\r\n", b""):
+                key, _, value = line.decode().partition(":")
+                headers[key.strip().lower()] = value.strip()
+            if "content-length" in headers:
+                raw = stream.read(int(headers["content-length"]))
+            else:  # chunked
+                raw = b""
+                while size := int(stream.readline(), 16):
+                    raw += stream.read(size + 2)[:-2]
+                stream.readline()
+            kind = headers.get("content-type", "")
+            body = msgspec.msgpack.decode(raw) if "msgpack" in kind else raw
+            found.append((status, kind, body))
+        return found
+
+
+def shape(answer: tuple[int, str, Any]) -> tuple[int, str, Any]:
+    """An answer with what differs from broker to broker (ids, receipts) reduced to types."""
+    status, kind, body = answer
+    if status == 200 and isinstance(body, dict):
+        body = {k: type(v).__name__ for k, v in body.items()}
+    return status, kind, body
+
+
+@pytest.fixture(scope="module")
+def brokers() -> Iterator[tuple[Broker, Broker]]:
+    with (
+        Broker("memory://lean", tokens={TOKEN}, max_batch=MAX_BATCH) as lean,
+        Broker("memory://generic", tokens={TOKEN}, max_batch=MAX_BATCH, lean=False) as generic,
+    ):
+        assert lean.server.config.loaded_app.app.state.lean is not None  # (the lean one is)
+        yield lean, generic
+
+
+def taken(broker: Broker) -> int:
+    """Calls the broker's lean path has answered."""
+    return int(broker.server.config.loaded_app.app.state.lean.taken)
+
+
+CASES: list[tuple[str, bytes]] = [
+    ("enqueue", request(f"{Q}/enqueue", pack({"payload": b"x"}))),
+    (
+        "enqueue, every argument",
+        request(
+            f"{Q}/enqueue",
+            pack(
+                {
+                    "payload": b"x",
+                    "priority": 3,
+                    "delay": 0,
+                    "dedup_id": None,
+                    "group": None,
+                    "attributes": {"a": "b"},
+                    "durability": "durable",
+                    "tenant": "t",
+                }
+            ),
+        ),
+    ),
+    ("enqueue-batch", request(f"{Q}/enqueue-batch", pack({"items": [b"a", {"payload": b"b"}]}))),
+    ("dequeue", request(f"{Q}/dequeue", pack({"max_messages": 1}))),
+    ("dequeue of a queue never made", request("/v1/queues/none/dequeue", pack({}))),
+    ("not msgpack", request(f"{Q}/enqueue", b"\xc1\xc1")),
+    ("a list, not a map", request(f"{Q}/enqueue", pack([1, 2]))),
+    ("a map of numbers", request(f"{Q}/enqueue", pack({1: 2}))),
+    ("an unknown argument", request(f"{Q}/enqueue", pack({"payload": b"x", "bogus": 1}))),
+    ("a missing argument", request(f"{Q}/enqueue", pack({"priority": 1}))),
+    ("a payload of the wrong type", request(f"{Q}/enqueue", pack({"payload": 5}))),
+    ("a priority out of range", request(f"{Q}/enqueue", pack({"payload": b"x", "priority": 300}))),
+    ("items not a list", request(f"{Q}/enqueue-batch", pack({"items": 5}))),
+    ("items over the limit", request(f"{Q}/enqueue-batch", pack({"items": [b"x"] * 6}))),
+    ("items null", request(f"{Q}/enqueue-batch", pack({"items": None}))),
+    ("a bad item", request(f"{Q}/enqueue-batch", pack({"items": [b"x", {"payload": 1}]}))),
+    ("receipts null", request(f"{Q}/complete", pack({"receipts": None}))),
+    ("an unknown receipt", request(f"{Q}/complete", pack({"receipts": ["bogus"]}))),
+    ("complete of a queue never made", request("/v1/queues/none/complete", pack({"receipts": []}))),
+    ("max_messages of the wrong type", request(f"{Q}/dequeue", pack({"max_messages": "x"}))),
+    ("pages not a boolean", request(f"{Q}/dequeue", pack({"pages": 3}))),
+    ("a bad queue name", request("/v1/queues/a:b/enqueue", pack({"payload": b"x"}))),
+    ("an escaped name", request("/v1/queues/le%61n/enqueue", pack({"payload": b"x"}))),
+    ("a query string", request(f"{Q}/enqueue?x=1", pack({"payload": b"x"}))),
+    ("no token", request(f"{Q}/enqueue", pack({"payload": b"x"}), token=None)),
+    ("a wrong token", request(f"{Q}/enqueue", pack({"payload": b"x"}), token="nope")),
+    ("plain text", request(f"{Q}/enqueue", b"payload", kind="text/plain")),
+    ("no content type", request(f"{Q}/enqueue", pack({"payload": b"x"}), kind="")),
+    ("JSON", request(f"{Q}/dequeue", b'{"max_messages": 1}', kind="application/json")),
+    (
+        "msgpack with a charset",
+        request(f"{Q}/dequeue", pack({}), kind="application/msgpack; charset=x"),
+    ),
+    ("an origin", request(f"{Q}/enqueue", pack({"payload": b"x"}), extra=("Origin: http://evil",))),
+    ("an unknown operation", request(f"{Q}/frobnicate", pack({}))),
+    ("a GET of a POST route", request(f"{Q}/enqueue", pack({"payload": b"x"}), method="GET")),
+    ("an empty body", request(f"{Q}/enqueue", b"")),
+    ("fail of an unknown receipt", request(f"{Q}/fail", pack({"receipt": "bogus"}))),
+    ("extend without seconds", request(f"{Q}/extend", pack({"receipt": "bogus"}))),
+    ("release of receipts not strings", request(f"{Q}/release", pack({"receipts": [1]}))),
+]
+
+
+@pytest.mark.parametrize("case", [c for c, _ in CASES])
+def test_the_lean_path_answers_as_the_generic_stack(
+    brokers: tuple[Broker, Broker], case: str
+) -> None:
+    data = dict(CASES)[case]
+    lean, generic = brokers
+    assert shape(answers(lean.port, data)[0]) == shape(answers(generic.port, data)[0])
+
+
+def test_the_lean_path_takes_the_hot_calls(brokers: tuple[Broker, Broker]) -> None:
+    lean, _ = brokers
+    before = taken(lean)
+    for case in ("enqueue", "enqueue-batch", "dequeue", "an unknown receipt"):
+        answers(lean.port, dict(CASES)[case])
+    assert taken(lean) == before + 4
+    for case in ("not msgpack", "a wrong token", "JSON", "an origin", "a query string"):
+        answers(lean.port, dict(CASES)[case])
+    assert taken(lean) == before + 4  # the generic stack's to answer
+
+
+def test_pipelined_requests_are_answered_in_order(brokers: tuple[Broker, Broker]) -> None:
+    lean, _ = brokers
+    calls = [
+        request("/v1/queues/piped/enqueue", pack({"payload": b"1"})),
+        request("/v1/queues/piped/stats", b"", method="GET", kind=""),
+        request("/v1/queues/piped/enqueue", pack({"payload": b"2"})),
+        request("/v1/queues/piped/enqueue", b"\xc1"),
+        request("/v1/queues/piped/dequeue", pack({"max_messages": 5})),
+    ]
+    found = answers(lean.port, b"".join(calls), count=len(calls))
+    assert [status for status, _, _ in found] == [200, 200, 200, 400, 200]
+    assert found[1][2]["total_enqueued"] == 1
+    assert [m["payload"] for m in found[4][2]["messages"]] == [b"1", b"2"]
+
+
+def test_a_body_sent_in_pieces_is_taken(brokers: tuple[Broker, Broker]) -> None:
+    lean, _ = brokers
+    before = taken(lean)
+    data = request("/v1/queues/pieces/enqueue", pack({"payload": b"p" * 5000}))
+    [(status, _, body)] = answers(lean.port, data, pieces=7)
+    assert status == 200 and isinstance(body["id"], str)
+    assert taken(lean) == before + 1
+
+
+def test_a_body_that_stops_coming_is_refused_with_408() -> None:
+    with Broker("memory://late", tokens={TOKEN}, body_timeout=0.5) as lean:
+        data = request("/v1/queues/late/enqueue", pack({"payload": b"x" * 100}))
+        with socket.create_connection(("127.0.0.1", lean.port), timeout=20) as sock:
+            sock.sendall(data[:-10])
+            answer = sock.recv(65536)
+            assert sock.recv(1) == b""  # and the connection closed
+        assert taken(lean) == 1
+    assert answer.startswith(b"HTTP/1.1 408 ")
+    assert b"RequestTimeout" in answer
