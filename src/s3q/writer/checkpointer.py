@@ -9,7 +9,9 @@ log up to it, and is written once that object is durable. One is due when any of
   and bytes in the size of the index, is amortised O(1) per change;
 * so many log objects since the last one that replaying them would cost more than writing a
   checkpoint: replaying an object (a GET, mostly latency) is worth ``REPLAYED_OBJECT_BYTES``
-  of checkpoint, so recovery replays a bounded tail whatever the rate of commits;
+  of checkpoint, and no fewer than ``size / 4`` objects (so a writer of one message per commit
+  does not encode a large index every hundred commits: O(1) per change again), within
+  ``CHECKPOINT_OBJECTS``, so recovery replays a bounded tail whatever the rate of commits;
 * ``checkpoint_interval`` seconds since the newest checkpoint, whoever wrote it (a new leader
   does not restart that clock).
 
@@ -102,7 +104,7 @@ class Checkpointer:
             return False
         ops = state.changes - self.changes_at
         least, most = CHECKPOINT_OBJECTS
-        objects = min(most, max(least, self.last_bytes // REPLAYED_OBJECT_BYTES))
+        objects = min(most, max(least, self.last_bytes // REPLAYED_OBJECT_BYTES, state.size // 4))
         return (
             ops >= max(self.every_ops, state.size // 4)
             or self.objects_since >= objects

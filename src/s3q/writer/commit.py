@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import time
@@ -93,6 +94,7 @@ class Batch:
         "payloads",
         "seq",
         "size",
+        "waiters",
         "weight",
     )
 
@@ -108,12 +110,45 @@ class Batch:
         self.data = b""  # the log object, once encoded
         self.done = _Durable(loop=asyncio.get_running_loop())
         self.done.add_done_callback(_retrieve)
+        self.waiters: list[asyncio.Future[None]] | None = None  # see ``settled``
 
     def places(self, count: int) -> int:
         """Take the places of ``count`` more messages enqueued here; the first one's."""
         first = self.enqueued
         self.enqueued += count
         return first
+
+    def settled(self, timeout: float) -> asyncio.Future[None]:
+        """A future resolved once the batch is durable or has failed, or ``timeout`` seconds
+        after the first of the callers waiting with it asked: one timer for all of them, not
+        one each (as ``asyncio.wait`` would set). A caller cancelled cancels only its own."""
+        loop = self.done.get_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        waiters = self.waiters
+        if waiters is None:
+            waiters = self.waiters = [waiter]
+            timer = loop.call_later(timeout, self._wake, waiters)
+            self.done.add_done_callback(functools.partial(self._settled, timer, waiters))
+        else:
+            waiters.append(waiter)
+        return waiter
+
+    def _settled(
+        self,
+        timer: asyncio.TimerHandle,
+        waiters: list[asyncio.Future[None]],
+        done: asyncio.Future[None],
+    ) -> None:
+        timer.cancel()
+        self._wake(waiters)
+
+    def _wake(self, waiters: list[asyncio.Future[None]]) -> None:
+        if self.waiters is waiters:
+            self.waiters = None  # (one who asks after a timeout has a timer of its own)
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        waiters.clear()
 
 
 class _Durable(asyncio.Future[None]):
@@ -266,8 +301,10 @@ class GroupCommit:
         if batch is None:
             return
         if not batch.done.done():
-            wait = self.commit_timeout if timeout is None else timeout
-            await asyncio.wait([batch.done], timeout=wait)
+            if timeout is None:
+                await batch.settled(self.commit_timeout)
+            else:
+                await asyncio.wait([batch.done], timeout=timeout)
         if not batch.done.done():
             raise OutcomeUnknown(
                 f"the store has not confirmed the write of {self.store.url} that carries "
