@@ -6,15 +6,20 @@ pieces, and refuses a body that stops coming as the generic stack does."""
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Iterator
 from typing import Any
 
 import msgspec
 import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 from broker_harness import Broker
 
 TOKEN = "lean-token"
+KEY_ID, SECRET = "AKIDLEAN", "lean-secret"
 MAX_BATCH = 5
 Q = "/v1/queues/lean"
 pack = msgspec.msgpack.encode
@@ -59,7 +64,13 @@ def answers(port: int, data: bytes, count: int = 1, pieces: int = 1) -> list[tup
                     raw += stream.read(size + 2)[:-2]
                 stream.readline()
             kind = headers.get("content-type", "")
-            body = msgspec.msgpack.decode(raw) if "msgpack" in kind else raw
+            body = (
+                msgspec.msgpack.decode(raw)
+                if "msgpack" in kind
+                else msgspec.json.decode(raw)
+                if "json" in kind
+                else raw
+            )
             found.append((status, kind, body))
         return found
 
@@ -75,8 +86,10 @@ def shape(answer: tuple[int, str, Any]) -> tuple[int, str, Any]:
 @pytest.fixture(scope="module")
 def brokers() -> Iterator[tuple[Broker, Broker]]:
     with (
-        Broker("memory://lean", tokens={TOKEN}, max_batch=MAX_BATCH) as lean,
-        Broker("memory://generic", tokens={TOKEN}, max_batch=MAX_BATCH, lean=False) as generic,
+        Broker("memory://lean", {TOKEN}, {KEY_ID: SECRET}, max_batch=MAX_BATCH) as lean,
+        Broker(
+            "memory://generic", {TOKEN}, {KEY_ID: SECRET}, max_batch=MAX_BATCH, lean=False
+        ) as generic,
     ):
         assert lean.server.config.loaded_app.app.state.lean is not None  # (the lean one is)
         yield lean, generic
@@ -202,3 +215,112 @@ def test_a_body_that_stops_coming_is_refused_with_408() -> None:
         assert taken(lean) == 1
     assert answer.startswith(b"HTTP/1.1 408 ")
     assert b"RequestTimeout" in answer
+
+
+def sqs(
+    port: int,
+    target: str | None,
+    body: bytes,
+    *,
+    key: str = KEY_ID,
+    kind: str = "application/x-amz-json-1.0",
+    tamper: bytes | None = None,
+) -> bytes:
+    """A request to the SQS endpoint of the broker on ``port``, signed as boto3 signs it
+    (``tamper``: a body sent instead of the one signed)."""
+    headers = {"Content-Type": kind}
+    if target is not None:
+        headers["X-Amz-Target"] = f"AmazonSQS.{target}"
+    signing = AWSRequest("POST", f"http://127.0.0.1:{port}/", data=body, headers=headers)
+    SigV4Auth(Credentials(key, SECRET), "sqs", "us-east-1").add_auth(signing)
+    sent = tamper if tamper is not None else body
+    lines = [
+        "POST / HTTP/1.1",
+        f"Host: 127.0.0.1:{port}",
+        *(f"{k}: {v}" for k, v in signing.headers.items() if k.lower() != "content-length"),
+        f"Content-Length: {len(sent)}",
+    ]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + sent
+
+
+def sqs_shape(answer: tuple[int, str, Any], port: int) -> tuple[int, str, Any]:
+    """An SQS answer with what differs from broker to broker (ports, ids, handles) reduced."""
+    status, kind, body = answer
+    if isinstance(body, bytes):  # the query protocol's XML
+        body = re.sub(rb"<RequestId>[^<]*</RequestId>", b"", body.replace(str(port).encode(), b"P"))
+    if isinstance(body, dict):
+        body = {
+            k: type(v).__name__ if k in ("MessageId", "ReceiptHandle", "MD5OfMessageBody") else v
+            for k, v in body.items()
+        }
+        body = msgspec.json.decode(msgspec.json.encode(body).replace(str(port).encode(), b"P"))
+        if "Messages" in body:
+            body["Messages"] = [
+                {k: type(v).__name__ for k, v in m.items()} for m in body["Messages"]
+            ]
+    return status, kind, body
+
+
+SQS_CASES: list[tuple[str, str | None, bytes, dict[str, Any]]] = [
+    ("CreateQueue", "CreateQueue", b'{"QueueName": "leansqs"}', {}),
+    ("GetQueueUrl", "GetQueueUrl", b'{"QueueName": "leansqs"}', {}),
+    (
+        "SendMessage",
+        "SendMessage",
+        b'{"QueueUrl": "http://127.0.0.1:1/000000000000/leansqs", "MessageBody": "hi"}',
+        {},
+    ),
+    (
+        "ReceiveMessage",
+        "ReceiveMessage",
+        b'{"QueueUrl": "http://127.0.0.1:1/000000000000/leansqs"}',
+        {},
+    ),
+    (
+        "a queue that does not exist",
+        "SendMessage",
+        b'{"QueueUrl": "http://h/000000000000/nope", "MessageBody": "x"}',
+        {},
+    ),
+    (
+        "a bad handle",
+        "DeleteMessage",
+        b'{"QueueUrl": "http://h/000000000000/leansqs", "ReceiptHandle": "bogus"}',
+        {},
+    ),
+    ("not JSON", "SendMessage", b"{not json", {}),
+    ("a list, not a map", "ListQueues", b"[1]", {}),
+    ("an unknown action", "Frobnicate", b"{}", {}),
+    ("an unsupported action", "AddPermission", b"{}", {}),
+    ("no target", None, b"{}", {}),
+    ("an unknown key", "ListQueues", b"{}", {"key": "AKIDNOBODY"}),
+    ("a body not the one signed", "ListQueues", b"{}", {"tamper": b"{ }"}),
+    (
+        "a query-protocol request",
+        None,
+        b"Action=ListQueues&Version=2012-11-05",
+        {"kind": "application/x-www-form-urlencoded"},
+    ),
+    (
+        "a query-protocol error",
+        None,
+        b"Action=Frobnicate",
+        {"kind": "application/x-www-form-urlencoded"},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", [c for c, *_ in SQS_CASES])
+def test_the_lean_path_answers_sqs_as_the_generic_stack(
+    brokers: tuple[Broker, Broker], case: str
+) -> None:
+    _, target, body, options = next(c for c in SQS_CASES if c[0] == case)
+    lean, generic = brokers
+    before = taken(lean)
+    found = [
+        sqs_shape(answers(b.port, sqs(b.port, target, body, **options))[0], b.port)
+        for b in (lean, generic)
+    ]
+    assert found[0] == found[1]
+    # taken by the lean path, but for an unknown key (refused before its body, generically)
+    assert taken(lean) == before + (0 if "key" in options else 1)

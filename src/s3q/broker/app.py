@@ -26,7 +26,7 @@ from .arguments import Limits, Plan, arguments, authorize
 from .dashboard.history import History
 from .fastpath import Broker
 from .forward import FORWARDED
-from .lean import NativeCalls
+from .lean import LeanRoutes, NativeCalls, SqsCalls
 from .limits import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_IDLE_CLOSE,
@@ -113,7 +113,8 @@ def create_app(
         lambda request: authorize(request, secrets),
         auth=bool(secrets),
     )
-    routes += sqs.routes(registry, sqs_keys, deny_unsigned=bool(secrets), metrics=metrics)
+    sqs_endpoint = sqs.Endpoint(registry, sqs_keys, deny_unsigned=bool(secrets), metrics=metrics)
+    routes += sqs.routes(sqs_endpoint)
     middleware = guard.middleware(tokens=bool(secrets))
     spans = span_server()  # a tracer provider is configured by now, or none is
     app = (
@@ -124,7 +125,8 @@ def create_app(
     app.host_check = None if secrets else guard.HostCheck()  # as guard.middleware's
     app.state.registry = registry
     # the lean path takes no span: a traced broker answers every call through the generic stack
-    lean = NativeCalls(registry, metrics, secrets, limits, app.host_check)
+    native = NativeCalls(registry, metrics, secrets, limits, app.host_check)
+    lean = LeanRoutes(native, SqsCalls(sqs_endpoint, app.host_check), body_timeout)
     app.state.lean = lean if spans is None else None
     app.state.summary_every = request_log.SUMMARY_EVERY  # (s3q.broker.serve sets it)
     return app

@@ -26,7 +26,7 @@ try:
 except ImportError:  # httptools missing: h11 it is
     HttpToolsProtocol = None  # type: ignore[assignment,misc]
 
-from .lean import LeanProtocol, NativeCalls
+from .lean import LeanProtocol, LeanRoutes
 from .limits import DEFAULT_HEAD_TIMEOUT
 
 log = logging.getLogger("s3q.broker")
@@ -117,7 +117,7 @@ class _HeadLimit(_HttpTools):
 def protocol(
     head_timeout: float = DEFAULT_HEAD_TIMEOUT,
     parser: str = "auto",
-    lean: NativeCalls | None = None,
+    lean: LeanRoutes | None = None,
 ) -> type[Any]:
     """uvicorn's HTTP/1.1 protocol (``uvicorn.Config(http=...)``) with ``head_timeout``:
     ``parser`` "httptools", "h11", or "auto" (httptools if installed). ``lean``: the calls

@@ -11,8 +11,8 @@ bytes, so every refusal is the one the generic stack gives.
 
 from __future__ import annotations
 
-from http import HTTPStatus
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Coroutine
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -26,6 +26,8 @@ from ..guard import HostCheck
 from ..metrics import BrokerMetrics
 from ..registry import QueueRegistry
 from ..routes import ENDPOINTS, Call, Endpoint
+from . import writing
+from .writing import Connection
 
 QUEUES = (API_PREFIX + "/queues/").encode()
 #: The largest body the lean path keeps as it arrives; a larger one is read by the generic
@@ -43,27 +45,32 @@ _PARTITIONS = PARTITIONS_HEADER.encode() + b": "
 _decode = msgspec.msgpack.Decoder().decode
 
 
-def status_line(status: int) -> bytes:
-    """``HTTP/1.1 <status> <phrase>`` and its line end."""
-    try:
-        phrase = HTTPStatus(status).phrase
-    except ValueError:
-        phrase = ""
-    return f"HTTP/1.1 {status} {phrase}\r\n".encode()
-
-
-_STATUS = {int(s): status_line(int(s)) for s in HTTPStatus}
-
-
 class Head(NamedTuple):
-    """A request the lean path takes, once its head is read."""
+    """A native call the lean path takes, once its head is read."""
 
+    calls: NativeCalls
     endpoint: Endpoint
     plan: Plan
     name: str
     as_json: bool  # the answer's encoding (the request's ``Accept``)
     forwarded: bool
     length: int  # of the body
+
+    def take(
+        self, body: bytes, connection: Connection, default_headers: list[tuple[bytes, bytes]]
+    ) -> Coroutine[Any, Any, bytes] | None:
+        """The call's answer to await, once its ``body`` is in; None if the generic stack
+        must answer it (its arguments are not as the route takes them)."""
+        args = self.calls.arguments(self, body)
+        if args is None:
+            return None
+        return self.calls.answer(self, args, connection, default_headers)
+
+    def refuse(
+        self, error: S3QError, default_headers: list[tuple[bytes, bytes]]
+    ) -> Coroutine[Any, Any, bytes]:
+        """The call refused with ``error`` (see :meth:`NativeCalls.refuse`)."""
+        return self.calls.refuse(self, error, default_headers)
 
 
 class NativeCalls:
@@ -140,7 +147,7 @@ class NativeCalls:
         except UnicodeDecodeError:
             return None
         as_json = calls.wants_json(accept.decode("latin-1"))
-        return Head(found[0], found[1], text, as_json, forwarded, length)
+        return Head(self, found[0], found[1], text, as_json, forwarded, length)
 
     def arguments(self, head: Head, body: bytes) -> dict[str, Any] | None:
         """The call's arguments, if the generic stack would take them as they are."""
@@ -179,37 +186,21 @@ class NativeCalls:
         return response(found, head.as_json, default_headers, keep_alive=False)
 
 
-class Connection(Protocol):
-    """What a call knows of its connection."""
-
-    keep_alive: bool  # (else it is closed once answered)
-
-    async def gone(self) -> bool:
-        """Whether the client has closed it."""
-
-
 def response(
     found: calls.Answer,
     as_json: bool,
     default_headers: list[tuple[bytes, bytes]],
     keep_alive: bool = True,
 ) -> bytes:
-    """``found`` as an HTTP/1.1 response's bytes (``default_headers``: the server's, a
-    ``date`` among them; unless ``keep_alive``, it says the connection closes)."""
+    """``found`` as an HTTP/1.1 response's bytes (see :func:`.writing.response`)."""
     try:
         body = encode(found.body, as_json)
         status = found.status
     except Exception as exc:
         body, status = encode(calls.internal_error(exc), as_json), 500
-    parts = [_STATUS.get(status) or status_line(status)]
-    for key, value in default_headers:
-        parts += (key, b": ", value, b"\r\n")
-    parts += (_ANSWER_TYPE[as_json], b"content-length: ", str(len(body)).encode(), b"\r\n")
+    headers = [_ANSWER_TYPE[as_json]]
     if found.writer is not None:
-        parts += (_WRITER, found.writer.encode("latin-1"), b"\r\n")
+        headers.append(_WRITER + found.writer.encode("latin-1") + b"\r\n")
     if found.partitions is not None:
-        parts += (_PARTITIONS, str(found.partitions).encode(), b"\r\n")
-    if not keep_alive:
-        parts.append(b"connection: close\r\n")
-    parts += (b"\r\n", body)
-    return b"".join(parts)
+        headers.append(_PARTITIONS + str(found.partitions).encode() + b"\r\n")
+    return writing.response(status, headers, body, default_headers, keep_alive)

@@ -25,9 +25,8 @@ import asyncio
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from ...errors import S3QError
 from ..limits import body_late
-from .native import Head, NativeCalls
+from .routes import Admitted, LeanRoutes
 
 if TYPE_CHECKING:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _Base
@@ -58,8 +57,8 @@ class LeanCycle:
 class LeanProtocol(_Base):
     """The mixin that takes lean calls (before uvicorn's ``HttpToolsProtocol`` in the bases)."""
 
-    lean: NativeCalls | None = None
-    _head: Head | None = None
+    lean: LeanRoutes | None = None
+    _head: Admitted | None = None
     _chunks: list[bytes]
     _body_timer: asyncio.TimerHandle | None = None
 
@@ -92,14 +91,13 @@ class LeanProtocol(_Base):
             self._body_timer.cancel()
             self._body_timer = None
         body = b"".join(self._chunks)
-        assert self.lean is not None
-        args = self.lean.arguments(head, body)
-        if args is None:
+        cycle = LeanCycle(self.parser.should_keep_alive())
+        answering = head.take(body, cycle, self.server_state.default_headers)
+        if answering is None:
             self._generic(body, complete=True)
             return
-        cycle = LeanCycle(self.parser.should_keep_alive())
         self.cycle = cycle  # type: ignore[assignment]
-        self._start(self._answer(cycle, head, args))
+        self._start(self._write(cycle, answering))
 
     def _start(self, answering: Coroutine[Any, Any, None]) -> None:
         task = self.loop.create_task(answering)
@@ -111,20 +109,20 @@ class LeanProtocol(_Base):
         if self._head is not None and self._body_timer is None:
             # the body goes on in later reads: it has the generic stack's time to arrive
             assert self.lean is not None
-            timeout = self.lean.limits.body_timeout
+            timeout = self.lean.body_timeout
             self._body_timer = self.loop.call_later(timeout, self._body_late, self._head)
 
-    def _body_late(self, head: Head) -> None:
+    def _body_late(self, head: Admitted) -> None:
         self._body_timer = None
         if self._head is not head or self.transport.is_closing():
             return
         self._head = None
         self.flow.pause_reading()  # (the rest of the body is not read)
         assert self.lean is not None
-        late = body_late(self.lean.limits.body_timeout, sum(map(len, self._chunks)))
+        late = body_late(self.lean.body_timeout, sum(map(len, self._chunks)))
         cycle = LeanCycle(keep_alive=False)
         self.cycle = cycle  # type: ignore[assignment]
-        self._start(self._refuse(cycle, head, late))
+        self._start(self._write(cycle, head.refuse(late, self.server_state.default_headers)))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._head = None
@@ -143,17 +141,8 @@ class LeanProtocol(_Base):
             cycle.more_body = False
         cycle.message_event.set()
 
-    async def _answer(self, cycle: LeanCycle, head: Head, args: dict[str, Any]) -> None:
-        assert self.lean is not None
-        headers = self.server_state.default_headers
-        await self._write(cycle, await self.lean.answer(head, args, cycle, headers))
-
-    async def _refuse(self, cycle: LeanCycle, head: Head, error: S3QError) -> None:
-        assert self.lean is not None
-        headers = self.server_state.default_headers
-        await self._write(cycle, await self.lean.refuse(head, error, headers))
-
-    async def _write(self, cycle: LeanCycle, answer: bytes) -> None:
+    async def _write(self, cycle: LeanCycle, answering: Coroutine[Any, Any, bytes]) -> None:
+        answer = await answering
         if self.transport.is_closing():
             return
         if self.flow.write_paused:

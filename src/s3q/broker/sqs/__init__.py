@@ -13,6 +13,6 @@ dispatch, errors).
 
 from __future__ import annotations
 
-from .endpoint import routes
+from .endpoint import Endpoint, routes
 
-__all__ = ["routes"]
+__all__ = ["Endpoint", "routes"]

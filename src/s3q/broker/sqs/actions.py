@@ -22,8 +22,6 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from starlette.requests import Request
-
 from ...config import MAX_VISIBILITY
 from ...errors import InvalidArgument, ReceiptExpired
 from ...partitions import placement
@@ -31,7 +29,6 @@ from ...partitions.queue import PartitionedQueue
 from ...surface import AsyncQueueSurface
 from ...wire.codec import check_name
 from ..forward import ForwardedQueue
-from ..limits import disconnected
 from ..registry import QueueRegistry
 from . import acks, handles, messages, permissions, queues, shapes, tags
 from .catalog import Catalog, Entry
@@ -57,9 +54,11 @@ def does_not_exist() -> SqsError:
 
 @dataclass
 class Call:
-    """One SQS request: its HTTP request, and the queue it named once known."""
+    """One SQS request: where it was sent (``scheme://host``, what queue URLs begin with),
+    whether its client has gone by now, and the queue it named once known."""
 
-    request: Request
+    origin: str
+    gone: Callable[[], Awaitable[bool]]
     queue: str | None = None
 
 
@@ -90,9 +89,7 @@ class Service:
     # -- queues by name and URL ----------------------------------------------------------------
 
     def url_of(self, call: Call, name: str) -> str:
-        request = call.request
-        host = request.headers.get("host") or f"{request.url.hostname}:{request.url.port}"
-        return f"{request.url.scheme}://{host}/{queues.ACCOUNT}/{name}"
+        return f"{call.origin}/{queues.ACCOUNT}/{name}"
 
     async def _named(self, call: Call, name: str) -> tuple[str, AnyQueue]:
         try:
@@ -364,7 +361,7 @@ class Service:
         target = queues.dead_letter_target(name, settings)
         if target is not None:  # this receive may have made messages dead: move them now
             await self.redrives.move(name, target)
-        if found and await disconnected(call.request):
+        if found and await call.gone():
             await queue.release(found)  # a long poll whose client left: give the leases back
             return {}
         system = set(req.AttributeNames) | set(req.MessageSystemAttributeNames)

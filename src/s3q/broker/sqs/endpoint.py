@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -32,7 +32,7 @@ from ...errors import (
 )
 from ...wire.codec import BodyTooLarge, RequestTimeout
 from .. import redact
-from ..limits import SQS_MAX_BODY, read_body
+from ..limits import SQS_MAX_BODY, disconnected, read_body
 from ..metrics import BrokerMetrics
 from ..registry import QueueRegistry
 from . import query, sigv4
@@ -75,6 +75,36 @@ def _answer(status: int, headers: dict[str, str], body: bytes) -> Response:
     return Response(body, status, headers=headers)
 
 
+class SqsRequest(NamedTuple):
+    """What the endpoint reads of an HTTP request, whichever path brought it (Starlette's
+    route, or the lean path's parser)."""
+
+    method: str
+    raw_path: str  # as sent (still percent-encoded)
+    query: str
+    headers: dict[str, list[str]]  # every value of each header, by lower-case name
+    queue_url: str | None  # the queue a request posted to a queue's URL names
+    origin: str  # ``scheme://host`` it was sent to (queue URLs begin with it)
+    gone: Callable[[], Awaitable[bool]]  # whether its client has left by now
+
+
+def header_lists(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, list[str]]:
+    """Raw headers as :class:`SqsRequest` holds them (as ``request.headers.items()`` gives)."""
+    headers: dict[str, list[str]] = {}
+    for name, value in raw:
+        key = name.decode("latin-1").lower()
+        if key in headers:
+            headers[key].append(value.decode("latin-1"))
+        else:
+            headers[key] = [value.decode("latin-1")]
+    return headers
+
+
+#: ``Endpoint.answer``'s caller has not checked the credential
+UNCHECKED: Any = object()
+Answer = tuple[int, dict[str, str], bytes]
+
+
 class Endpoint:
     """The ``POST /`` handler of one broker."""
 
@@ -91,9 +121,9 @@ class Endpoint:
         self.metrics = metrics
         self.service = Service(registry, Catalog(registry.store, registry.store_options))
 
-    async def authenticated_body(self, request: Request) -> bytes:
-        """The request's body, read only once the caller is known: with access keys, the
-        signature's key and date are checked first and the signature over the body after."""
+    def credential(self, headers: Mapping[str, list[str]]) -> sigv4.Credential | None:
+        """What can be checked of the caller before its body is read: SqsError if it may not
+        call; its credential (None: this broker takes unsigned requests)."""
         if self.deny_unsigned:
             raise SqsError(
                 "AccessDenied",
@@ -101,38 +131,52 @@ class Endpoint:
                 "closed (give --sqs-credentials).",
                 403,
             )
-        if not self.keys:
-            return await read_body(request, SQS_MAX_BODY)
-        headers: dict[str, list[str]] = {}
-        for name, value in request.scope["headers"]:  # as request.headers.items() gives them
-            key = name.decode("latin-1").lower()
-            if key in headers:
-                headers[key].append(value.decode("latin-1"))
-            else:
-                headers[key] = [value.decode("latin-1")]
-        checked = sigv4.credential(headers, self.keys)
-        body = await read_body(request, SQS_MAX_BODY)
-        raw_path = request.scope.get("raw_path") or request.url.path.encode()
-        # request.url is built only for a query string (the SQS protocols send none)
-        query = request.url.query if request.scope.get("query_string") else ""
-        sigv4.verify_body(checked, request.method, raw_path.decode("latin-1"), query, headers, body)
-        return body
+        return sigv4.credential(headers, self.keys) if self.keys else None
 
     async def handle(self, request: Request) -> Response:
+        """Starlette's route: ``request`` answered."""
+        # request.url is built only for a query string (the SQS protocols send none)
+        query = request.url.query if request.scope.get("query_string") else ""
+        raw_path = request.scope.get("raw_path") or request.url.path.encode()
+        host = request.headers.get("host") or f"{request.url.hostname}:{request.url.port}"
+        asked = SqsRequest(
+            request.method,
+            raw_path.decode("latin-1"),
+            query,
+            header_lists(request.scope["headers"]),
+            _queue_url(request),
+            f"{request.url.scheme}://{host}",
+            partial(disconnected, request),
+        )
+        return _answer(*await self.answer(asked, partial(read_body, request, SQS_MAX_BODY)))
+
+    async def answer(
+        self,
+        asked: SqsRequest,
+        body: Callable[[], Awaitable[bytes]],
+        checked: sigv4.Credential | None = UNCHECKED,
+    ) -> Answer:
+        """``asked`` answered: status, headers, body. ``body`` reads the request's body; it
+        is called only once the caller's credential has passed (``checked``: already)."""
         started = time.perf_counter()
-        call = Call(request)
+        call = Call(asked.origin, asked.gone)
         action = "unknown"
         outcome = "ok"
-        target = request.headers.get("x-amz-target")
-        as_query = query.is_query(request.headers.get("content-type"), target)
+        target = _first(asked.headers, "x-amz-target")
+        as_query = query.is_query(_first(asked.headers, "content-type"), target)
         try:
-            body = await self.authenticated_body(request)
+            if checked is UNCHECKED:
+                checked = self.credential(asked.headers)
+            raw = await body()
+            if checked is not None:
+                method, path, headers = asked.method, asked.raw_path, asked.headers
+                sigv4.verify_body(checked, method, path, asked.query, headers, raw)
             arguments: Callable[[type[Shape]], Shape]
             if as_query:
-                parsed = query.QueryRequest(body, _queue_url(request))
+                parsed = query.QueryRequest(raw, asked.queue_url)
                 action, arguments = str(parsed.action), parsed.arguments
             else:
-                action, arguments = json_action(target), partial(decode, body)
+                action, arguments = json_action(target), partial(decode, raw)
             if action in UNSUPPORTED:
                 raise SqsError("UnsupportedOperation", f"{action} is not supported by s3q.")
             if action not in ACTIONS:
@@ -143,12 +187,12 @@ class Endpoint:
             error = sqs_error(exc, redact.message(exc, call.queue, self.registry.store))
             outcome = error.name
             await self.registry.evict_stopped(call.queue)
-            return _answer(*(query.error_response if as_query else error_response)(error))
+            return (query.error_response if as_query else error_response)(error)
         except Exception:
             outcome = "internal"
             log.exception("SQS %s failed", action)
             error = SqsError("InternalFailure", redact.INTERNAL, 500)
-            return _answer(*(query.error_response if as_query else error_response)(error))
+            return (query.error_response if as_query else error_response)(error)
         finally:
             if self.metrics is not None:
                 label = action if action in ACTIONS else "invalid"
@@ -156,8 +200,13 @@ class Endpoint:
                     call.queue, f"sqs.{label}", outcome, time.perf_counter() - started
                 )
         if as_query:
-            return _answer(*query.answer(action, result))
-        return _answer(200, response_headers(), encode(result))
+            return query.answer(action, result)
+        return 200, response_headers(), encode(result)
+
+
+def _first(headers: Mapping[str, list[str]], name: str) -> str | None:
+    values = headers.get(name)
+    return values[0] if values else None
 
 
 def _queue_url(request: Request) -> str | None:
@@ -167,14 +216,8 @@ def _queue_url(request: Request) -> str | None:
     return str(request.url.replace(query="", fragment=""))
 
 
-def routes(
-    registry: QueueRegistry,
-    keys: Mapping[str, str] | None = None,
-    deny_unsigned: bool = False,
-    metrics: BrokerMetrics | None = None,
-) -> list[Route]:
+def routes(endpoint: Endpoint) -> list[Route]:
     """The SQS endpoint's Starlette routes: ``POST /``, and ``POST`` to a queue's URL."""
-    endpoint = Endpoint(registry, keys, deny_unsigned, metrics)
     return [
         Route("/", endpoint.handle, methods=["POST"]),
         Route("/{account:int}/{queue}", endpoint.handle, methods=["POST"]),
