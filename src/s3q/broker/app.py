@@ -97,14 +97,7 @@ def create_app(
 
     lifespan = functools.partial(_lifespan, registry, metrics, history)
     limits = Limits(max_body, max_batch, body_timeout)
-    routes = [
-        Route(
-            API_PREFIX + e.path,
-            _endpoint(e, registry, secrets, metrics, limits),
-            methods=[e.method],
-        )
-        for e in ENDPOINTS
-    ]
+    routes = _api(registry, secrets, metrics, limits)
     routes += _documents(registry, metrics, secrets)
     routes += dashboard.routes(
         registry,
@@ -147,6 +140,20 @@ async def _lifespan(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await registry.close()
+
+
+def _api(
+    registry: QueueRegistry, secrets: list[bytes], metrics: BrokerMetrics, limits: Limits
+) -> list[Route]:
+    """The native API's routes, under ``/v1``."""
+    return [
+        Route(
+            API_PREFIX + e.path,
+            _endpoint(e, registry, secrets, metrics, limits),
+            methods=[e.method],
+        )
+        for e in ENDPOINTS
+    ]
 
 
 def _documents(
