@@ -20,7 +20,7 @@ from obstore.exceptions import (
     UnauthenticatedError,
     UnknownConfigurationKeyError,
 )
-from obstore.store import AzureStore
+from obstore.store import AzureStore, MemoryStore
 
 from ..errors import StoreError
 from .base import AlreadyExists, Conflict, NotFound, Store, TransientError
@@ -42,12 +42,50 @@ def client_options(timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
     return {"connect_timeout": f"{min(millis, 5000)}ms", "timeout": f"{millis}ms"}
 
 
+class _Calls:
+    """obstore's calls as the adapter makes them: awaited, run on obstore's own threads (a store
+    across a network)."""
+
+    async def put(self, inner: Any, key: str, data: bytes | bytearray, mode: Any = None) -> Any:
+        return await obstore.put_async(inner, key, data, mode=mode)
+
+    async def get(self, inner: Any, key: str) -> tuple[bytes, Any]:
+        result = await obstore.get_async(inner, key)
+        return bytes(await result.bytes_async()), result.meta
+
+    async def get_range(self, inner: Any, key: str, start: int, end: int) -> bytes:
+        return bytes(await obstore.get_range_async(inner, key, start=start, end=end))
+
+    async def delete(self, inner: Any, key: str) -> None:
+        await obstore.delete_async(inner, key)
+
+
+class _InlineCalls(_Calls):
+    """The same calls made on the caller's thread, for a store whose calls never wait (obstore's
+    MemoryStore): there the hand-off to a thread of obstore's and back costs a hundred times
+    the call (about 110 µs of CPU against 2 for a put, 220 against 2 for a get)."""
+
+    async def put(self, inner: Any, key: str, data: bytes | bytearray, mode: Any = None) -> Any:
+        return obstore.put(inner, key, data, mode=mode)
+
+    async def get(self, inner: Any, key: str) -> tuple[bytes, Any]:
+        result = obstore.get(inner, key)
+        return bytes(result.bytes()), result.meta
+
+    async def get_range(self, inner: Any, key: str, start: int, end: int) -> bytes:
+        return bytes(obstore.get_range(inner, key, start=start, end=end))
+
+    async def delete(self, inner: Any, key: str) -> None:
+        obstore.delete(inner, key)
+
+
 class ObjectStore(Store):
     """Adapter over an ``obstore`` store object."""
 
     def __init__(self, inner: Any, url: str, reopen: Callable[[str], Store] | None = None) -> None:
         super().__init__()
         self.inner = inner
+        self._calls = _InlineCalls() if isinstance(inner, MemoryStore) else _Calls()
         self._url = url
         self._reopen = reopen  # the store ``name`` beside this one, with the same options
 
@@ -64,7 +102,7 @@ class ObjectStore(Store):
         self._wrote(data)
         async with self._errors(key, read=False):
             try:
-                await obstore.put_async(self.inner, key, data, mode="create")
+                await self._calls.put(self.inner, key, data, mode="create")
             except AlreadyExistsError:
                 raise AlreadyExists(key) from None
             except PreconditionError:  # some servers answer 412 rather than 409
@@ -73,20 +111,19 @@ class ObjectStore(Store):
     async def put(self, key: str, data: bytes | bytearray) -> None:
         self._wrote(data)
         async with self._errors(key, read=False):
-            await obstore.put_async(self.inner, key, data)
+            await self._calls.put(self.inner, key, data)
 
     async def get(self, key: str) -> bytes:
         self.counts.gets += 1
         async with self._errors(key):
-            result = await obstore.get_async(self.inner, key)
-            return bytes(await result.bytes_async())
+            return (await self._calls.get(self.inner, key))[0]
 
     async def get_range(self, key: str, start: int, end: int) -> bytes:
         self.counts.gets += 1
         if end <= start:
             return b""
         async with self._errors(key):
-            data = bytes(await obstore.get_range_async(self.inner, key, start=start, end=end))
+            data = await self._calls.get_range(self.inner, key, start, end)
         if len(data) < end - start:  # a body cut short, or an object shorter than asked for
             self.counts.errors += 1
             raise TransientError(
@@ -138,7 +175,7 @@ class ObjectStore(Store):
         self.counts.deletes += 1
         async with self._errors(key):
             with contextlib.suppress(NotFound):
-                await obstore.delete_async(self.inner, key)
+                await self._calls.delete(self.inner, key)
 
     async def close(self) -> None:
         # obstore hands each result back to Python from a tokio thread, which lets go of its
@@ -151,11 +188,10 @@ class ObjectStore(Store):
         self.counts.gets += 1
         try:
             async with self._errors(key):
-                result = await obstore.get_async(self.inner, key)
-                data = bytes(await result.bytes_async())
+                data, meta = await self._calls.get(self.inner, key)
         except NotFound:
             return None
-        etag = result.meta["e_tag"]
+        etag = meta["e_tag"]
         if etag is None:
             raise StoreError(f"{self._url} returned no ETag for {key}: cannot compare-and-swap")
         return data, etag
@@ -165,7 +201,7 @@ class ObjectStore(Store):
         mode: Any = "create" if version is None else {"e_tag": version}
         async with self._errors(key, read=False):
             try:
-                result = await obstore.put_async(self.inner, key, data, mode=mode)
+                result = await self._calls.put(self.inner, key, data, mode=mode)
             except (AlreadyExistsError, PreconditionError):
                 raise Conflict(key) from None
         etag = result["e_tag"]
