@@ -35,6 +35,24 @@ from .readahead import OUTCOMES, ReadAheads
 
 DEFAULT_LEASE_TTL = QueueConfig().lease_ttl
 
+
+def _log_url(store: str, name: str) -> str:
+    """The URL of the log named ``name`` (``NAME@i``: partition ``i`` of queue ``NAME``)."""
+    base, index = placement.split_name(name)
+    if placement.SEPARATOR in base:
+        raise InvalidArgument(f"no partition {name!r}: partitions number from 0 to 63")
+    return placement.url_of(queue_url(store, base), index or 0)
+
+
+@functools.lru_cache(maxsize=4096)
+def _log_name(store: str, name: str) -> str:
+    """The log a call naming ``name`` reaches (InvalidArgument for a bad name): worked out once
+    per name, since a broker's calls name the same few queues over and over."""
+    check_name(name)
+    _log_url(store, name)
+    return placement.log_name(name)
+
+
 log = logging.getLogger("s3q.broker")
 
 DOWN_FOR = 5.0  # seconds a broker that failed a forwarded call is not sent more
@@ -131,9 +149,7 @@ class QueueRegistry:
         """Queue ``name`` if this broker leads it."""
         return self._queues.get(placement.log_name(name))
 
-    @staticmethod
-    def _now() -> float:
-        return asyncio.get_running_loop().time()
+    _now = staticmethod(time.monotonic)
 
     async def get(
         self, name: str, *, forwarded: bool = False, create: bool = True
@@ -200,10 +216,9 @@ class QueueRegistry:
     ) -> AsyncQueue | ForwardedQueue:
         """The one log named ``name`` (a queue, or a partition of one: ``NAME@i``), as
         :meth:`get` finds a queue, but never as its partitions."""
-        check_name(name)
-        self._url_of(name)
-        self._used[name] = self._used[placement.log_name(name)] = self._now()
-        queue = self._queues.get(placement.log_name(name))
+        log_name = _log_name(self.store, name)
+        self._used[name] = self._used[log_name] = self._now()
+        queue = self._queues.get(log_name)
         if queue is not None:
             return queue
         if not (create or forwarded or name in self._forwarded or await self.exists(name)):
@@ -260,10 +275,7 @@ class QueueRegistry:
 
     def _url_of(self, name: str) -> str:
         """The URL of the log named ``name`` (``NAME@i``: partition ``i`` of queue ``NAME``)."""
-        base, index = placement.split_name(name)
-        if placement.SEPARATOR in base:
-            raise InvalidArgument(f"no partition {name!r}: partitions number from 0 to 63")
-        return placement.url_of(queue_url(self.store, base), index or 0)
+        return _log_url(self.store, name)
 
     async def exists(self, name: str) -> bool:
         """Whether the store holds queue ``name``: it was opened once (its writer lease is
@@ -297,12 +309,11 @@ class QueueRegistry:
 
     async def _sweep(self) -> None:
         """Close the queues no call has used for ``idle_close`` seconds."""
-        loop = asyncio.get_running_loop()
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), min(30.0, self.idle_close / 4))
                 return
-            idle_since = loop.time() - self.idle_close
+            idle_since = self._now() - self.idle_close
             for name in [n for n in self._queues if self._used.get(n, 0.0) < idle_since]:
                 # under its opening lock: a call meanwhile reopens it once it is closed
                 async with self._opening.setdefault(name, asyncio.Lock()):
