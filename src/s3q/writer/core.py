@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,7 +58,7 @@ class Core:
         self.tasks: set[asyncio.Task[None]] = set()  # background work (``background``)
         self._changed: asyncio.Future[None] | None = None
         self._no_waits = False  # stop_waiting() was called
-        self.calls = 0  # calls under way (``calling``)
+        self.calls = 0  # calls under way (``call_began``)
         self.idle = asyncio.Event()  # set while none is
         self.idle.set()
         self.unpaused = asyncio.Event()  # clear while the index is read back after a pause
@@ -75,22 +75,22 @@ class Core:
         if self.closed:
             raise QueueClosed(f"queue {self.store.url} is closed")
 
-    @contextlib.asynccontextmanager
-    async def calling(self) -> AsyncIterator[None]:
-        """Count a call under way while it runs (a paused writer waits until none is); one
-        that comes while the index is read back after a pause waits for that first, up to
-        ``commit_timeout``."""
+    async def call_began(self) -> None:
+        """Count a call under way (until :meth:`call_ended`; a paused writer waits until none
+        is); one that comes while the index is read back after a pause waits for that first,
+        up to ``commit_timeout``. (A pair of calls, not a context manager: this runs on
+        every call, and an ``asynccontextmanager`` costs a generator and two frames more.)"""
         if not self.unpaused.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.unpaused.wait(), self.config.commit_timeout)
         self.calls += 1
         self.idle.clear()
-        try:
-            yield
-        finally:
-            self.calls -= 1
-            if not self.calls:
-                self.idle.set()
+
+    def call_ended(self) -> None:
+        """A call counted by :meth:`call_began` has ended."""
+        self.calls -= 1
+        if not self.calls:
+            self.idle.set()
 
     @property
     def fair(self) -> bool:

@@ -60,7 +60,7 @@ def _counted(
     method: Callable[Concatenate[Engine, P], Awaitable[R]],
 ) -> Callable[Concatenate[Engine, P], Coroutine[Any, Any, R]]:
     """An operation that may change the queue, counted as a call under way while it runs
-    (``Core.calling``), and answered only while the writer's lease runs (``_still_leading``)."""
+    (``Core.call_began``), and answered only while the writer's lease runs (``_still_leading``)."""
     return _served(method, reads=False)
 
 
@@ -76,11 +76,14 @@ def _served(
 ) -> Callable[Concatenate[Engine, P], Coroutine[Any, Any, R]]:
     @functools.wraps(method)
     async def counted(self: Engine, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        async with self._core.calling():
+        await self._core.call_began()
+        try:
             result = await method(self, *args, **kwargs)
             if not self._lease.runs():
                 await self._still_leading(reads)
             return result
+        finally:
+            self._core.call_ended()
 
     return counted
 
