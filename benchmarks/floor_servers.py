@@ -4,7 +4,10 @@ and every GET as a broker alone answers ``/v1/cluster`` (which s3q's client asks
 
     python benchmarks/floor_servers.py raw PORT        # asyncio protocol, uvloop, httptools
     python benchmarks/floor_servers.py starlette PORT  # uvicorn (uvloop, httptools), Starlette
+    python benchmarks/floor_servers.py sqs PORT        # raw, answering SendMessage (canned)
 
+``sqs`` answers every request as SendMessage of the benchmarks' message (1 KiB of ``x``) is
+answered, with its MD5 (which boto3 checks): what boto3 costs a call with nothing behind it.
 ``raw`` is what Python can do per request: the parser's callbacks and one write. ``starlette``
 is a generic ASGI application of one route, which reads the body and answers (no middleware,
 no access log). Both keep connections alive; they run until killed.
@@ -13,6 +16,7 @@ no access log). Both keep connections alive; they run until killed.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import sys
 from typing import Any
 
@@ -33,6 +37,18 @@ def answer(body: bytes) -> bytes:
 
 
 ANSWERS = {b"POST": answer(BODY), b"GET": answer(CLUSTER)}
+SENT = msgspec.json.encode(
+    {
+        "MessageId": "00000000-0000-0000-0000-000000000000",
+        "MD5OfMessageBody": hashlib.md5(b"x" * 1024).hexdigest(),
+    }
+)
+SQS_ANSWER = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: application/x-amz-json-1.0\r\n"
+    + b"x-amzn-requestid: 00000000-0000-0000-0000-000000000000\r\n"
+    + f"content-length: {len(SENT)}\r\n\r\n".encode()
+    + SENT
+)
 
 
 class Raw(asyncio.Protocol):
@@ -47,8 +63,13 @@ class Raw(asyncio.Protocol):
         self.transport.write(ANSWERS[self.parser.get_method()])
 
 
-async def raw(port: int) -> None:
-    server = await asyncio.get_running_loop().create_server(Raw, "127.0.0.1", port)
+class Sqs(Raw):
+    def on_message_complete(self) -> None:
+        self.transport.write(SQS_ANSWER)
+
+
+async def raw(port: int, protocol: type[asyncio.Protocol] = Raw) -> None:
+    server = await asyncio.get_running_loop().create_server(protocol, "127.0.0.1", port)
     await server.serve_forever()
 
 
@@ -88,5 +109,7 @@ if __name__ == "__main__":
     kind, port = sys.argv[1], int(sys.argv[2])
     if kind == "raw":
         uvloop.run(raw(port))
+    elif kind == "sqs":
+        uvloop.run(raw(port, Sqs))
     else:
         starlette(port)
