@@ -30,10 +30,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
-from botocore.config import Config
 from brokers import RedisServer, free_port, wait_for_port
-from request_cpu import PAYLOAD, broker
+from request_cpu import PAYLOAD, broker, sqs_client
 
 from s3q.client import connect
 
@@ -49,17 +47,6 @@ def latencies(calls: int, call: Callable[[int], Any]) -> tuple[float, float]:
         found.append(time.perf_counter() - started)
     found.sort()
     return found[len(found) // 2] * 1e3, found[min(len(found) - 1, int(len(found) * 0.99))] * 1e3
-
-
-def sqs_client(url: str) -> Any:
-    return boto3.client(
-        "sqs",
-        endpoint_url=url,
-        region_name="us-east-1",
-        aws_access_key_id="bench",
-        aws_secret_access_key="bench",
-        config=Config(retries={"max_attempts": 1}),
-    )
 
 
 def s3q_calls(src: str, calls: int) -> dict[str, tuple[float, float]]:

@@ -92,6 +92,18 @@ def broker(src: str, store: str) -> Iterator[tuple[subprocess.Popen[bytes], str]
         child.wait(30)
 
 
+def sqs_client(url: str) -> Any:
+    """boto3's SQS client of the broker at ``url``, signing with the access key ``bench``."""
+    return boto3.client(
+        "sqs",
+        endpoint_url=url,
+        region_name="us-east-1",
+        aws_access_key_id="bench",
+        aws_secret_access_key="bench",
+        config=Config(retries={"max_attempts": 1}),
+    )
+
+
 def phase(pid: int, calls: int, call: Callable[[int], Any]) -> tuple[float, float, float]:
     """Broker CPU µs per call, client p50 and p99 ms, of ``calls`` calls of ``call(i)``."""
     latencies: list[float] = []
@@ -144,14 +156,7 @@ def run(
             url,
         ),
     ):
-        sqs = boto3.client(
-            "sqs",
-            endpoint_url=url,
-            region_name="us-east-1",
-            aws_access_key_id="bench",
-            aws_secret_access_key="bench",
-            config=Config(retries={"max_attempts": 1}),
-        )
+        sqs = sqs_client(url)
         queue_url = sqs.create_queue(QueueName="cpu")["QueueUrl"]
         body = PAYLOAD.decode()
         for _ in range(20):  # warm up: connections, the queue, caches
