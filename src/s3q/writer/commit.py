@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import itertools
 import logging
 import time
@@ -94,6 +93,7 @@ class Batch:
         "payloads",
         "seq",
         "size",
+        "timer",
         "waiters",
         "weight",
     )
@@ -111,6 +111,7 @@ class Batch:
         self.done = _Durable(loop=asyncio.get_running_loop())
         self.done.add_done_callback(_retrieve)
         self.waiters: list[asyncio.Future[None]] | None = None  # see ``settled``
+        self.timer: asyncio.TimerHandle | None = None
 
     def places(self, count: int) -> int:
         """Take the places of ``count`` more messages enqueued here; the first one's."""
@@ -119,36 +120,37 @@ class Batch:
         return first
 
     def settled(self, timeout: float) -> asyncio.Future[None]:
-        """A future resolved once the batch is durable or has failed, or ``timeout`` seconds
-        after the first of the callers waiting with it asked: one timer for all of them, not
-        one each (as ``asyncio.wait`` would set). A caller cancelled cancels only its own."""
+        """A future resolved once the batch is durable or has failed (:meth:`settle`), or
+        ``timeout`` seconds after the first of the callers waiting with it asked: one timer for
+        all of them, not one each (as ``asyncio.wait`` would set). A caller cancelled cancels
+        only its own."""
         loop = self.done.get_loop()
         waiter: asyncio.Future[None] = loop.create_future()
-        waiters = self.waiters
-        if waiters is None:
-            waiters = self.waiters = [waiter]
-            timer = loop.call_later(timeout, self._wake, waiters)
-            self.done.add_done_callback(functools.partial(self._settled, timer, waiters))
+        if self.waiters is None:
+            self.waiters = [waiter]
+            self.timer = loop.call_later(timeout, self._wake)
         else:
-            waiters.append(waiter)
+            self.waiters.append(waiter)
         return waiter
 
-    def _settled(
-        self,
-        timer: asyncio.TimerHandle,
-        waiters: list[asyncio.Future[None]],
-        done: asyncio.Future[None],
-    ) -> None:
-        timer.cancel()
-        self._wake(waiters)
+    def settle(self, failure: BaseException | None = None) -> None:
+        """The batch is durable (or failed with ``failure``): ``done`` resolved, and the callers
+        waiting with :meth:`settled` woken now, not a loop pass later."""
+        if self.done.done():
+            return
+        if failure is None:
+            self.done.set_result(None)
+        else:
+            self.done.set_exception(failure)
+        if self.timer is not None:
+            self.timer.cancel()
+        self._wake()
 
-    def _wake(self, waiters: list[asyncio.Future[None]]) -> None:
-        if self.waiters is waiters:
-            self.waiters = None  # (one who asks after a timeout has a timer of its own)
-        for waiter in waiters:
+    def _wake(self) -> None:
+        waiters, self.waiters, self.timer = self.waiters or [], None, None
+        for waiter in waiters:  # (one who asks after a timeout has a timer of its own)
             if not waiter.done():
                 waiter.set_result(None)
-        waiters.clear()
 
 
 class _Durable(asyncio.Future[None]):
@@ -344,8 +346,7 @@ class GroupCommit:
                 self.commits += 1
                 self.ops_committed += batch.weight
                 self._tell_listeners(time.perf_counter() - started, batch.weight)
-                if not batch.done.done():
-                    batch.done.set_result(None)
+                batch.settle()
                 if self.failure is None:
                     self._hooks.durable(batch, sealed)
         finally:
@@ -436,8 +437,7 @@ class GroupCommit:
         self.full = exc
         logger.warning("writer of %s paused: %s", self.store.url, exc)
         for batch in [*self.unflushed.values(), self.filling]:
-            if not batch.done.done():
-                batch.done.set_exception(exc)
+            batch.settle(exc)
         self.unflushed.clear()
         self._hooks.stopped()  # long polls end
         self._hooks.full()
@@ -470,8 +470,7 @@ class GroupCommit:
             logger.error("writer of %s stopped: %s", self.store.url, exc)
         doomed = [self.filling, *(self.unflushed.values() if in_flight else ())]
         for batch in doomed:
-            if not batch.done.done():
-                batch.done.set_exception(self.failure)
+            batch.settle(self.failure)
         if in_flight:
             self.unflushed.clear()
         self._hooks.stopped()
