@@ -12,9 +12,9 @@ import asyncio
 import itertools
 import random
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, TypeVar, cast
 
 from .. import snapshot
 from ..config import BUFFERED
@@ -31,6 +31,8 @@ from ..wire.pages import Pages
 from .commit import Batch
 from .core import Core
 from .payloads import Payloads, message, stretch_messages
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,11 +173,10 @@ class Leasing:
             if not stretches
             else [item for item in chosen if type(item) is Record]
         )
-        payloads, pages, _ = await asyncio.gather(
-            self.payloads.of(records),
-            asyncio.gather(*map(self.payloads.of_stretch, stretches)),
-            core.commit.durable_after(batch),
+        payloads, pages = await _read(
+            self.payloads.of(records), records, stretches, self.payloads.of_stretch
         )
+        await core.commit.durable_after(batch)  # (written meanwhile, by the commit's own task)
         now = core.clock()
         held = [  # (None: that lease lapsed while it was being made durable)
             message(rec, payload) if _still_held(rec, receipt, now) else None
@@ -202,11 +203,10 @@ class Leasing:
         if not stretches:
             return Pages(await self._answers(chosen, lease, batch))
         records = [item for item in chosen if type(item) is Record]
-        payloads, blocks, _ = await asyncio.gather(
-            self.payloads.of(records),
-            asyncio.gather(*map(self.payloads.block_of, stretches)),
-            core.commit.durable_after(batch),
+        payloads, blocks = await _read(
+            self.payloads.of(records), records, stretches, self.payloads.block_of
         )
+        await core.commit.durable_after(batch)  # (written meanwhile, by the commit's own task)
         now = core.clock()
         singles: list[Message] = []
         paged: list[pages.Page] = []
@@ -393,3 +393,18 @@ def _still_held(rec: Record, receipt: str, now: float) -> bool:
     the answer (its delivery counts as an attempt), never handed out twice.
     """
     return rec.receipt == receipt and rec.lease_until > now
+
+
+async def _read(
+    of_records: Coroutine[Any, Any, list[bytes]],
+    records: list[Record],
+    stretches: list[Stretch],
+    of_stretch: Callable[[Stretch], Coroutine[Any, Any, T]],
+) -> tuple[list[bytes], list[T]]:
+    """The payloads of ``records`` (``of_records``) and what ``of_stretch`` reads of each of
+    ``stretches``: concurrently when there are several reads, else awaited in turn (a gather
+    wraps each in a task, and a single message's delivery has one read, mostly from the cache)."""
+    if len(stretches) + bool(records) > 1:
+        found, read = await asyncio.gather(of_records, asyncio.gather(*map(of_stretch, stretches)))
+        return found, list(read)
+    return await of_records, [await of_stretch(stretch) for stretch in stretches]
