@@ -1,10 +1,13 @@
 """CPU time a client spends per call to the broker: what bounds single calls from one process.
 
-    python benchmarks/client_cpu.py [--calls 2000]
+    python benchmarks/client_cpu.py [--calls 2000] [--store memory://cpu]
 
-Starts a broker on a temporary file:// store, then makes ``--calls`` sequential 1 KiB enqueues
-with: s3q's async client (aiohttp), s3q's blocking client (urllib3), and a bare httpx.AsyncClient
-posting the same request. Prints the client process's CPU milliseconds per call for each.
+Starts a broker on a temporary file:// store (or ``--store``), then makes ``--calls``
+sequential 1 KiB enqueues with: s3q's async client (aiohttp), s3q's blocking client (urllib3),
+and a bare httpx.AsyncClient posting the same request; beside them, the peer users compare the
+clients with: redis-py with hiredis making as many ``LPUSH`` of 1 KiB to a ``redis-server`` it
+starts (durable: ``appendfsync always``; the client's CPU does not depend on it). Prints the
+client process's CPU milliseconds per call for each.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import shlex
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import httpx
 import msgspec
@@ -56,18 +60,40 @@ async def bare_httpx(url: str, calls: int) -> float:
         return per_call_ms(started, calls)
 
 
+def redis_py(calls: int) -> float:
+    import redis
+    from brokers import RedisServer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        server = RedisServer(Path(tmp))
+        server.start()
+        try:
+            r = redis.Redis(host="127.0.0.1", port=server.address)
+            payload = b"x" * 1024
+            r.lpush("cpu", payload)
+            started = time.process_time()
+            for _ in range(calls):
+                r.lpush("cpu", payload)
+            r.close()
+            return per_call_ms(started, calls)
+        finally:
+            server.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--port", type=int, default=8791)
+    parser.add_argument("--store", help="the broker's store (default: a temporary file:// one)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        proc, url = spawn(f"file://{tmp}/store", args.port)
+        proc, url = spawn(args.store or f"file://{tmp}/store", args.port)
         try:
             for name, ms in (
                 ("s3q async client (aiohttp)", asyncio.run(s3q_async(url, args.calls))),
                 ("s3q blocking client (urllib3)", s3q_blocking(url, args.calls)),
                 ("bare httpx.AsyncClient", asyncio.run(bare_httpx(url, args.calls))),
+                ("redis-py (hiredis) LPUSH", redis_py(args.calls)),
             ):
                 print(f"{name:30} {ms:.3f} ms CPU per call")
         finally:

@@ -152,6 +152,14 @@ CASES: list[tuple[str, bytes]] = [
         request(f"{Q}/dequeue", pack({}), kind="application/msgpack; charset=x"),
     ),
     ("an origin", request(f"{Q}/enqueue", pack({"payload": b"x"}), extra=("Origin: http://evil",))),
+    (
+        "an upgrade",
+        request(
+            f"{Q}/enqueue",
+            pack({"payload": b"x"}),
+            extra=("Connection: Upgrade", "Upgrade: websocket"),
+        ),
+    ),
     ("an unknown operation", request(f"{Q}/frobnicate", pack({}))),
     ("a GET of a POST route", request(f"{Q}/enqueue", pack({"payload": b"x"}), method="GET")),
     ("an empty body", request(f"{Q}/enqueue", b"")),

@@ -581,19 +581,23 @@ async def _work(
     (dead letters), serving until ``stop``; what else ends it is put in ``stops``. A handler's
     return is recorded as a completion of unknown outcome (its acknowledgement is batched, and
     may never land), the worker's ``Completed`` event, which comes once it is durable, as one
-    that is done."""
+    that is done, sent when the handler returned (the writer stamps the completion later, and
+    the checker's count of completions still within ``completed_retention`` goes by when a
+    completion was sent: the event's own arrival is later than the stamp)."""
     history = rec.histories[JOBS]
+    returned: dict[str, float] = {}  # message id -> when its handler last returned
 
     async def handle(message: Message) -> None:
         if message.payload == b"dead" or (message.payload == b"retry" and message.attempts <= 1):
             raise RuntimeError(f"the soak fails this one ({message.payload!r})")
-        now = time.monotonic()
+        now = returned[message.id] = time.monotonic()
         history.calls.append(Call("worker", "complete", now, now, "unknown", ids=[message.id]))
 
     def on_event(event: Event) -> None:
         now = time.monotonic()
         if isinstance(event, Completed):
-            history.calls.append(Call("worker", "complete", now, now, "ok", ids=[event.id]))
+            sent = returned.pop(event.id, now)
+            history.calls.append(Call("worker", "complete", sent, now, "ok", ids=[event.id]))
             rec.samples.append(Sample(JOBS, "worker_done", now, now, None, 1))
         elif isinstance(event, Dead):
             dead[0] += 1

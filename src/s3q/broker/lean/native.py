@@ -43,6 +43,9 @@ _ANSWER_TYPE = {
 _WRITER = WRITER_HEADER.encode() + b": "
 _PARTITIONS = PARTITIONS_HEADER.encode() + b": "
 _decode = msgspec.msgpack.Decoder().decode
+#: headers that send a request to the generic stack: a page's origin (the guard's to judge), a
+#: body in chunks or awaiting ``100 Continue``, a protocol upgrade
+GENERIC_ONLY = frozenset({b"origin", b"transfer-encoding", b"expect", b"upgrade"})
 
 
 class Head(NamedTuple):
@@ -132,7 +135,7 @@ class NativeCalls:
                 host = host or value
             elif key == _FORWARDED:
                 forwarded = True
-            elif key in (b"origin", b"transfer-encoding", b"expect"):
+            elif key in GENERIC_ONLY:
                 return None
         if not 0 < length <= min(self.limits.body, LEAN_BODY):
             return None

@@ -19,7 +19,7 @@ from ..sqs import sigv4
 from ..sqs.endpoint import Endpoint, SqsRequest, header_lists
 from ..sqs.protocol import SqsError
 from . import writing
-from .native import LEAN_BODY
+from .native import GENERIC_ONLY, LEAN_BODY
 from .writing import Connection
 
 
@@ -67,7 +67,7 @@ class SqsCalls:
                 length = int(value)
             elif key == b"host":
                 host = host or value
-            elif key in (b"origin", b"transfer-encoding", b"expect"):
+            elif key in GENERIC_ONLY:
                 return None
         if not 0 < length <= min(SQS_MAX_BODY, LEAN_BODY) or not host:
             return None
