@@ -17,7 +17,6 @@ OVER: dict[str, int] = {
     "class broker/registry.py:QueueRegistry": 443,
     "class index/delivery.py:DeliveryIndex": 510,
     "class index/state.py:QueueState": 513,
-    "function broker/app.py:create_app": 81,
     "function broker/server.py:serve": 88,
     "function cli/bench.py:_phases": 90,
     "function index/delivery.py:_fetch": 83,

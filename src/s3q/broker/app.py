@@ -94,7 +94,6 @@ def create_app(
     metrics.prices = of_store(registry.lease.kind == "object store", prices)
     history = History(registry)
     registry.on_open = history.opened
-
     lifespan = functools.partial(_lifespan, registry, metrics, history)
     limits = Limits(max_body, max_batch, body_timeout)
     routes = _api(registry, secrets, metrics, limits)

@@ -57,7 +57,6 @@ class Head(NamedTuple):
     name: str
     as_json: bool  # the answer's encoding (the request's ``Accept``)
     forwarded: bool
-    length: int  # of the body
 
     def take(
         self, body: bytes, connection: Connection, default_headers: list[tuple[bytes, bytes]]
@@ -150,12 +149,10 @@ class NativeCalls:
         except UnicodeDecodeError:
             return None
         as_json = calls.wants_json(accept.decode("latin-1"))
-        return Head(self, found[0], found[1], text, as_json, forwarded, length)
+        return Head(self, found[0], found[1], text, as_json, forwarded)
 
     def arguments(self, head: Head, body: bytes) -> dict[str, Any] | None:
         """The call's arguments, if the generic stack would take them as they are."""
-        if len(body) != head.length:
-            return None
         try:
             args = _decode(body)
         except Exception:

@@ -15,10 +15,6 @@ from .writing import Connection
 class Admitted(Protocol):
     """A request the lean path takes, once its head is read."""
 
-    @property
-    def length(self) -> int:
-        """Its body's length."""
-
     def take(
         self, body: bytes, connection: Connection, default_headers: list[tuple[bytes, bytes]]
     ) -> Coroutine[Any, Any, bytes] | None:

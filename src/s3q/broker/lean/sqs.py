@@ -9,7 +9,7 @@ chunked body; a credential that does not pass is refused by the generic stack.
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, NamedTuple
 
 from ...errors import S3QError
@@ -30,7 +30,10 @@ class SqsHead(NamedTuple):
     headers: dict[str, list[str]]
     checked: sigv4.Credential | None
     origin: str
-    length: int
+
+    def asked(self, gone: Callable[[], Awaitable[bool]]) -> SqsRequest:
+        """The request as the endpoint reads it (``POST /``, no query string)."""
+        return SqsRequest("POST", "/", "", self.headers, None, self.origin, gone)
 
     def take(
         self, body: bytes, connection: Connection, default_headers: list[tuple[bytes, bytes]]
@@ -78,7 +81,7 @@ class SqsCalls:
             checked = self.endpoint.credential(lists)
         except SqsError:
             return None  # refused by the generic stack, before its body is read
-        return SqsHead(self, lists, checked, "http://" + host.decode("latin-1"), length)
+        return SqsHead(self, lists, checked, "http://" + host.decode("latin-1"))
 
     async def answer(
         self,
@@ -89,7 +92,7 @@ class SqsCalls:
     ) -> bytes:
         """The request answered: the response's bytes."""
         self.taken += 1
-        asked = SqsRequest("POST", "/", "", head.headers, None, head.origin, connection.gone)
+        asked = head.asked(connection.gone)
 
         async def read() -> bytes:
             return body
@@ -108,7 +111,7 @@ class SqsCalls:
             raise error
 
         self.taken += 1
-        asked = SqsRequest("POST", "/", "", head.headers, None, head.origin, _staying)
+        asked = head.asked(_staying)
         status, headers, out = await self.endpoint.answer(asked, read, head.checked)
         lines = writing.header_lines(headers)
         return writing.response(status, lines, out, default_headers, keep_alive=False)
