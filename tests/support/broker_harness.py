@@ -39,6 +39,7 @@ class Broker:
         lean: bool = True,
         max_batch: int = DEFAULT_MAX_BATCH,
         body_timeout: float = DEFAULT_BODY_TIMEOUT,
+        websockets: bool = True,
         **options: Any,
     ) -> None:
         # bound here and handed to uvicorn: no other process (an xdist worker) can take the port
@@ -60,6 +61,8 @@ class Broker:
         if not lean:
             app.state.lean = None  # every call through the generic stack
         config = configure(app, "127.0.0.1", self.port, log_level="warning")
+        if not websockets:
+            config.ws = "none"  # a broker that offers no subscriptions
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True

@@ -12,7 +12,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from ..errors import S3QError
@@ -21,7 +21,7 @@ from ..tracing import Server
 from ..tracing import server as span_server
 from ..wire.answers import PARTITIONS_HEADER, WRITER_HEADER
 from ..wire.codec import API_PREFIX, JSON, MSGPACK, encode, error_body, status_of
-from . import calls, dashboard, guard, heap, openapi, request_log, sqs
+from . import calls, dashboard, guard, heap, openapi, request_log, sqs, subscriptions
 from .arguments import Limits, Plan, arguments, authorize
 from .dashboard.history import History
 from .fastpath import Broker
@@ -120,7 +120,7 @@ def create_app(
     native = NativeCalls(registry, metrics, secrets, limits, app.host_check)
     lean = LeanRoutes(native, SqsCalls(sqs_endpoint, app.host_check), body_timeout)
     app.state.lean = lean if spans is None else None
-    app.state.summary_every = request_log.SUMMARY_EVERY  # (s3q.broker.serve sets it)
+    app.state.summary_every, app.state.max_frame = request_log.SUMMARY_EVERY, max_body
     return app
 
 
@@ -143,9 +143,9 @@ async def _lifespan(
 
 def _api(
     registry: QueueRegistry, secrets: list[bytes], metrics: BrokerMetrics, limits: Limits
-) -> list[Route]:
-    """The native API's routes, under ``/v1``."""
-    return [
+) -> list[BaseRoute]:
+    """The native API's routes, under ``/v1``: its calls and its subscriptions."""
+    routes: list[BaseRoute] = [
         Route(
             API_PREFIX + e.path,
             _endpoint(e, registry, secrets, metrics, limits),
@@ -153,6 +153,7 @@ def _api(
         )
         for e in ENDPOINTS
     ]
+    return [*routes, subscriptions.route(registry, metrics, secrets, limits)]
 
 
 def _documents(

@@ -21,7 +21,7 @@ from .limits import read_body
 from .routes import Endpoint, Param
 
 if TYPE_CHECKING:
-    from starlette.requests import Request
+    from starlette.requests import HTTPConnection, Request
 
     from .registry import QueueRegistry
 
@@ -42,7 +42,7 @@ def bearer_ok(header: str, secrets: list[bytes]) -> bool:
 
 
 def authorize(
-    request: Request, secrets: list[bytes], registry: QueueRegistry | None = None
+    request: HTTPConnection, secrets: list[bytes], registry: QueueRegistry | None = None
 ) -> None:
     """Check the request's bearer token, or (``registry``: on the native API) the signature
     of a call another broker of the cluster forwarded (its body is checked once read)."""
@@ -54,7 +54,7 @@ def authorize(
         request.state.peer_digest = peerauth.verify(
             secrets,
             registry.address,
-            request.method,
+            request.scope.get("method", "GET"),
             request.scope["path"],
             request.query_params.multi_items(),
             token,

@@ -114,6 +114,17 @@ class _HeadLimit(_HttpTools):
         super().on_headers_complete()
 
 
+class _UpgradeOnGet(_Protocol):
+    """Only a GET becomes a WebSocket (a subscription, :mod:`.subscriptions`): a request of
+    another method that asks for one is answered as the request it is (uvicorn would hand it
+    to its WebSocket protocol, which never answers it)."""
+
+    def _should_upgrade(self) -> bool:
+        parser = getattr(self, "parser", None)  # (httptools; h11 has set the scope by now)
+        method = parser.get_method() if parser is not None else self.scope["method"].encode()
+        return method == b"GET" and bool(super()._should_upgrade())
+
+
 def protocol(
     head_timeout: float = DEFAULT_HEAD_TIMEOUT,
     parser: str = "auto",
@@ -126,8 +137,7 @@ def protocol(
     if fast and HttpToolsProtocol is None:
         raise ImportError("httptools is not installed")
     if not fast:
-        return type(
-            "HeadTimeoutProtocol", (_HeadTimeout, H11Protocol), {"head_timeout": head_timeout}
-        )
-    bases = (_HeadTimeout, _HeadLimit, LeanProtocol, HttpToolsProtocol)
+        bases: tuple[type, ...] = (_HeadTimeout, _UpgradeOnGet, H11Protocol)
+        return type("HeadTimeoutProtocol", bases, {"head_timeout": head_timeout})
+    bases = (_HeadTimeout, _HeadLimit, _UpgradeOnGet, LeanProtocol, HttpToolsProtocol)
     return type("BrokerProtocol", bases, {"head_timeout": head_timeout, "lean": lean})

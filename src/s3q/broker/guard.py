@@ -33,7 +33,13 @@ class SameOriginMiddleware:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
+        if scope["type"] == "websocket":  # (a page may open one to any address: refused too)
+            headers = Headers(scope=scope)
+            origin = headers.get("origin")
+            if origin is not None and not _same(origin, headers.get("host"), websocket=True):
+                await send({"type": "websocket.close", "code": 1008})  # (HTTP 403)
+                return
+        elif scope["type"] == "http":
             headers = Headers(scope=scope)
             origin = headers.get("origin")
             if origin is not None and not _same(origin, headers.get("host", "")):
@@ -56,9 +62,10 @@ class SameOriginMiddleware:
         await self.app(scope, receive, send)
 
 
-def _same(origin: str, host: str) -> bool:
+def _same(origin: str, host: str | None, websocket: bool = False) -> bool:
     parts = urlsplit(origin)
-    return parts.scheme in ("http", "https") and parts.netloc.lower() == host.lower()
+    schemes = ("http", "https", "ws", "wss") if websocket else ("http", "https")
+    return parts.scheme in schemes and parts.netloc.lower() == (host or "").lower()
 
 
 class HostCheck:

@@ -324,6 +324,14 @@ SERIES: tuple[tuple[str, type[Any], str, str, tuple[str, ...], dict[str, Any]], 
         (),
         {},
     ),
+    (
+        "subscriptions",
+        Gauge,
+        "s3q_broker_subscriptions",
+        ("Subscriptions open: consumers the broker pushes messages to."),
+        (),
+        {},
+    ),
 )
 
 
@@ -350,6 +358,7 @@ class BrokerMetrics:
     spent: Gauge
     read_aheads: Gauge
     in_progress: Gauge
+    subscriptions: Gauge
 
     def __init__(
         self, serves: Callable[[str], bool] = lambda name: True, prices: Prices = S3
@@ -365,6 +374,8 @@ class BrokerMetrics:
             setattr(self, attr, kind(name, doc, labels, registry=r, **options))
         self.serving = 0  # native API requests being served: in_progress, read when scraped
         self.in_progress.set_function(lambda: self.serving)
+        self.subscribed = 0  # subscriptions open: read when scraped
+        self.subscriptions.set_function(lambda: self.subscribed)
         self._counted: dict[tuple[str, str, str], Any] = {}  # operations' children
         self._timed: dict[str, Any] = {}  # seconds' children
         self._committed: dict[str, tuple[Any, Any]] = {}  # commit_seconds', commit_ops' children

@@ -255,7 +255,8 @@ def configure(
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
 ) -> uvicorn.Config:
     """uvicorn's settings for serving the broker ``app`` (of :func:`.app.create_app`): its
-    HTTP protocol, with the lean path unless ``app.state.lean`` is None (see :func:`serve`)."""
+    HTTP protocol, with the lean path unless ``app.state.lean`` is None (see :func:`serve`),
+    and its WebSocket protocol for subscriptions, frames up to ``app.state.max_frame``."""
     import uvicorn
 
     from . import connections
@@ -272,7 +273,25 @@ def configure(
         http=connections.protocol(head_timeout, lean=app.state.lean),  # httptools if installed
         loop="auto",  # uvloop when installed
         limit_concurrency=max_connections,
+        # subscriptions (s3q.broker.subscriptions): frames up to the largest request body, no
+        # compression (payloads are the user's, often compressed already), a ping every 20 s
+        # that ends a channel whose consumer vanished (and gives its leases back)
+        ws=_websockets(),
+        ws_max_size=app.state.max_frame,
+        ws_per_message_deflate=False,
+        ws_ping_interval=20.0,
+        ws_ping_timeout=20.0,
     )
+
+
+def _websockets() -> str:
+    """uvicorn's WebSocket protocol: websockets' sans-I/O one, or none without the package
+    (clients then poll: a subscription's handshake is refused)."""
+    try:
+        import websockets  # noqa: F401
+    except ImportError:
+        return "none"
+    return "websockets-sansio"
 
 
 def spawn(

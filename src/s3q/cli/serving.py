@@ -209,6 +209,9 @@ def serve(
 )
 @click.option("--grace", type=click.FloatRange(min=0), help="Seconds to finish on SIGTERM.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve /metrics here.")
+@click.option(
+    "--poll", is_flag=True, help="Through a broker: poll for messages, not a subscription."
+)
 @store_option
 @friendly_errors
 def worker(
@@ -219,6 +222,7 @@ def worker(
     visibility_timeout: float | None,
     grace: float | None,
     metrics_port: int | None,
+    poll: bool,
     store: str | None,
 ) -> None:
     """Run MODULE:FUNCTION as a worker until SIGTERM or Ctrl-C.
@@ -240,4 +244,5 @@ def worker(
         visibility_timeout=visibility_timeout,
         grace=grace,
         metrics_port=metrics_port,
+        push=not poll,
     )

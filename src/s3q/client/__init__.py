@@ -15,7 +15,8 @@ the caller, who knows whether repeating is safe.
 The parts: :mod:`.calls` (one request of the native API, and whether it may be sent again),
 :mod:`.nodes` (which broker of a cluster to send a queue's calls to), :mod:`.requests` (the
 request of each queue method), :mod:`.connection` (the clients: connection pools that send
-calls), :mod:`.queues` (the remote queues) and :mod:`s3q.wire.answers` (which writer answered
+calls), :mod:`.queues` (the remote queues), :mod:`.subscriptions` (messages pushed: a
+queue's ``subscribe()``) and :mod:`s3q.wire.answers` (which writer answered
 a call: ``with answers() as seen: ...; seen.writer``).
 """
 
@@ -33,6 +34,7 @@ from ..wire.codec import (
 )
 from .connection import AsyncClient, Client, connect, connect_async
 from .queues import AsyncRemoteQueue, RemoteQueue
+from .subscriptions import AsyncSubscription, Subscription, SubscriptionsUnsupported
 
 __all__ = [
     "PARTITIONS_HEADER",
@@ -41,6 +43,7 @@ __all__ = [
     "Answers",
     "AsyncClient",
     "AsyncRemoteQueue",
+    "AsyncSubscription",
     "AuthError",
     "BodyTooLarge",
     "BrokerError",
@@ -49,6 +52,8 @@ __all__ = [
     "QueueNotFound",
     "RemoteQueue",
     "RequestTimeout",
+    "Subscription",
+    "SubscriptionsUnsupported",
     "answers",
     "connect",
     "connect_async",

@@ -25,7 +25,7 @@ from ..wire.codec import MSGPACK
 from .calls import RETRIES, TRANSPORT, Call, delay
 from .nodes import Nodes
 from .queues import AsyncRemoteQueue, RemoteQueue
-from .requests import cluster, list_queues
+from .requests import cluster, list_queues, queue_path
 from .stalls import (
     STALL_TIMEOUT,
     BrokerStalled,
@@ -49,6 +49,11 @@ def _headers(token: str | None) -> dict[str, str]:
     if token:
         headers["authorization"] = f"Bearer {token}"
     return headers
+
+
+def _ws_url(node: str, name: str) -> str:
+    """The address of queue ``name``'s subscriptions at broker ``node``."""
+    return "ws" + node.removeprefix("http") + queue_path(name) + "/subscribe"
 
 
 def _with(headers: dict[str, str], more: dict[str, str] | None) -> dict[str, str]:
@@ -134,6 +139,23 @@ class Client:
                 self._nodes.raise_or_move_on(call, node, answer, None, last=attempt == self.retries)
             time.sleep(delay(attempt))
         raise AssertionError("unreachable")
+
+    def _channel(self, name: str) -> Any:
+        """A WebSocket to the broker serving queue ``name``'s subscriptions (websockets)."""
+        from websockets.sync.client import connect
+
+        if not self._nodes.asked:
+            self._learn()
+        url = _ws_url(self._nodes.url_for(name), name)
+        auth = {k: v for k, v in self._headers.items() if k == "authorization"}
+        return connect(
+            url,
+            additional_headers=auth,
+            ssl=_tls() if url.startswith("wss:") else None,
+            open_timeout=self.timeout,
+            max_size=None,  # (a push is as large as a dequeue's answer)
+            compression=None,
+        )
 
     def _learn(self) -> None:
         """Ask the given brokers for the cluster's (once one answers)."""
@@ -288,6 +310,18 @@ class AsyncClient:
             method, url, data=content, params=params or None, headers=headers, timeout=timeout
         ) as response:
             return response.status, await response.read(), response.headers
+
+    async def _channel(self, name: str) -> aiohttp.ClientWebSocketResponse:
+        """A WebSocket to the broker serving queue ``name``'s subscriptions."""
+        if not self._nodes.asked:
+            await self._learn()
+        session = self._session or self._open()
+        return await session.ws_connect(
+            _ws_url(self._nodes.url_for(name), name),
+            timeout=aiohttp.ClientWSTimeout(ws_close=self.timeout),
+            max_msg_size=0,  # (a push is as large as a dequeue's answer)
+            autoping=True,
+        )
 
     async def _learn(self) -> None:
         """Ask the given brokers for the cluster's (once one answers)."""

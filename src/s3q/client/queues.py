@@ -17,6 +17,7 @@ from ..surface import AsyncQueueSurface, Target, documented
 from ..wire.pages import Pages
 from .calls import Call
 from .requests import QueueRequests
+from .subscriptions import AsyncChannels, AsyncSubscription, Channels, Subscription
 
 T = TypeVar("T")
 
@@ -287,6 +288,15 @@ class RemoteQueue:
     purge = blocking(_InPlaceQueue.purge)
     compact = blocking(_InPlaceQueue.compact)
 
+    def subscribe(
+        self, prefetch: int = 100, visibility_timeout: float | None = None, *, per_group: int = 1
+    ) -> Subscription:
+        """A channel on which the broker pushes this queue's messages, leased for
+        ``visibility_timeout`` seconds (None: the queue's), while fewer than ``prefetch`` are
+        unsettled; settle them on it. Use it with ``with``; see :mod:`s3q.client.subscriptions`."""
+        client: Channels = self._aq._client  # type: ignore[assignment]
+        return Subscription(client, self.name, prefetch, visibility_timeout, per_group=per_group)
+
     def close(self) -> None:
         self._run(self._aq.close())
 
@@ -319,6 +329,18 @@ class AsyncRemoteQueue(_RemoteQueueBase):
 
     async def _send(self, call: Call[T]) -> T:
         return await self._client._run(call)
+
+    def subscribe(
+        self, prefetch: int = 100, visibility_timeout: float | None = None, *, per_group: int = 1
+    ) -> AsyncSubscription:
+        """A channel on which the broker pushes this queue's messages, leased for
+        ``visibility_timeout`` seconds (None: the queue's), while fewer than ``prefetch`` are
+        unsettled; settle them on it. Use it with ``async with``; see
+        :mod:`s3q.client.subscriptions`."""
+        client: AsyncChannels = self._client  # type: ignore[assignment]
+        return AsyncSubscription(
+            client, self.name, prefetch, visibility_timeout, per_group=per_group
+        )
 
     async def __aenter__(self) -> AsyncRemoteQueue:
         return self

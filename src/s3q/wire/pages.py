@@ -154,3 +154,12 @@ def merged(answer: Pages) -> list[Message]:
         out += messages(page)
     out.extend(singles)
     return out
+
+
+def receipts(answer: Pages) -> list[str]:
+    """The receipts of a dequeue's answer, without a message made per member of a page."""
+    out = [msg.receipt for msg in answer.messages if msg.receipt is not None]
+    for page in answer.pages:
+        token = ids.RECEIPT_MARK + page.token
+        out += [mid + token for mid in ids.make_many(page.queue, page.seq, page.place, page.count)]
+    return out

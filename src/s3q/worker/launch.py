@@ -35,6 +35,7 @@ def run_worker(
     metrics_host: str = "127.0.0.1",
     on_event: EventHook | None = None,
     options: Mapping[str, Any] | None = None,
+    push: bool = True,
 ) -> None:
     """Import ``target`` (``package.module:function``) and run it as a worker until signalled.
 
@@ -67,6 +68,7 @@ def run_worker(
         on_event=on_event,
         metrics=metrics,
         options={**marked.options, **(options or {})},
+        push=push,
     )
     server = None
     if metrics is not None and metrics_port is not None:

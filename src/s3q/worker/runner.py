@@ -10,7 +10,7 @@ import signal
 import sys
 import threading
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..api import AsyncQueue, Queue, open_async
 from ..config import PERSISTED, split_options
@@ -20,7 +20,7 @@ from ..wire.codec import is_broker_url
 from .events import EventHook
 from .handlers import Handler
 from .metrics import WorkerMetrics
-from .session import Session
+from .session import REMOTE_VISIBILITY, Session
 from .settings import check_settings
 
 if TYPE_CHECKING:
@@ -50,7 +50,9 @@ class Worker:
     before one batch acknowledges them. ``grace``: seconds running handlers get after a stop.
     ``on_event``: called with each :data:`Event` (an awaitable result is awaited in the
     background); a hook that raises is logged. ``poll_wait``: the longest one dequeue waits
-    for a message, which bounds how long an idle worker takes to stop.
+    for a message, which bounds how long an idle worker takes to stop. ``push``: through a
+    broker, have the messages pushed on a subscription (``s3q.worker.push``) when the broker
+    offers one; False: poll with dequeues.
     """
 
     def __init__(
@@ -67,6 +69,7 @@ class Worker:
         metrics: WorkerMetrics | None = None,
         options: Mapping[str, Any] | None = None,
         poll_wait: float = 1.0,
+        push: bool = True,
     ) -> None:
         if not isinstance(queue, AsyncQueue | Queue | str) and not _is_remote(queue):
             raise InvalidArgument(
@@ -96,6 +99,7 @@ class Worker:
         self.on_event = on_event
         self.metrics = metrics
         self.poll_wait = float(poll_wait)
+        self.push = bool(push)
         self._options = dict(options or {})
         self._lock = threading.Lock()
         self._session: Session | None = None  # the serving, once it began
@@ -201,11 +205,22 @@ class Worker:
                     signal.signal(sig, old)
 
     async def _serve(self, aq: AsyncQueueSurface) -> None:
-        session = Session(self, aq)
+        pushed = None
+        if self.push and _is_remote(aq):
+            from .push import subscribed
+
+            vt = REMOTE_VISIBILITY if self.visibility_timeout is None else self.visibility_timeout
+            window = self.prefetch or 2 * self.concurrency
+            pushed = await subscribed(aq, vt, window, self.concurrency)  # type: ignore[arg-type]
+        session = Session(self, aq if pushed is None else cast(AsyncQueueSurface, pushed))
         with self._lock:
             self._session = session
             early = self._early_stop
-        await session.serve(early)
+        try:
+            await session.serve(early)
+        finally:
+            if pushed is not None:
+                await pushed.close()
 
     def __repr__(self) -> str:
         queue = self.queue if isinstance(self.queue, str) else self.queue.url
