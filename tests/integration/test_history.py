@@ -11,7 +11,9 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import hypothesis.strategies as st
+import msgspec
 import pytest
+from attempts_work import ACTIONS, SETTINGS, attempts_read, deliveries
 from click.testing import CliRunner
 from conftest import SUPPORT_DIR, T0, FakeClock, StoreEnv
 from hypothesis import HealthCheck, example, given, settings
@@ -19,7 +21,7 @@ from hypothesis import HealthCheck, example, given, settings
 import s3q
 from s3q.cli import main
 from s3q.history import log_events, timeline
-from s3q.log import ids, segment, stamps, tables
+from s3q.log import ids, ops, segment, stamps, tables
 from s3q.store import Store, open_store
 
 
@@ -192,7 +194,8 @@ def test_a_life_by_id_reads_past_log_objects_collected_in_its_middle(
 
 def test_history_reads_stretch_leases_and_a_range(durable_env: StoreEnv) -> None:
     """Members of a run leased together (one stretch in the log) are each an event; a read
-    from a later log object sees only what followed."""
+    from a later log object sees only what followed, and knows each lease's attempt though
+    it did not read the enqueue (a stretch's members are untouched: their first)."""
     q = durable_env.open()
     try:
         sent = q.enqueue_batch([b"x%d" % i for i in range(50)])
@@ -204,7 +207,7 @@ def test_history_reads_stretch_leases_and_a_range(durable_env: StoreEnv) -> None
     assert leased == sent
     later = asyncio.run(_events(durable_env, start))
     assert {e.kind for e in later} == {"leased", "completed"}
-    assert all(e.attempt is None for e in later)  # their enqueue lies before the range
+    assert [e.attempt for e in later if e.kind == "leased"] == [1] * 50
 
 
 @pytest.mark.parametrize("build", ["1813867", "cd2f38b", "eaadc93"])
@@ -393,3 +396,80 @@ def test_the_attempt_in_the_history_is_the_queue_s_own_count(
 
 async def _all(store: Store) -> list[log_events.Event]:
     return [e async for e in log_events.read(store, 0)]
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    plan=st.lists(
+        st.lists(st.sampled_from(ACTIONS), min_size=1, max_size=4), min_size=1, max_size=6
+    ),
+    messages=st.integers(1, 4),
+    sizes=st.lists(st.integers(1, 9), min_size=1, max_size=4),
+)
+@example(  # fails, runs out, is redriven and fails again across tasks of one log object each
+    plan=[["fail", "release"], ["expire"], ["fail"], ["redrive"], ["fail"]], messages=3, sizes=[1]
+)
+def test_every_task_of_a_split_read_gives_each_delivery_the_queue_s_attempt(
+    tmp_path: Path, plan: list[list[str]], messages: int, sizes: list[int]
+) -> None:
+    """The Spark read's tasks each read their own consecutive log objects, however the log is
+    split (``sizes``, cycled: log objects per task): every delivery, failure and death they
+    give carries ``Message.attempts`` at that delivery, whatever came before it in the log
+    objects of other tasks (its enqueue, earlier deliveries, releases, failures, leases run
+    out, redrives)."""
+    from s3q.spark import history_read  # (pyspark's data source classes: no session needed)
+
+    clock = FakeClock()
+    url = f"file://{tmp_path}/{uuid.uuid4().hex}/q"
+    q = s3q.open(url, clock=clock, **SETTINGS)
+    try:
+        expected = deliveries(q, clock, plan, messages)
+    finally:
+        q.close()
+    store = open_store(url)
+    try:
+        seqs = asyncio.run(log_events.seqs(store))
+        queue = asyncio.run(log_events.queue_id(store))
+    finally:
+        asyncio.run(store.close())
+    assert seqs == list(range(1, len(seqs) + 1))  # (all of the log: history_retention)
+    ranges, at, turn = [], 0, 0
+    while at < len(seqs):
+        size = sizes[turn % len(sizes)]
+        ranges.append(seqs[at : at + size])
+        at, turn = at + size, turn + 1
+    rows: list[dict[str, object]] = []
+    for i, part in enumerate(ranges):
+        task = history_read.LogRange(i, queue, part, history_read.Window(), strict=True)
+        for batch in history_read.read_range(open_store(url), task, payloads=False):
+            rows += batch.to_pylist()
+    delivered = {mid: seen for mid, seen in expected.items() if seen}
+    assert attempts_read(rows) == delivered, (plan, [len(r) for r in ranges])
+    earlier = asyncio.run(_read_as_earlier_builds_wrote(url, queue))  # (they carried none)
+    assert attempts_read(earlier) == delivered, plan
+
+
+async def _read_as_earlier_builds_wrote(url: str, queue: str) -> list[dict[str, object]]:
+    """The whole log's events, its operations stripped of the attempts they carry, as builds
+    before them wrote them: counted by the reader from each message's enqueue on."""
+    store = open_store(url)
+    reader = log_events.Reader(queue)
+    rows: list[dict[str, object]] = []
+    try:
+        for seq in await log_events.seqs(store):
+            header = segment.decode(await store.get(segment.key(seq)), segment.key(seq))
+            header.ops = [_carrying_none(op) for op in header.ops]
+            rows += [msgspec.structs.asdict(e) for e in reader.events(header)]
+    finally:
+        await store.close()
+    return rows
+
+
+def _carrying_none(op: ops.AnyOp) -> ops.AnyOp:
+    if isinstance(op, ops.Lease | ops.Bury):
+        return msgspec.structs.replace(op, attempts=None)
+    if isinstance(op, ops.Fail):
+        return msgspec.structs.replace(op, attempt=0)
+    return op

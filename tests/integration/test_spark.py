@@ -6,6 +6,7 @@ import contextlib
 import datetime
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from attempts_work import ACTIONS, ATTEMPTED, SETTINGS, attempts_read, deliveries
 from conftest import SUPPORT_DIR, T0, FakeClock, FileEnv, StoreEnv, child_env
 
 import s3q
@@ -1021,6 +1023,28 @@ def test_a_history_read_over_collected_log_objects_names_them(
     assert "failOnDataLoss" in str(failed.value)
     rows = history(failOnDataLoss="false", payloads="true").collect()
     assert {r["payload"] for r in rows if r["kind"] == "enqueued"} >= {b"stays", b"after"}
+
+
+def test_every_delivery_in_a_history_read_has_the_queue_s_attempt(
+    spark: SparkSession, file_env: StoreEnv
+) -> None:
+    """With the default options (tasks of 64 log objects), every delivery, failure and death
+    of a queue whose messages' lives cross many tasks carries ``Message.attempts`` at that
+    delivery: none is null, ``retried`` is every redelivery, whichever task read it."""
+    rng = random.Random(50)
+    plan = [[rng.choice(ACTIONS) for _ in range(7)] for _ in range(12)]
+    clock = FakeClock()
+    with file_env.open(clock=clock, **SETTINGS) as q:
+        expected = deliveries(q, clock, plan, 50)
+    seqs = file_env.log_seqs()
+    assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) > 3 * 64, len(seqs)
+    events = with_store(spark.read.format("s3q").option("history", "true"), file_env)
+    read = events.load(file_env.url)
+    assert read.rdd.getNumPartitions() == -(-len(seqs) // 64)
+    rows = read.where(F.col("kind").isin(*ATTEMPTED)).select("seq", "op", "kind", "id", "attempt")
+    got = attempts_read([r.asDict() for r in rows.collect()])
+    assert got == expected
+    assert sum(kind == "retried" for seen in got.values() for kind, _ in seen) > 100
 
 
 def test_history_stream_refuses_a_bad_start(

@@ -12,7 +12,7 @@ from s3q.index.records import Record
 from s3q.index.tenants import TenantSnap
 from s3q.lease import LeaseRecord
 from s3q.log import segment
-from s3q.log.ops import Append, Lease
+from s3q.log.ops import Append, Bury, Fail, Lease
 
 
 def without_last_field(
@@ -33,7 +33,7 @@ def without_last_field(
 def test_the_time_of_a_lease_is_a_field_earlier_builds_of_format_3_skip() -> None:
     """Lease.at and Record.first_leased_at came within format 3 as trailing fields: objects this
     build writes decode with the shapes of the builds before them, and theirs with this one's."""
-    old_lease = without_last_field(Lease, drop=2, tag="l", frozen=True)  # (stretches: format 4)
+    old_lease = without_last_field(Lease, drop=3, tag="l", frozen=True)  # (stretches: format 4)
     new = Lease([("m1", "m1~r", 130.0)], 100.0)
     assert msgspec.msgpack.decode(msgspec.msgpack.encode(new), type=old_lease) == old_lease(
         [("m1", "m1~r", 130.0)]
@@ -46,7 +46,7 @@ def test_leases_in_stretches_are_format_4_which_a_format_3_reader_refuses() -> N
     """Lease.stretches is a trailing field that a format-3 shape would skip without a word,
     losing leases: objects carrying it are sealed as format 4, which format-3 builds refuse;
     a format-3 Lease decodes here with no stretches."""
-    format_3 = without_last_field(Lease, tag="l", frozen=True)
+    format_3 = without_last_field(Lease, drop=2, tag="l", frozen=True)
     leased = Lease([], 100.0, [(7, 0, 1000, "ab12", 130.0)])
     skipped = msgspec.msgpack.decode(msgspec.msgpack.encode(leased), type=format_3)
     assert skipped == format_3([], 100.0)  # what sealing it as format 4 guards against
@@ -62,6 +62,26 @@ def test_leases_in_stretches_are_format_4_which_a_format_3_reader_refuses() -> N
     back = msgspec.msgpack.decode(msgspec.msgpack.encode(rec), type=old_rec)
     assert (back.id, back.attempts, back.payload_seq) == ("m1", 2, 3)  # type: ignore[attr-defined]
     assert msgspec.msgpack.decode(msgspec.msgpack.encode(back), type=Record).first_leased_at == 0.0
+
+
+def test_the_attempts_a_lease_failure_or_burial_carries_are_fields_format_4_builds_skip() -> None:
+    """Lease.attempts, Fail.attempt and Bury.attempts came within format 4 as trailing fields
+    (for readers of the history: the fold counts attempts itself): what this build writes
+    decodes with the shapes of the builds before them, and theirs here with none carried."""
+    cases: list[tuple[msgspec.Struct, str, str]] = [
+        (Lease([("m1", "m1~r", 130.0)], 100.0, [(7, 0, 10, "ab12", 130.0)], [2]), "l", "attempts"),
+        (Fail("m1", "boom", 140.0, 100.0, 2), "f", "attempt"),
+        (Bury(["m1", "m2"], "expired", 100.0, [3, 1]), "b", "attempts"),
+    ]
+    for new, tag, name in cases:
+        shape = type(new)
+        old_shape = without_last_field(shape, tag=tag, frozen=True)
+        skipped = msgspec.msgpack.decode(msgspec.msgpack.encode(new), type=old_shape)
+        kept = [getattr(new, f) for f in old_shape.__struct_fields__]
+        assert skipped == old_shape(*kept)
+        older = msgspec.msgpack.decode(msgspec.msgpack.encode(skipped), type=shape)
+        assert older == msgspec.structs.replace(new, **{name: shape.__struct_defaults__[-1]})
+    assert segment.FORMAT == 4
 
 
 def test_a_writer_lease_naming_a_broker_lease_is_a_field_earlier_builds_skip() -> None:

@@ -10,15 +10,20 @@ Kinds, and the fields each fills beyond ``seq``, ``op``, ``at``, ``kind`` and ``
 
 - ``enqueued``: priority, tenant, group, visible_at (enqueue time plus delay), dedup_id, size,
   attributes; where its payload lies is told by :func:`places`
-- ``leased``: visible_at (the lease's end), attempt (where the enqueue was read: 1 first)
-- ``retried``: a lease of a message leased before (a redelivery), the same fields
+- ``leased``: visible_at (the lease's end), attempt (1: the first)
+- ``retried``: a lease of a message leased before (a redelivery: attempt 2 or more), the same
+  fields
 - ``extended``: visible_at (the lease's new end; at or before ``at``: visible again)
 - ``released``, ``completed``, ``redriven``, ``discarded``: nothing more
 - ``failed``: a failure with a retry to come: error, visible_at (the retry's time), attempt
 - ``dead``: a failure on the last attempt, or a lease run out on it (``Bury``): error, attempt
 - ``purged``: every message not completed was removed: ``id`` is None
 
-``attempt`` is known for messages whose enqueue lies in the range read, else None.
+``attempt`` is ``Message.attempts`` at that delivery: the writer's own count, which the Lease,
+Fail and Bury operations carry (``s3q.log.ops.Lease.attempts``), so a reader of any range of the
+log (a Spark task, a window, a stream's batch) knows it from the operation alone. In logs of
+builds before they carried it, a delivery in a stretch is a first attempt, and other attempts
+are counted from the range read: known for messages whose enqueue lies in it, else None.
 """
 
 from __future__ import annotations
@@ -149,9 +154,10 @@ def _or(values: list[Any] | None, default: object) -> object:
 
 
 class Reader:
-    """Turns log objects, read in order, into events; counts the attempts of the messages it
-    saw enqueued: by ranges of places for those enqueued and leased in bulk (runs, stretches),
-    by id for the others."""
+    """Turns log objects, read in order, into events. Their attempts are those the operations
+    carry; for operations of earlier builds, which carry none, it counts the attempts of the
+    messages it saw enqueued: by ranges of places for those enqueued and leased in bulk (runs,
+    stretches), by id for the others."""
 
     def __init__(self, queue: str) -> None:
         self.queue = queue  # the queue's id, which its message ids begin with
@@ -191,9 +197,11 @@ class Reader:
                 yield Block(seq, index, len(op.ids), "completed", at, op.ids, {})
             elif isinstance(op, Fail):
                 kind = "dead" if op.retry_at is None else "failed"
-                attempt = self._attempt(op.id) or None
+                attempt = op.attempt or self._attempt(op.id) or None
                 if kind == "dead":
                     self._attempts.pop(op.id, None)
+                elif op.attempt:
+                    self._attempts[op.id] = op.attempt
                 fields: dict[str, Any] = {
                     "attempt": attempt,
                     "visible_at": op.retry_at,
@@ -201,7 +209,10 @@ class Reader:
                 }
                 yield Block(seq, index, 1, kind, at, [op.id], fields)
             elif isinstance(op, Bury):
-                attempts = Each(self._attempt(mid) or None for mid in op.ids)
+                carried = op.attempts or [0] * len(op.ids)
+                attempts = Each(
+                    a or self._attempt(mid) or None for mid, a in zip(op.ids, carried, strict=True)
+                )
                 for mid in op.ids:
                     self._attempts.pop(mid, None)
                 yield Block(
@@ -250,8 +261,9 @@ class Reader:
         made: list[str] = []
         attempts: list[int | None] = []
         until: list[float] = []
-        for mid, _, end in op.leases:
-            known = self._attempt(mid)
+        carried = op.attempts or [0] * len(op.leases)
+        for (mid, _, end), given in zip(op.leases, carried, strict=True):
+            known = self._attempt(mid) if not given else given - 1
             attempt = None if known is None else known + 1
             if attempt is not None:
                 self._attempts[mid] = attempt
@@ -260,7 +272,8 @@ class Reader:
             until.append(end)
         stretches = op.stretches or []
         for s, place, count, _, end in stretches:
-            attempts += self._stretch(s, place, place + count)
+            self._stretch(s, place, place + count)
+            attempts += [1] * count  # (a stretch takes untouched members: ``Lease``)
             until += [end] * count
             made += ids.Ids(self.queue, s, range(place, place + count))
         leased: Sequence[str] = made
@@ -270,7 +283,8 @@ class Reader:
         kind: str | Each = "leased"
         if any(a is not None and a > 1 for a in attempts):
             kind = Each("retried" if (a or 0) > 1 else "leased" for a in attempts)
-        fields: dict[str, Any] = {"attempt": Each(attempts), "visible_at": Each(until)}
+        counted: Each | int = Each(attempts) if op.leases else 1  # (stretches alone: 1 each)
+        fields: dict[str, Any] = {"attempt": counted, "visible_at": Each(until)}
         return Block(seq, index, len(attempts), kind, at, leased, fields)
 
     def _attempt(self, mid: str) -> int | None:
@@ -287,29 +301,23 @@ class Reader:
                 return count
         return None
 
-    def _stretch(self, seq: int, low: int, high: int) -> list[int | None]:
-        """Count a delivery of places ``low`` to ``high - 1`` of log object ``seq``'s runs;
-        the attempt each makes (None where its enqueue was not read)."""
+    def _stretch(self, seq: int, low: int, high: int) -> None:
+        """Count a delivery of places ``low`` to ``high - 1`` of log object ``seq``'s runs
+        (those whose enqueue was read), for the operations that carry no attempts."""
         runs = self._runs.get(seq)
         if not runs:
-            return [None] * (high - low)
-        found: list[int | None] = []
+            return
         kept: list[tuple[int, int, int]] = []
-        done = low
         for first, end, count in runs:
             if end <= low or first >= high:
                 kept.append((first, end, count))
                 continue
             if first < low:
                 kept.append((first, low, count))
-            start, stop = max(first, low), min(end, high)
-            found += [None] * (start - done) + [count + 1] * (stop - start)
-            kept.append((start, stop, count + 1))
-            done = stop
+            kept.append((max(first, low), min(end, high), count + 1))
             if end > high:
                 kept.append((high, end, count))
         self._runs[seq] = kept
-        return found + [None] * (high - done)
 
 
 def places(header: segment.Header, queue: str) -> Iterator[tuple[str, str, int, int]]:

@@ -97,11 +97,19 @@ class Lease(Op, tag="l", frozen=True):
 
     ``stretches`` leases untouched messages in stretches (format 4, ``s3q.index.stretches``):
     ``(seq, place, count, token, lease_until)`` each, the ``count`` members from the front of
-    the run at ``place`` of log object ``seq``, the receipt of each ``<id>~<token>``."""
+    the run at ``place`` of log object ``seq``, the receipt of each ``<id>~<token>``. A
+    stretch's members are untouched: each delivery is their first attempt.
+
+    ``attempts``: which attempt each of ``leases`` is (1 the first), the writer's count as the
+    lease left it (``Message.attempts``), for readers of the history (``s3q.history``), whose
+    tasks each read a few log objects and cannot count from the enqueue; the fold counts
+    for itself and ignores it. None in logs of earlier builds, which skip it (as ``Fail``'s
+    ``attempt`` and ``Bury``'s ``attempts``)."""
 
     leases: list[tuple[str, str, float]]
     at: float = 0.0
     stretches: list[tuple[int, int, int, str, float]] | None = None
+    attempts: list[int] | None = None
 
 
 class Extend(Op, tag="x", frozen=True):
@@ -125,20 +133,24 @@ class Complete(Op, tag="c", frozen=True):
 
 
 class Fail(Op, tag="f", frozen=True):
-    """A failed delivery: retried at ``retry_at``, or dead if ``retry_at`` is None."""
+    """A failed delivery: retried at ``retry_at``, or dead if ``retry_at`` is None;
+    ``attempt``: which attempt failed (0 in logs of earlier builds: see ``Lease.attempts``)."""
 
     id: str
     error: str | None
     retry_at: float | None
     at: float
+    attempt: int = 0
 
 
 class Bury(Op, tag="b", frozen=True):
-    """Messages whose last lease expired with no attempts left: now dead."""
+    """Messages whose last lease expired with no attempts left: now dead; ``attempts``: the
+    attempt each had (None in logs of earlier builds: see ``Lease.attempts``)."""
 
     ids: list[str]
     error: str
     at: float
+    attempts: list[int] | None = None
 
 
 class Redrive(Op, tag="r", frozen=True):

@@ -153,7 +153,7 @@ class Leasing:
         """A new lease of each of ``chosen`` until ``until``: its receipt ``<id>~<token>``, a
         stretch's token shared by its members."""
         prefix, counter = self.core.token[:6], self._receipts
-        leases, stretches = [], []
+        leases, stretches, attempts = [], [], []
         for item in chosen:
             if isinstance(item, Stretch):
                 token = f"{prefix}{next(counter):x}"
@@ -162,7 +162,8 @@ class Leasing:
                 leases.append(
                     (item.id, message_ids.receipt(item.id, f"{prefix}{next(counter):x}"), until)
                 )
-        return Lease(leases, now, stretches or None)
+                attempts.append(item.attempts + 1)  # (what folding the lease makes it)
+        return Lease(leases, now, stretches or None, attempts or None)
 
     async def _answers(self, chosen: list[Chosen], lease: Lease, batch: Batch) -> list[Message]:
         """The messages ``lease`` (folded, riding ``batch``) hands out, once it is durable."""
@@ -268,7 +269,8 @@ class Leasing:
 
     def _bury(self, recs: list[Record], now: float) -> Batch:
         error = f"lease expired after {self.core.config.max_attempts} attempt(s)"
-        return self.core.commit.add(Bury([rec.id for rec in recs], error, now))
+        attempts = [rec.attempts for rec in recs]
+        return self.core.commit.add(Bury([rec.id for rec in recs], error, now, attempts))
 
     async def fill(self, seqs: set[int]) -> None:
         """Read back the run tables of log objects ``seqs``."""
@@ -313,7 +315,7 @@ class Leasing:
         retry_at = None
         if rec.attempts < core.config.max_attempts:
             retry_at = now + self._backoff(rec.attempts)
-        batch = core.commit.add(Fail(rec.id, error, retry_at, now))
+        batch = core.commit.add(Fail(rec.id, error, retry_at, now, rec.attempts))
         core.notify()
         await core.commit.durable_after(batch)
         return retry_at
