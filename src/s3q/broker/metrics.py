@@ -14,13 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from ..history.lives import percentile
 from ..prices import MONTH, S3, Prices
 from ..store.base import Counts
 from .registry import QueueRegistry
 from .request_log import RequestTally
+from .tallies import Count, Spread, Tallies
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 REQUEST_KINDS = ("put", "get", "list", "delete", "all", "failed", "retried")
@@ -138,22 +139,6 @@ class SpendRate:
 #: the broker's series: (attribute, kind, name, help, labels, options)
 SERIES: tuple[tuple[str, type[Any], str, str, tuple[str, ...], dict[str, Any]], ...] = (
     (
-        "operations",
-        Counter,
-        "s3q_broker_operations",
-        ("Requests answered, by queue, operation and outcome (ok or the error's class)."),
-        ("queue", "operation", "outcome"),
-        {},
-    ),
-    (
-        "seconds",
-        Histogram,
-        "s3q_broker_request_seconds",
-        ("Time to answer a request, durability included, by operation."),
-        ("operation",),
-        {},
-    ),
-    (
         "depth",
         Gauge,
         "s3q_queue_messages",
@@ -254,22 +239,6 @@ SERIES: tuple[tuple[str, type[Any], str, str, tuple[str, ...], dict[str, Any]], 
         {},
     ),
     (
-        "commit_seconds",
-        Histogram,
-        "s3q_queue_commit_seconds",
-        ("Time to make one log object durable (one group commit), by queue."),
-        ("queue",),
-        {"buckets": (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)},
-    ),
-    (
-        "commit_ops",
-        Histogram,
-        "s3q_queue_commit_operations",
-        ("Operations per group commit, by queue."),
-        ("queue",),
-        {"buckets": (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 10000)},
-    ),
-    (
         "requests",
         Gauge,
         "s3q_queue_store_requests",
@@ -338,8 +307,6 @@ SERIES: tuple[tuple[str, type[Any], str, str, tuple[str, ...], dict[str, Any]], 
 class BrokerMetrics:
     """One registry of the broker's metrics."""
 
-    operations: Counter
-    seconds: Histogram
     depth: Gauge
     commits: Gauge
     waits: Gauge
@@ -351,8 +318,6 @@ class BrokerMetrics:
     history: Gauge
     classes: Gauge
     batch: Gauge
-    commit_seconds: Histogram
-    commit_ops: Histogram
     requests: Gauge
     broker_requests: Gauge
     spent: Gauge
@@ -376,9 +341,30 @@ class BrokerMetrics:
         self.in_progress.set_function(lambda: self.serving)
         self.subscribed = 0  # subscriptions open: read when scraped
         self.subscriptions.set_function(lambda: self.subscribed)
-        self._counted: dict[tuple[str, str, str], Any] = {}  # operations' children
-        self._timed: dict[str, Any] = {}  # seconds' children
-        self._committed: dict[str, tuple[Any, Any]] = {}  # commit_seconds', commit_ops' children
+        self.operations = Count(
+            "s3q_broker_operations",
+            "Requests answered, by queue, operation and outcome (ok or the error's class).",
+            ("queue", "operation", "outcome"),
+        )
+        self.seconds = Spread(
+            "s3q_broker_request_seconds",
+            "Time to answer a request, durability included, by operation.",
+            ("operation",),
+        )
+        self.commit_seconds = Spread(
+            "s3q_queue_commit_seconds",
+            "Time to make one log object durable (one group commit), by queue.",
+            ("queue",),
+            (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0),
+        )
+        self.commit_ops = Spread(
+            "s3q_queue_commit_operations",
+            "Operations per group commit, by queue.",
+            ("queue",),
+            (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 10000),
+        )
+        # (updated by every request and commit: plain counts, made into series when scraped)
+        r.register(Tallies([self.operations, self.seconds, self.commit_seconds, self.commit_ops]))
         self.tally = RequestTally()  # for the summary line (s3q.broker.request_log)
         self.commit_latency, self.spend_rate = LatencyWindow(), SpendRate()  # for the dashboard
 
@@ -387,26 +373,15 @@ class BrokerMetrics:
         a refused caller's made-up names add no series."""
         self.tally.outcomes[outcome] += 1
         label = queue if queue is not None and self.serves(queue) else ""
-        key = (label, operation, outcome)
-        counter = self._counted.get(key)
-        if counter is None:  # the series' child, looked up once (these series stay)
-            counter = self._counted[key] = self.operations.labels(*key)
-        counter.inc()
-        timing = self._timed.get(operation)
-        if timing is None:
-            timing = self._timed[operation] = self.seconds.labels(operation)
-        timing.observe(seconds)
+        self.operations.add((label, operation, outcome))
+        self.seconds.observe((operation,), seconds)
         if outcome == "ok" and operation in COMMITTING:
             self.commit_latency.record(seconds)
 
     def commit(self, queue: str, seconds: float, ops: int) -> None:
         """One durable commit of ``queue``'s writer."""
-        children = self._committed.get(queue)
-        if children is None:  # forgotten with the queue's other series (_forget)
-            children = (self.commit_seconds.labels(queue), self.commit_ops.labels(queue))
-            self._committed[queue] = children
-        children[0].observe(seconds)
-        children[1].observe(ops)
+        self.commit_seconds.observe((queue,), seconds)
+        self.commit_ops.observe((queue,), ops)
 
     async def render(self, queues: QueueRegistry) -> bytes:
         """The exposition, with every open queue's figures read now (a queue closed since the
@@ -452,7 +427,8 @@ class BrokerMetrics:
 
     def _forget(self, name: str) -> None:
         """Drop the series of queue ``name``, closed here."""
-        self._committed.pop(name, None)
+        self.commit_seconds.forget((name,))
+        self.commit_ops.forget((name,))
         series: list[tuple[Any, tuple[str, ...]]] = [
             *((self.depth, (name, status)) for status in STATUSES),
             *((self.requests, (name, kind)) for kind in REQUEST_KINDS),
@@ -469,8 +445,6 @@ class BrokerMetrics:
                     self.quiet_age,
                     self.history,
                     self.batch,
-                    self.commit_seconds,
-                    self.commit_ops,
                 )
             ),
         ]

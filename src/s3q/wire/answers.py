@@ -15,8 +15,7 @@ The fault runs use it to tell a fenced writer's acknowledgements from its succes
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
@@ -41,15 +40,23 @@ class Answers:
 _seen: ContextVar[Answers | None] = ContextVar("s3q_answers", default=None)
 
 
-@contextlib.contextmanager
-def answers() -> Iterator[Answers]:
+class _Noting:
+    """The context of :func:`answers` (a class: the broker enters one per call)."""
+
+    __slots__ = ("_token",)
+
+    def __enter__(self) -> Answers:
+        seen = Answers()
+        self._token = _seen.set(seen)
+        return seen
+
+    def __exit__(self, *exc: object) -> None:
+        _seen.reset(self._token)
+
+
+def answers() -> AbstractContextManager[Answers]:
     """Note which writer answered the calls made within (see the module's documentation)."""
-    seen = Answers()
-    token = _seen.set(seen)
-    try:
-        yield seen
-    finally:
-        _seen.reset(token)
+    return _Noting()
 
 
 def spread(partitions: int) -> None:

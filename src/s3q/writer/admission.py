@@ -230,7 +230,7 @@ def runs_together(
 
 def _column(values: list[T], default: T) -> list[T] | None:
     """``values``, or None when every one is ``default`` (an absent column)."""
-    return values if any(v != default for v in values) else None
+    return None if values.count(default) == len(values) else values  # (C: no generator)
 
 
 def _staged_append(obj: StagedObject, rows: list[int] | None, first: int, now: float) -> Append:
