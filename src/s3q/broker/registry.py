@@ -1,4 +1,10 @@
-"""The queues a broker serves: led here (opened on first use, one writer each) or forwarded."""
+"""The queues a broker serves: led here (opened on first use, one writer each) or forwarded.
+
+The registry is the broker's one place to find a queue by name: it keeps the queues it serves
+(those it leads, those forwarded to their leaders, and the partitioned ones served whole),
+opens, sweeps, evicts and closes them, and keeps the ledger of their store requests. Which
+broker leads a queue, and when to take one over, it leaves to its :class:`.Leadership`.
+"""
 
 from __future__ import annotations
 
@@ -11,24 +17,16 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..api import AsyncQueue, open_log
-from ..client.nodes import rank
 from ..config import QueueConfig
-from ..errors import (
-    InvalidArgument,
-    InvalidConfig,
-    QueueLocked,
-    S3QError,
-    StoreError,
-    Unavailable,
-)
+from ..errors import InvalidArgument, QueueLocked, Unavailable
 from ..lease import opened_once
 from ..partitions import placement
 from ..partitions.queue import PartitionedQueue
 from ..store import STORE_OPTIONS, open_store, queue_url
 from ..store.base import Counts
 from ..wire.codec import QueueNotFound, check_name
-from ..wire.peers import normalize
-from .forward import LAPSED, RETRY_PAUSE, ForwardedQueue, Peers
+from .forward import ForwardedQueue, Peers
+from .leadership import Leadership
 from .lease import BrokerLease
 from .limits import DEFAULT_IDLE_CLOSE
 from .readahead import OUTCOMES, ReadAheads
@@ -55,7 +53,6 @@ def _log_name(store: str, name: str) -> str:
 
 log = logging.getLogger("s3q.broker")
 
-DOWN_FOR = 5.0  # seconds a broker that failed a forwarded call is not sent more
 #: how long (in leases) a queue read ahead of its takeover is kept for an open to take: the
 #: leader's lease runs at most one from when the leader is found away
 READ_AHEAD_KEEP = 2.0
@@ -71,7 +68,8 @@ class QueueRegistry:
     ``address``) is a :class:`~s3q.broker.forward.ForwardedQueue` to it, if that broker is
     among ``peers`` (see :class:`~s3q.broker.forward.Peers` for the default); ``token`` signs
     the calls forwarded. A forwarded queue sees the registry only as its
-    :class:`~s3q.broker.forward.Cluster`. Must be used from the server's one loop.
+    :class:`~s3q.broker.forward.Cluster`; which broker leads a queue is found by its
+    :class:`~s3q.broker.leadership.Leadership`. Must be used from the server's one loop.
     """
 
     def __init__(
@@ -104,17 +102,16 @@ class QueueRegistry:
             self.advertise(address)
         self.failover_timeout = failover_timeout
         self.peers = Peers(token, peers)
+        self.leadership = Leadership(self, self.peers)
         self._queues: dict[str, AsyncQueue] = {}
         self._forwarded: dict[str, ForwardedQueue] = {}
         self._partitioned: dict[str, PartitionedQueue] = {}
-        self._down: dict[str, float] = {}  # broker address -> until when it counts as down
         self._opening: dict[str, asyncio.Lock] = {}
         self._closing_idle: set[str] = set()  # idle queues being closed
         self._spent = Counts()  # the requests of queues closed here, and of look-ups
         self._leaving: list[Counts] = []  # those of queues being closed
         self._used: dict[str, float] = {}  # queue -> loop time of its latest call
         self._sweeper: asyncio.Task[None] | None = None
-        self._adopter: asyncio.Task[None] | None = None  # (once a partitioned queue is served)
         self._draining = asyncio.Event()
         self._closing = asyncio.Event()
         self._closed = False
@@ -133,8 +130,7 @@ class QueueRegistry:
     def brokers(self) -> list[str]:
         """The URLs of the brokers of the cluster, for clients to turn to when one cannot
         answer: this one's (as advertised), then its configured peers (``--peer``)."""
-        own = [normalize(self.address)] if self.address is not None else []
-        return list(dict.fromkeys(own + sorted(self.peers.allowed or ())))
+        return self.leadership.brokers()
 
     def names(self) -> list[str]:
         """The names of the queues this broker leads now (idle ones being closed included:
@@ -169,8 +165,7 @@ class QueueRegistry:
         whole = self._partitioned.get(name)
         if whole is None or len(whole.partitions) != count:
             whole = self._partitioned[name] = await self._partition(name, count, queue)
-            if self._adopter is None:
-                self._adopter = asyncio.create_task(self._adopt_lapsed())
+            self.leadership.adopt(self._partitioned)  # (once)
         now = self._now()
         for index in range(1, count):  # in use: none of them is idle
             self._used[placement.name_of(name, index)] = now
@@ -184,31 +179,14 @@ class QueueRegistry:
     async def _partition(
         self, name: str, count: int, first: AsyncQueue | ForwardedQueue
     ) -> PartitionedQueue:
-        """Queue ``name``'s ``count`` partitions as one queue (``first``: partition 0). The
-        others are led by the brokers of the cluster in turn, in the queue's rendezvous order
-        (``brokers()``), so the partitions spread evenly; a broker opens those that fall to it,
-        and a partition whose broker is away is taken over by whichever broker calls it next,
-        as any queue is."""
-        order: list[str | None] = [None]
-        if self.address is not None:
-            order = sorted(self.brokers(), key=functools.partial(rank, name))
-        first_leader = _leader(first, self.address)
-        # partition i goes to the broker i places after partition 0's in the order
-        known = _normalized(first_leader)
-        start = order.index(known) if known in order else 0
-        parts = [ForwardedQueue(self, placement.name_of(name, 0), first_leader)]
-        for index in range(1, count):
-            part = placement.name_of(name, index)
-            leader = order[(start + index) % len(order)]
-            if leader is None or leader == _normalized(self.address):
-                try:
-                    await self._open(part)
-                    leader = self.address
-                except QueueLocked as exc:
-                    if exc.address is None:
-                        raise
-                    leader = exc.address
-            parts.append(ForwardedQueue(self, part, leader))
+        """Queue ``name``'s ``count`` partitions as one queue (``first``: partition 0), each
+        led where the leadership places it (``Leadership.place``: those falling here are
+        opened here)."""
+        leaders = await self.leadership.place(name, count, _leader(first, self.address))
+        parts = [
+            ForwardedQueue(self, placement.name_of(name, index), leader)
+            for index, leader in enumerate(leaders)
+        ]
         return PartitionedQueue(queue_url(self.store, name), parts)
 
     async def log(
@@ -242,36 +220,9 @@ class QueueRegistry:
         return leader
 
     async def leader(self, name: str, deadline: float) -> AsyncQueue | str:
-        """This broker's queue ``name``, or the address of the broker that leads it.
-
-        A queue whose leader is down (or is this broker's previous life, whose lease has not
-        lapsed) is waited for until ``deadline`` (loop time), then Unavailable. A queue held by
-        a writer that is not a broker raises QueueLocked; one whose lease names a broker that
-        is not a peer, Unavailable at once.
-        """
-        loop = asyncio.get_running_loop()
-        name = placement.log_name(name)
-        while True:
-            try:
-                return await self._open(name)
-            except QueueLocked as exc:
-                address = exc.address
-                if address is None:
-                    raise
-                if address != self.address and not self.peers.allows(address):
-                    raise self.peers.refuse(name, address) from None
-                if address != self.address and self._down.get(address, 0.0) <= loop.time():
-                    return address
-                if loop.time() >= deadline:
-                    raise Unavailable(
-                        f"queue {name} is held by {exc.holder}, which cannot be reached; "
-                        "its lease has not lapsed yet: try again"
-                    ) from None
-                self.read_ahead(name)
-                pause = min(RETRY_PAUSE, max(0.0, deadline - loop.time()))
-                if exc.expires_at is not None:  # looked at again just after it lapses
-                    pause = min(pause, max(0.0, exc.expires_at - time.time()) + LAPSED)
-                await asyncio.sleep(pause)
+        """This broker's queue ``name``, or the address of the broker that leads it; waits for
+        a leader that is down until ``deadline`` (loop time): ``Leadership.leader``."""
+        return await self.leadership.leader(name, deadline)
 
     def _url_of(self, name: str) -> str:
         """The URL of the log named ``name`` (``NAME@i``: partition ``i`` of queue ``NAME``)."""
@@ -336,29 +287,6 @@ class QueueRegistry:
             for name in [n for n in self._partitioned if self._used.get(n, 0.0) < idle_since]:
                 del self._partitioned[name]
 
-    async def _adopt_lapsed(self) -> None:
-        """Every half lease, open here each partition of the partitioned queues served here
-        whose leader's lease has lapsed (a broker dead, paused or cut off from the store), so
-        its messages are served again within about a lease though no call reaches it (this
-        broker's calls find enough in the partitions it leads). A read of the partition's
-        lease each; a partition whose lease runs is left alone."""
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._closing.wait(), self.lease_ttl / 2)
-                return
-            for name, whole in list(self._partitioned.items()):
-                for part in whole.partitions:
-                    if part.led is not None:
-                        continue
-                    try:
-                        await self.take_over(placement.name_of(name, part.index))
-                    except (QueueLocked, Unavailable, StoreError):
-                        continue  # its lease runs (or the store or the broker is away)
-                    except S3QError as exc:
-                        log.warning("taking %s@%d over failed: %s", name, part.index, exc)
-                        continue
-                    log.info("took %s@%d over: its leader's lease had lapsed", name, part.index)
-
     @property
     def lease_ttl(self) -> float:
         """The writer lease length of the queues this broker opens."""
@@ -384,10 +312,7 @@ class QueueRegistry:
     def unreachable(self, address: str, error: Exception) -> None:
         """A broker did not serve a forwarded call: look for the queue's leader elsewhere (or
         wait for its lease to lapse) instead of going back to it for a while."""
-        now = asyncio.get_running_loop().time()
-        if self._down.get(address, 0.0) <= now:
-            log.warning("broker %s did not serve a forwarded call: %s", address, error)
-        self._down[address] = now + DOWN_FOR
+        self.leadership.unreachable(address, error)
 
     async def _open(self, name: str) -> AsyncQueue:
         name = placement.log_name(name)
@@ -491,10 +416,9 @@ class QueueRegistry:
         self._closed = True
         self._closing.set()
         self._ahead.close()
+        await self.leadership.close()  # no more adoptions: a queue adopted is closed below
         if self._sweeper is not None:
             await self._sweeper  # it ends between two sweeps: a queue it closes is closed
-        if self._adopter is not None:
-            await self._adopter
         queues, self._queues = list(self._queues.values()), {}
         results = await asyncio.gather(*(self._shut(q) for q in queues), return_exceptions=True)
         for queue, result in zip(queues, results, strict=True):
@@ -511,16 +435,6 @@ def _leader(queue: AsyncQueue | ForwardedQueue, here: str | None) -> str | None:
     if isinstance(queue, ForwardedQueue):
         return queue.leader
     return here
-
-
-def _normalized(address: str | None) -> str | None:
-    """``address`` as ``brokers()`` lists it (None if it is no broker URL)."""
-    if address is None:
-        return None
-    try:
-        return normalize(address)
-    except InvalidConfig:
-        return None
 
 
 def _partition_of(log: str, name: str) -> bool:

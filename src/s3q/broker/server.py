@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidConfig
 from ..prices import Prices
-from ..wire.peers import is_loopback
+from ..wire.peers import is_loopback, normalize
 from . import request_log
 from .limits import (
     DEFAULT_BODY_TIMEOUT,
@@ -133,28 +133,19 @@ def serve(
 
     ``advertise``: the URL other brokers over the same store reach this one at (default: the
     address it listens on); they forward the requests of the queues this broker leads to it.
-    ``peers``: the URLs of the other brokers of the cluster, the only ones this broker forwards
-    to (default: none if it has tokens, else those on this machine; see docs/broker.md, "A
-    cluster's trust model"); it may list itself, so every broker can be given the same list.
-    ``on_ready`` is called with the broker's URL (where its dashboard is) once it listens.
-    ``max_body``: the largest native API request body, in bytes; ``max_batch``: the most
-    entries of a list in one native call (see ``s3q.broker.limits``). ``max_connections``:
-    beyond it, requests are answered 503 at once. ``head_timeout``/``body_timeout``: seconds a
-    request's head/body may take to arrive (the connection is closed/408). ``idle_close``:
-    seconds after which a queue no call used is closed (0: never). ``prices``: the store's,
-    for the spend reckoned on the dashboard and at ``/metrics`` (default: S3's list prices on
-    an object store, nothing on a local directory). ``log_level``: what is logged (to standard
-    error); at info a summary of the requests each ``summary_every`` seconds, and with
-    ``access_log`` a line per request (``s3q.broker.request_log``). ``lean``: the hot calls
-    answered straight from the HTTP parser (``s3q.broker.lean``; not with an access log).
+    ``options``, ``peers`` (which may list this broker, so every broker can be given the same
+    list), ``max_body``, ``max_batch``, ``body_timeout``, ``idle_close``, ``prices``: as
+    :func:`.app.create_app` takes them. ``max_connections``: beyond it, requests are answered
+    503 at once; ``head_timeout``: seconds a request's head may take to arrive (the connection
+    is closed). ``on_ready`` is called with the broker's URL (where its dashboard is) once it
+    listens. ``log_level``: what is logged (to standard error); at info a summary of the
+    requests each ``summary_every`` seconds, and with ``access_log`` a line per request
+    (``s3q.broker.request_log``). ``lean``: the hot calls answered straight from the HTTP
+    parser (``s3q.broker.lean``; not with an access log).
     """
     create_app = _app_maker()
-    all_tokens = set(tokens or ()) | load_tokens(token_file)
-    keys = {**load_sqs_keys(sqs_credentials), **(sqs_keys or {})}
-    check_exposure(host, all_tokens)
+    all_tokens, keys = _credentials(host, tokens, token_file, sqs_keys, sqs_credentials)
     if advertise is not None:
-        from ..wire.peers import normalize
-
         normalize(advertise)  # InvalidConfig now, not refused forwarded calls later
     app = create_app(
         store,
@@ -170,7 +161,6 @@ def serve(
         idle_close=idle_close,
     )
     app.state.summary_every = summary_every
-    request_log.show(log_level)
     app.state.lean = app.state.lean if lean and not access_log else None
     _run(
         app,
@@ -183,6 +173,22 @@ def serve(
         max_connections,
         on_ready,
     )
+
+
+def _credentials(
+    host: str,
+    tokens: set[str] | None,
+    token_file: str | os.PathLike[str] | None,
+    sqs_keys: dict[str, str] | None,
+    sqs_credentials: str | os.PathLike[str] | None,
+) -> tuple[set[str], dict[str, str]]:
+    """The bearer tokens and the SQS keys a broker listening on ``host`` checks callers
+    against: those given, and those of the files and the environment (:func:`load_tokens`,
+    :func:`load_sqs_keys`); InvalidConfig if it would listen beyond loopback without tokens."""
+    all_tokens = set(tokens or ()) | load_tokens(token_file)
+    keys = {**load_sqs_keys(sqs_credentials), **(sqs_keys or {})}
+    check_exposure(host, all_tokens)
+    return all_tokens, keys
 
 
 def _app_maker() -> Callable[..., Any]:
@@ -210,9 +216,11 @@ def _run(
     max_connections: int,
     on_ready: Callable[[str], None] | None,
 ) -> None:
-    """Serve ``app`` under uvicorn until SIGTERM or Ctrl-C (see :func:`serve`)."""
+    """Serve ``app`` under uvicorn until SIGTERM or Ctrl-C, the broker's own log lines shown at
+    ``log_level`` (see :func:`serve`)."""
     import uvicorn
 
+    request_log.show(log_level)
     registry: QueueRegistry = app.state.registry
     config = configure(
         app,

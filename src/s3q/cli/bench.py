@@ -272,85 +272,120 @@ async def run(
 async def _phases(
     config: BenchConfig, target: _Embedded, progress: Callable[[str, int, int], None]
 ) -> tuple[list[PhaseResult], Storage | None]:
+    """Every phase in turn on ``target``'s queue, emptied first; then, for an embedded queue,
+    the storage figures (the reopen is timed between the enqueue and the dequeue phases)."""
     await target.queue.configure()  # a broker makes the queue (a purge alone would be a 404)
     await target.queue.purge()
-    payload = b"x" * config.size
-    n = config.messages
-    results = []
+    work = _Workload(config, target)
 
-    async def phase(name: str, work: Callable[[_Meter], list[Awaitable[Any]]], total: int) -> None:
-        q = target.queue
-        meter = _Meter()
-        before = await q.stats()
-        started = time.perf_counter()
-        tasks = [asyncio.ensure_future(w) for w in work(meter)]
-        while not all(t.done() for t in tasks):
-            await asyncio.wait(tasks, timeout=0.25)
-            progress(name, min(meter.done, total), total)
-        for t in tasks:
-            t.result()  # re-raise a failure
-        seconds = time.perf_counter() - started
-        after = await q.stats()
-        count = max(meter.done, 1)
-        puts, gets = after.store_puts - before.store_puts, after.store_gets - before.store_gets
-        results.append(
-            PhaseResult(
-                phase=name,
-                messages=meter.done,
-                seconds=round(seconds, 4),
-                msg_per_s=round(meter.done / seconds, 1),
-                mib_per_s=round(meter.done * config.size / seconds / 2**20, 2),
-                latency_ms={k: round(v, 3) for k, v in _percentiles(meter.latencies).items()},
-                puts_per_msg=round(puts / count, 6),
-                gets_per_msg=round(gets / count, 6),
-                dollars_per_million=round(S3.dollars(puts, gets) / count * 1e6, 4),
-                bytes_written_per_msg=round(
-                    (after.store_bytes_written - before.store_bytes_written) / count, 1
-                ),
-                commits=after.commits - before.commits,
-                peak_rss_mib=round(_peak_rss_of(target.pid), 1),
-            )
-        )
+    async def phase(name: str, does: Callable[[_Meter], list[Awaitable[Any]]]) -> PhaseResult:
+        return await _measure(target, config.size, name, does, config.messages, progress)
 
-    def queues(count: int) -> list[AsyncQueueSurface]:
-        return [target.for_task() for _ in range(count)]
-
-    def producers(meter: _Meter, quota: list[int]) -> list[Awaitable[Any]]:
-        return [_produce(q, meter, quota, config.batch, payload) for q in queues(config.producers)]
-
-    def consumers(meter: _Meter, target_count: int) -> list[Awaitable[Any]]:
-        return [_consume(q, meter, target_count, config.batch) for q in queues(config.consumers)]
-
-    await phase("enqueue", lambda m: producers(m, [n]), n)
+    results = [await phase("enqueue", work.enqueue)]
     reopen = await target.reopen()
     reopen_rss = _peak_rss_mib()
-    await phase("dequeue+complete", lambda m: consumers(m, n), n)
-
-    def mixed(meter: _Meter) -> list[Awaitable[Any]]:
-        sent = _Meter()  # producers' latencies are not the consumers' figures
-        return [*producers(sent, [n]), *consumers(meter, n)]
-
-    await phase("mixed", mixed, n)
+    results.append(await phase("dequeue+complete", work.dequeue))
+    results.append(await phase("mixed", work.mixed))
     if config.rate:
-        rate = config.rate
-
-        def paced(meter: _Meter) -> list[Awaitable[Any]]:
-            start = asyncio.get_running_loop().time() + 0.1
-            times = [start + i / rate for i in range(n)]
-            return [
-                _paced(q, meter, times[i :: config.producers], payload)
-                for i, q in enumerate(queues(config.producers))
-            ]
-
-        await phase(f"paced enqueue {rate:g}/s", paced, n)
+        results.append(await phase(f"paced enqueue {config.rate:g}/s", work.paced))
     q = target.queue
     while batch := await q.dequeue(max_messages=1000):  # leftovers of the paced phase
         await q.complete_batch(batch)
     if reopen is None:
         return results, None
+    return results, await _storage(q, reopen, reopen_rss)
+
+
+class _Workload:
+    """What each phase runs: its producer and consumer tasks on ``target``'s queue (each task
+    with a queue of its own, :meth:`_Embedded.for_task`), ``config.messages`` each."""
+
+    def __init__(self, config: BenchConfig, target: _Embedded) -> None:
+        self.config, self.target = config, target
+        self.payload = b"x" * config.size
+
+    def _queues(self, count: int) -> list[AsyncQueueSurface]:
+        return [self.target.for_task() for _ in range(count)]
+
+    def enqueue(self, meter: _Meter) -> list[Awaitable[Any]]:
+        """The producers, enqueueing the messages between them in batches."""
+        quota = [self.config.messages]  # shared: each producer takes a batch of it at a time
+        return [
+            _produce(q, meter, quota, self.config.batch, self.payload)
+            for q in self._queues(self.config.producers)
+        ]
+
+    def dequeue(self, meter: _Meter) -> list[Awaitable[Any]]:
+        """The consumers, leasing and completing the messages between them."""
+        count, batch = self.config.messages, self.config.batch
+        return [_consume(q, meter, count, batch) for q in self._queues(self.config.consumers)]
+
+    def mixed(self, meter: _Meter) -> list[Awaitable[Any]]:
+        """Producers and consumers together; only the consumers' figures are measured."""
+        sent = _Meter()  # producers' latencies are not the consumers' figures
+        return [*self.enqueue(sent), *self.dequeue(meter)]
+
+    def paced(self, meter: _Meter) -> list[Awaitable[Any]]:
+        """The producers, sending single enqueues at ``config.rate`` a second between them."""
+        rate, producers = self.config.rate, self.config.producers
+        assert rate, "a paced phase needs a rate"
+        start = asyncio.get_running_loop().time() + 0.1
+        times = [start + i / rate for i in range(self.config.messages)]
+        return [
+            _paced(q, meter, times[i::producers], self.payload)
+            for i, q in enumerate(self._queues(producers))
+        ]
+
+
+async def _measure(
+    target: _Embedded,
+    size: int,
+    name: str,
+    work: Callable[[_Meter], list[Awaitable[Any]]],
+    total: int,
+    progress: Callable[[str, int, int], None],
+) -> PhaseResult:
+    """Phase ``name``: the tasks of ``work`` run to their end (``progress`` told a few times a
+    second), and its figures reckoned from the queue's stats before and after (messages of
+    ``size`` bytes)."""
+    q = target.queue
+    meter = _Meter()
+    before = await q.stats()
+    started = time.perf_counter()
+    tasks = [asyncio.ensure_future(w) for w in work(meter)]
+    while not all(t.done() for t in tasks):
+        await asyncio.wait(tasks, timeout=0.25)
+        progress(name, min(meter.done, total), total)
+    for t in tasks:
+        t.result()  # re-raise a failure
+    seconds = time.perf_counter() - started
+    after = await q.stats()
+    count = max(meter.done, 1)
+    puts, gets = after.store_puts - before.store_puts, after.store_gets - before.store_gets
+    return PhaseResult(
+        phase=name,
+        messages=meter.done,
+        seconds=round(seconds, 4),
+        msg_per_s=round(meter.done / seconds, 1),
+        mib_per_s=round(meter.done * size / seconds / 2**20, 2),
+        latency_ms={k: round(v, 3) for k, v in _percentiles(meter.latencies).items()},
+        puts_per_msg=round(puts / count, 6),
+        gets_per_msg=round(gets / count, 6),
+        dollars_per_million=round(S3.dollars(puts, gets) / count * 1e6, 4),
+        bytes_written_per_msg=round(
+            (after.store_bytes_written - before.store_bytes_written) / count, 1
+        ),
+        commits=after.commits - before.commits,
+        peak_rss_mib=round(_peak_rss_of(target.pid), 1),
+    )
+
+
+async def _storage(q: AsyncQueueSurface, reopen: float, reopen_rss: float) -> Storage:
+    """The storage figures of queue ``q`` at rest, after one garbage collection and after two
+    (``reopen``/``reopen_rss``: what its reopen took)."""
     first = await q.compact()
     second = await q.compact()  # collects what the first pass relocated, if anything
-    storage = Storage(
+    return Storage(
         reopen_seconds=round(reopen, 3),
         reopen_rss_mib=round(reopen_rss, 1),
         objects_after_one_gc=first.objects,
@@ -358,7 +393,6 @@ async def _phases(
         objects_after_two_gc=second.objects,
         bytes_after_two_gc=second.bytes,
     )
-    return results, storage
 
 
 def as_dicts(results: list[PhaseResult]) -> list[dict[str, Any]]:
