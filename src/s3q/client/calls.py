@@ -10,7 +10,6 @@ from typing import Any, Generic, TypeVar
 
 import aiohttp
 import msgspec
-import urllib3
 
 from ..errors import (
     InvalidArgument,
@@ -22,6 +21,7 @@ from ..errors import (
 )
 from ..wire.codec import BrokerError, BrokerUnreachable, exception_of
 from .stalls import BrokerStalled
+from .transport import Broken, NotSent
 
 T = TypeVar("T")
 
@@ -84,16 +84,11 @@ def delay(attempt: int) -> float:
     return float(min(BACKOFF_MAX, BACKOFF * 2.0**attempt)) * random.uniform(0.5, 1.0)
 
 
-#: failures of a connection attempt: the request was not sent (urllib3: the blocking client;
+#: failures of a connection attempt: the request was not sent (.transport: the blocking client;
 #: aiohttp: the async one)
-NOT_SENT = (
-    urllib3.exceptions.NewConnectionError,
-    urllib3.exceptions.ConnectTimeoutError,
-    aiohttp.ClientConnectorError,
-    aiohttp.ConnectionTimeoutError,
-)
+NOT_SENT = (NotSent, aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 #: failures of the transport: the request may or may not have been received (or acted on)
-TRANSPORT = (urllib3.exceptions.HTTPError, aiohttp.ClientError, asyncio.TimeoutError, BrokerStalled)
+TRANSPORT = (Broken, aiohttp.ClientError, asyncio.TimeoutError, BrokerStalled)
 
 
 def retryable(call: Call[Any], failure: Exception, status: int | None) -> bool:

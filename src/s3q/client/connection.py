@@ -1,6 +1,7 @@
 """Connection pools to a broker, or to the brokers of a cluster: :class:`Client` (blocking,
-urllib3) and :class:`AsyncClient` (aiohttp). Each sends a call, retries it as allowed, and moves
-on to the next broker of the queue's order when one cannot serve it."""
+its own HTTP/1.1: :mod:`.transport`) and :class:`AsyncClient` (aiohttp). Each sends a call,
+retries it as allowed, and moves on to the next broker of the queue's order when one cannot
+serve it."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from urllib.parse import urlencode
 
 import aiohttp
 import certifi
-import urllib3
 
 from .. import tracing
 from ..wire.answers import PARTITIONS_HEADER, WRITER_HEADER, heard, spread
@@ -26,14 +26,8 @@ from .calls import RETRIES, TRANSPORT, Call, delay
 from .nodes import Nodes
 from .queues import AsyncRemoteQueue, RemoteQueue
 from .requests import cluster, list_queues, queue_path
-from .stalls import (
-    STALL_TIMEOUT,
-    BrokerStalled,
-    WatchedHTTPConnection,
-    WatchedHTTPSConnection,
-    awaited,
-    watching,
-)
+from .stalls import STALL_TIMEOUT, BrokerStalled, awaited, watching
+from .transport import Transport, TransportError
 
 T = TypeVar("T")
 
@@ -68,10 +62,6 @@ def _spread(nodes: Nodes, call: Call[Any], partitions: str | None) -> None:
         nodes.spread(call.queue, partitions)
 
 
-def _timeout(call: Call[Any], timeout: float) -> urllib3.Timeout:
-    return urllib3.Timeout(connect=timeout, read=timeout + call.extra_timeout)
-
-
 class Client:
     """A connection pool to a broker (or to the brokers of a cluster, tried in turn).
     Thread-safe; a context manager. ``follow``: also learn the cluster's other brokers from
@@ -88,12 +78,11 @@ class Client:
     ) -> None:
         self._nodes = Nodes(url, follow=follow)
         self.timeout, self.retries = timeout, retries
-        # urllib3 rather than httpx: a call costs this process about half the CPU (~0.2 ms
-        # against ~0.4 ms, benchmarks/client_cpu.py), which single calls and a consumer on
-        # the broker's own cores feel
-        self._http = urllib3.PoolManager(maxsize=20, ssl_context=_tls(), retries=False)
+        # its own HTTP/1.1 (.transport): a call costs this process a fraction of urllib3's
+        # CPU (benchmarks/client_cpu.py), which single calls and a consumer on the broker's
+        # own cores feel
         self._headers = _headers(token)
-        self._pools: dict[str, urllib3.HTTPConnectionPool] = {}  # by broker URL
+        self._transports: dict[str, Transport] = {}  # by broker URL
         self._lock = threading.Lock()
 
     @property
@@ -119,24 +108,22 @@ class Client:
             probe = functools.partial(self._answers, node)
             try:
                 with watching(probe) if self._nodes.several else contextlib.nullcontext():
-                    response = self._pool(node).urlopen(
+                    answer = self._transport(node).request(
                         call.method,
                         path,
-                        body=content,
-                        headers=_with(self._headers, tracing.headers()),
-                        timeout=_timeout(call, self.timeout),
-                        retries=False,
-                        redirect=False,
+                        content,
+                        _with(self._headers, tracing.headers()),
+                        self.timeout + call.extra_timeout,
                     )
-            except (urllib3.exceptions.HTTPError, BrokerStalled) as exc:
+            except (TransportError, BrokerStalled) as exc:
                 self._nodes.raise_or_move_on(call, node, None, exc, last=attempt == self.retries)
             else:
-                heard(response.headers.get(WRITER_HEADER))
-                _spread(self._nodes, call, response.headers.get(PARTITIONS_HEADER))
-                if response.status == 200:
-                    return call.result(response.data)
-                answer = (response.status, response.data)
-                self._nodes.raise_or_move_on(call, node, answer, None, last=attempt == self.retries)
+                heard(answer.headers.get(WRITER_HEADER))
+                _spread(self._nodes, call, answer.headers.get(PARTITIONS_HEADER))
+                if answer.status == 200:
+                    return call.result(answer.body)
+                failed = (answer.status, answer.body)
+                self._nodes.raise_or_move_on(call, node, failed, None, last=attempt == self.retries)
             time.sleep(delay(attempt))
         raise AssertionError("unreachable")
 
@@ -162,7 +149,7 @@ class Client:
         for node in self._nodes.urls:
             try:
                 answer = self._get(node, cluster().path, self.timeout)
-            except urllib3.exceptions.HTTPError:
+            except TransportError:
                 continue  # asked again before the next call
             self._nodes.learn(answer)
             return
@@ -171,30 +158,27 @@ class Client:
         """Whether broker ``node`` answers a probe within ``STALL_TIMEOUT``."""
         try:
             self._get(node, cluster().path, STALL_TIMEOUT)
-        except urllib3.exceptions.HTTPError:
+        except TransportError:
             return False
         return True
 
     def _get(self, node: str, path: str, timeout: float) -> tuple[int, bytes]:
-        response = self._pool(node).urlopen(
-            "GET", path, headers=self._headers, timeout=timeout, retries=False, redirect=False
-        )
-        return response.status, response.data
+        answer = self._transport(node).request("GET", path, None, self._headers, timeout)
+        return answer.status, answer.body
 
-    def _pool(self, node: str) -> urllib3.HTTPConnectionPool:
-        """The connections to broker ``node``, each of which may be watched (:mod:`.stalls`)."""
-        pool = self._pools.get(node)
-        if pool is None:
+    def _transport(self, node: str) -> Transport:
+        """The connections to broker ``node``."""
+        transport = self._transports.get(node)
+        if transport is None:
             with self._lock:
-                pool = self._http.connection_from_url(node)
-                pool.ConnectionCls = (
-                    WatchedHTTPSConnection if node.startswith("https:") else WatchedHTTPConnection
-                )
-                self._pools[node] = pool
-        return pool
+                transport = self._transports.get(node)
+                if transport is None:
+                    transport = self._transports[node] = Transport(node, self.timeout, _tls())
+        return transport
 
     def close(self) -> None:
-        self._http.clear()
+        for transport in list(self._transports.values()):
+            transport.close()
 
     def __enter__(self) -> Client:
         return self

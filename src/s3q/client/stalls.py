@@ -14,7 +14,6 @@ from contextlib import contextmanager
 from socket import socket
 from typing import TypeVar
 
-import urllib3
 from urllib3.util.wait import wait_for_read
 
 T = TypeVar("T")
@@ -27,17 +26,17 @@ class BrokerStalled(Exception):
     """The broker a call was sent to stopped answering before the call's answer came."""
 
 
-# -- the blocking client (urllib3): a connection of a watched pool waits for its answer's first
-# byte in slices, probing between them, when its thread is inside ``watching``
+# -- the blocking client (.transport): a request waits for its answer's first byte in slices,
+# probing between them, when its thread is inside ``watching``
 
 _probes = threading.local()
 
 
 @contextmanager
 def watching(probe: Callable[[], bool]) -> Iterator[None]:
-    """While in it, this thread's requests on :class:`WatchedHTTPConnection` (and HTTPS) wait
-    for their answers probing the broker with ``probe`` (whether it answered) between slices
-    of ``PROBE_EVERY``: BrokerStalled when it did not."""
+    """While in it, this thread's requests (:mod:`.transport`) wait for their answers probing
+    the broker with ``probe`` (whether it answered) between slices of ``PROBE_EVERY``:
+    BrokerStalled when it did not."""
     _probes.probe = probe
     try:
         yield
@@ -57,22 +56,6 @@ def _await_answer(sock: socket | None) -> None:
             _probes.probe = probe
         if not answered:
             raise BrokerStalled(f"no answer to a probe within {STALL_TIMEOUT:g} s")
-
-
-class WatchedHTTPConnection(urllib3.connection.HTTPConnection):
-    """An HTTP connection whose thread may watch its broker while an answer is awaited."""
-
-    def getresponse(self) -> urllib3.response.HTTPResponse:  # type: ignore[override]
-        _await_answer(self.sock)
-        return super().getresponse()
-
-
-class WatchedHTTPSConnection(urllib3.connection.HTTPSConnection):
-    """An HTTPS connection whose thread may watch its broker while an answer is awaited."""
-
-    def getresponse(self) -> urllib3.response.HTTPResponse:  # type: ignore[override]
-        _await_answer(self.sock)
-        return super().getresponse()
 
 
 # -- the async client
