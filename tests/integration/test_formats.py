@@ -60,7 +60,7 @@ def test_a_queue_written_by_build_1813867_opens_with_every_message_intact(
         assert [m.id for m in again[:2]] == new
         assert {m.id for m in again[2:]} == set(expected) - {got[0].id}
     tail = max((root / "log").iterdir()).read_bytes()
-    assert tail.endswith(b"S3Q4")
+    assert tail.endswith(b"S3Q5")
 
 
 def payload_v2(name: str) -> bytes:
@@ -149,12 +149,12 @@ def test_a_queue_written_by_build_eaadc93_opens_with_every_message_intact(
         assert (m.id, m.payload, m.tenant) == (new, b"new", "acme")
 
 
-def test_this_build_writes_format_4(tmp_path: Path) -> None:
+def test_this_build_writes_format_5(tmp_path: Path) -> None:
     with s3q.open(f"file://{tmp_path}/q") as q:
         q.enqueue(b"x")
     for kind in ("log", "checkpoint"):
         for path in (tmp_path / "q" / kind).iterdir():
-            assert path.read_bytes().endswith(b"S3Q4")
+            assert path.read_bytes().endswith(b"S3Q5")
 
 
 def test_ids_name_the_queue_log_object_and_place_that_enqueued_each_message(

@@ -238,6 +238,14 @@ SERIES: tuple[tuple[str, type[Any], str, str, tuple[str, ...], dict[str, Any]], 
         {},
     ),
     (
+        "retired",
+        Gauge,
+        "s3q_queue_retired_messages",
+        ("Messages removed past the queue's retention since the queue was opened here."),
+        ("queue",),
+        {},
+    ),
+    (
         "classes",
         Gauge,
         "s3q_queue_tenant_deliveries",
@@ -341,6 +349,7 @@ class BrokerMetrics:
     quiet: Gauge
     quiet_age: Gauge
     history: Gauge
+    retired: Gauge
     classes: Gauge
     batch: Gauge
     commit_seconds: Histogram
@@ -422,6 +431,7 @@ class BrokerMetrics:
                 self.quiet.labels(name, state).set(getattr(stats, f"quiet_{state}"))
             self.quiet_age.labels(name).set(stats.quiet_oldest_age)
             self.history.labels(name).set(stats.history_objects)
+            self.retired.labels(name).set(stats.retired)
             self.classes.labels(name, "noisy").set(stats.deliveries_noisy)
             self.classes.labels(name, "quiet").set(stats.deliveries_quiet)
             self.batch.labels(name).set(stats.mean_ops_per_commit)
@@ -457,6 +467,7 @@ class BrokerMetrics:
                     self.noisy,
                     self.quiet_age,
                     self.history,
+                    self.retired,
                     self.batch,
                     self.commit_seconds,
                     self.commit_ops,

@@ -13,6 +13,7 @@ Checkpoints use the same sealed framing with no payloads.
 from __future__ import annotations
 
 import struct
+import typing
 import zlib
 
 import msgspec
@@ -23,9 +24,9 @@ from .ops import AnyOp
 MAGIC = b"S3Q"
 #: the version this build writes (2: enqueues as columns, ids that name places; 3: checkpoints
 #: hold runs without their tables, and completed messages as chunks of places; 4: leases of
-#: untouched messages in stretches)
-FORMAT = 4
-READABLE = frozenset({1, 2, 3, 4})  # the versions it reads
+#: untouched messages in stretches; 5: messages retired by the queue's retention, ``Retire``)
+FORMAT = 5
+READABLE = frozenset({1, 2, 3, 4, 5})  # the versions it reads
 _TRAILER = struct.Struct("<II3sB")
 PREFIX = "log/"
 
@@ -53,6 +54,8 @@ class Corrupt(StoreError):
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Header)
+#: the tag of every operation this build reads
+KNOWN_TAGS = frozenset(op.__struct_config__.tag for op in typing.get_args(AnyOp))
 _stamp_decoder = msgspec.msgpack.Decoder(Stamp)
 
 
@@ -115,8 +118,35 @@ def encode(header: Header, payloads: list[bytes]) -> bytes:
 
 
 def decode(data: bytes, where: str) -> Header:
-    """The header of a log object (payloads stay where they are)."""
-    return _decoder.decode(unseal(data, where))
+    """The header of a log object (payloads stay where they are). An operation of a kind this
+    build does not know is refused with :class:`UnsupportedFormat` naming it, never skipped."""
+    head = unseal(data, where)
+    try:
+        return _decoder.decode(head)
+    except msgspec.ValidationError:
+        unknown = _unknown_tags(head)
+        if not unknown:
+            raise
+    raise UnsupportedFormat(
+        f"object {where} holds operations of a kind this version of s3q does not know "
+        f"(tag {', '.join(map(repr, unknown))}; it knows {', '.join(sorted(KNOWN_TAGS))}): it "
+        "was written by a newer s3q, or by another program; upgrade s3q to open this queue"
+    )
+
+
+def _unknown_tags(head: memoryview) -> list[object]:
+    """The tags of the operations in ``head`` (a header, read as plain msgpack) that this
+    build does not know, in the order met; none if it is not a header at all."""
+    try:
+        plain = msgspec.msgpack.decode(head)
+    except msgspec.DecodeError:
+        return []
+    if not isinstance(plain, list) or len(plain) != 4 or not isinstance(plain[3], list):
+        return []
+    tags = (
+        op[0] for op in plain[3] if isinstance(op, list) and op and isinstance(op[0], str | int)
+    )
+    return list(dict.fromkeys(t for t in tags if t not in KNOWN_TAGS))
 
 
 def stamp(data: bytes, where: str) -> Stamp:
