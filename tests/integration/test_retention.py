@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from conftest import FakeClock, StoreEnv
 from histories import observe
 
 import s3q
+import s3q.index.state
 from s3q.history import log_events
 from s3q.log import ids, segment
 from s3q.log.ops import Retire
@@ -260,3 +262,30 @@ def test_a_bad_retention_is_refused_and_changes_nothing(clock: FakeClock, value:
         with pytest.raises(s3q.InvalidConfig, match="retention must be a number of seconds"):
             q.configure(retention=value)
         assert q.configure()["retention"] == 60.0
+
+
+def test_a_deep_backlog_retires_run_by_run_without_reading_it(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Untouched messages retire a run at a time: no record is made, nothing is read back
+    (the runs, restored from a checkpoint, hold no tables), and the Retire is one range each."""
+    monkeypatch.setattr(s3q.index.state, "TABLE_BUDGET", 10)
+    url = f"file://{tmp_path}/q"
+    with s3q.open(url, clock=clock, retention=60.0) as q:
+        for _ in range(4):
+            q.enqueue_batch([b"x"] * 25_000)
+    with s3q.open(url, clock=clock) as q:
+        state = _state(q)
+        assert state.runs.untouched == 100_000 and state.runs.tabled == 0
+        gets = q.stats().store_gets
+        clock.advance(60.0)
+        stats = q.stats()
+        assert (stats.retired, stats.pending, stats.store_gets) == (100_000, 0, gets)
+        assert (len(state.messages), state.runs.count, len(state.payloads.refs)) == (0, 0, 0)
+    (op,) = [
+        op
+        for key in sorted((tmp_path / "q" / "log").iterdir())
+        for op in segment.decode(key.read_bytes(), key.name).ops
+        if isinstance(op, Retire)
+    ]
+    assert op.ids == [] and op.ranges is not None and len(op.ranges) == 4
