@@ -240,8 +240,8 @@ class Leasing:
     ) -> tuple[list[Chosen], Batch | None]:
         """Up to ``limit`` deliverable messages, after retiring those past the queue's
         retention and burying those whose last lease ran out of attempts; the tables of the
-        runs they come from read back first. With
-        ``stretches``, members of runs may come as leased stretches (``stretches``)."""
+        runs they come from read back first. With ``stretches``, members of runs may come as
+        leased stretches (``stretches``)."""
         core = self.core
         batch = None
         attempts = core.config.max_attempts
