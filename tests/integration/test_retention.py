@@ -289,3 +289,13 @@ def test_a_deep_backlog_retires_run_by_run_without_reading_it(
         if isinstance(op, Retire)
     ]
     assert op.ids == [] and op.ranges is not None and len(op.ranges) == 4
+
+
+def test_a_purge_counts_only_what_the_retention_left(env: StoreEnv, clock: FakeClock) -> None:
+    q = env.open(clock=clock, retention=60.0)
+    q.enqueue_batch([b"a", b"b"])
+    clock.advance(30.0)
+    q.enqueue(b"c")
+    clock.advance(30.0)
+    assert q.purge() == 1
+    assert q.stats().retired == 2

@@ -83,6 +83,7 @@ class Leasing:
     async def locate(self, ids: list[str]) -> dict[str, Located]:
         """The messages named (not completed) and where their payloads lie now."""
         self.core.check()
+        retire(self.core)
         found = {}
         for mid in ids:
             rec = await self.find(mid)

@@ -5,9 +5,10 @@ them.
 The writer asks the index what was enqueued at or before ``now - retention``
 (``index.removal.retiring``: a look at two heaps when nothing is due, none at all on a queue
 without retention) whenever it is about to choose messages (a dequeue, a lease, the reads,
-which sweep first), to settle a lease (so a receipt of a retired message is stale), and to seal
-a batch for the store (so a queue only written to retires too). An idle queue makes no request
-for it: what came due meanwhile is retired by its next call, before that call sees it.
+which sweep first), to settle a lease (so a receipt of a retired message is stale), to locate
+or purge messages, and to seal a batch for the store (so a queue only written to retires
+too). An idle queue makes no request for it: what came due meanwhile is retired by its next
+call, before that call sees it.
 """
 
 from __future__ import annotations
