@@ -69,6 +69,10 @@ class QueueConfig:
     #: seconds of history kept readable: garbage collection keeps every log object younger
     #: than this (and the payload objects they refer to); 0 keeps none beyond ``gc_grace``
     history_retention: float = 0.0
+    #: seconds a message is kept from its enqueue, whatever its state (pending, delayed,
+    #: leased, retrying, dead): older ones are removed, through the log (``Retire``), as SQS's
+    #: MessageRetentionPeriod removes them. None or 0: never (nothing leaves unless asked)
+    retention: float | None = None
     clock: Callable[[], float] = time.time
     attributes: dict[str, str] | None = None  # free-form queue metadata, saved with the queue
     #: when an enqueue is answered: "durable", once the log object holding it is in the store;
@@ -117,6 +121,8 @@ class QueueConfig:
         )
         for name in ("lease_ttl", "checkpoint_interval", "commit_timeout"):
             _seconds(name, getattr(self, name), allow_zero=False)
+        if self.retention is not None:
+            _seconds("retention", self.retention, allow_zero=True)
         if self.commit_window is not None:
             _seconds("commit_window", self.commit_window, allow_zero=True, high=MAX_WINDOW)
         if self.delivery not in (STRICT, FAIR):
@@ -151,6 +157,7 @@ PERSISTED = (
     "ack_durability",
     "history_retention",
     "partitions",
+    "retention",
 )
 Setting = int | float | str | dict[str, str] | None
 

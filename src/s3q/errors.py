@@ -24,7 +24,8 @@ class MessageTooLarge(InvalidArgument):
 
 
 class MessageNotFound(S3QError, KeyError):
-    """No message with that id (never enqueued, purged, or pruned after its retention)."""
+    """No message with that id (never enqueued, purged, pruned after its completed retention,
+    or retired past the queue's retention)."""
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""

@@ -90,6 +90,9 @@ class QueueStats:
     #: what the ids of the queue's messages begin with (``s3q.log.ids``); a partitioned queue's
     #: partitions each have one, and its stats give theirs, comma-separated
     queue_id: str = ""
+    #: messages removed because they outlived the queue's ``retention``, since the writer
+    #: opened the queue (the history tells every one: ``retired`` events)
+    retired: int = 0
     #: the logs the queue is spread over (``s3q.partitions``), and the stats of each
     partitions: list[QueueStats] = field(default_factory=list)
 

@@ -60,7 +60,7 @@ def test_a_queue_written_by_build_1813867_opens_with_every_message_intact(
         assert [m.id for m in again[:2]] == new
         assert {m.id for m in again[2:]} == set(expected) - {got[0].id}
     tail = max((root / "log").iterdir()).read_bytes()
-    assert tail.endswith(b"S3Q4")
+    assert tail.endswith(b"S3Q4")  # (nothing retired: what format-4 builds read)
 
 
 def payload_v2(name: str) -> bytes:
@@ -149,12 +149,72 @@ def test_a_queue_written_by_build_eaadc93_opens_with_every_message_intact(
         assert (m.id, m.payload, m.tenant) == (new, b"new", "acme")
 
 
-def test_this_build_writes_format_4(tmp_path: Path) -> None:
-    with s3q.open(f"file://{tmp_path}/q") as q:
+def payload_v4(name: str) -> bytes:
+    i = int(name[1:])
+    return b"v4 payload %d" % i + b"w" * (i * 7)
+
+
+def test_a_queue_written_by_build_51a21bd_opens_with_every_message_intact(
+    tmp_path: Path,
+) -> None:
+    """Format 4, the last before retention: runs, records, a payload beside the log, a
+    stretch of a run leased in one entry (4 of it completed together, one failed and leased
+    again), a checkpoint holding the stretch's members as records, and a tail of log objects
+    after it (``queue-51a21bd.json`` says how it was written, ``queue-51a21bd.py`` by what).
+    This build reads it, then retires its messages once the queue is given a retention,
+    writing format 5 beside format 4."""
+    manifest = json.loads((FIXTURES / "queue-51a21bd.json").read_text())
+    root = shutil.copytree(FIXTURES / "queue-51a21bd", tmp_path / "queue")
+    later = manifest["written_at"] + 7200  # the leases it left (3600 s) have lapsed
+    names = {mid: name for name, mid in manifest["ids"].items()}
+    options = dict(completed_retention=1e9, dedup_window=1e9)
+    with s3q.open(f"file://{root}", clock=lambda: later, **options) as q:
+        stats = q.stats()
+        assert stats.total_enqueued == manifest["total_enqueued"] == 42
+        assert stats.completed == len(manifest["completed"]) == 4
+        for mid in manifest["completed"]:
+            assert q.status(mid) is s3q.MessageStatus.COMPLETED
+        assert q.enqueue(b"again", dedup_id="d33") == manifest["ids"]["m33"]
+        # the failed one was leased again on its last attempt, and that lease ran out
+        [dead] = q.dead_letters()
+        assert (dead.id, dead.payload, dead.attempts) == (manifest["failed"], payload_v4("m4"), 2)
+        got = q.dequeue(100)
+        expected = {mid: payload_v4(n) for mid, n in names.items()}
+        expected[manifest["big"]] = b"B" * 6000
+        for mid in [*manifest["completed"], manifest["failed"], manifest["ids"]["m32"]]:
+            del expected[mid]  # m32 waits for m31, before it in group "g"
+        assert {m.id: m.payload for m in got} == expected
+        by_id = {m.id: m for m in got}
+        assert by_id[manifest["ids"]["m34"]].attributes == {"i": "34"}
+        assert by_id[manifest["ids"]["m35"]].tenant == "acme"
+        assert {m.attempts for m in got if m.id in manifest["leased"]} == {2}
+        q.release(got)
+        q.configure(retention=3600.0)  # everything it holds is older than that
+        stats = q.stats()
+        assert (stats.pending, stats.processing, stats.dead, stats.retired) == (0, 0, 0, 38)
+    with s3q.open(f"file://{root}", clock=lambda: later + 1, **options) as q:
+        stats = q.stats()
+        assert (stats.pending, stats.completed, stats.retired) == (0, 4, 0)
+        new = q.enqueue(b"new")
+        assert [(m.id, m.payload) for m in q.dequeue(10)] == [(new, b"new")]
+    tails = {path.read_bytes()[-4:] for path in (root / "log").iterdir()}
+    assert tails == {b"S3Q4", b"S3Q5"}
+
+
+def test_this_build_writes_format_5_only_where_it_retires(tmp_path: Path) -> None:
+    """A queue that never retires is written in format 4 (a format-4 build reads it: a
+    downgrade keeps it); an object that retires messages is format 5."""
+    now = [1000.0]
+    with s3q.open(f"file://{tmp_path}/q", clock=lambda: now[0]) as q:
         q.enqueue(b"x")
-    for kind in ("log", "checkpoint"):
-        for path in (tmp_path / "q" / kind).iterdir():
+        first = {p.name for p in (tmp_path / "q" / "log").iterdir()}
+        for path in (tmp_path / "q").glob("*/*"):  # its log and any checkpoint
             assert path.read_bytes().endswith(b"S3Q4")
+        q.configure(retention=60.0)
+        now[0] += 61.0
+        assert q.stats().retired == 1
+    tails = {p.read_bytes()[-4:] for p in (tmp_path / "q" / "log").iterdir() if p.name not in first}
+    assert b"S3Q5" in tails
 
 
 def test_ids_name_the_queue_log_object_and_place_that_enqueued_each_message(

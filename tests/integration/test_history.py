@@ -210,9 +210,9 @@ def test_history_reads_stretch_leases_and_a_range(durable_env: StoreEnv) -> None
     assert [e.attempt for e in later if e.kind == "leased"] == [1] * 50
 
 
-@pytest.mark.parametrize("build", ["1813867", "cd2f38b", "eaadc93"])
+@pytest.mark.parametrize("build", ["1813867", "cd2f38b", "eaadc93", "51a21bd"])
 def test_history_reads_logs_of_earlier_formats(build: str) -> None:
-    """Formats 1 to 3 (queues written by earlier builds) read as events like today's."""
+    """Formats 1 to 4 (queues written by earlier builds) read as events like today's."""
     root = SUPPORT_DIR / "fixtures" / f"queue-{build}"
     manifest = json.loads(root.with_suffix(".json").read_text())
 

@@ -238,6 +238,17 @@ class Model:
                 if not tenant.in_flight:
                     del self.tenants[name]  # forgotten: its processing time and sending too
 
+    def dropped(self, name: str | None) -> None:
+        """A queued message of ``name``, not held, left unleased (retired)."""
+        if name is None:
+            return
+        tenant = self.tenants[name]
+        tenant.waiting -= 1
+        if not tenant.waiting:
+            self.flagged.discard(name)  # drained
+            if not tenant.in_flight:
+                del self.tenants[name]
+
     def purged(self) -> None:
         self.tenants.clear()
         self.flagged.clear()
@@ -253,6 +264,7 @@ class QueueMachine(RuleBasedStateMachine):
     delivery = "strict"  # the queue's order across priorities
     tenanted = True  # messages carry tenants (else every message's tenant is None)
     share: float | None = None  # tenants.SHARE for the run (None: as it is)
+    retention: float | None = None  # the queue's retention (None: none)
 
     def __init__(self) -> None:
         super().__init__()
@@ -278,7 +290,8 @@ class QueueMachine(RuleBasedStateMachine):
         self.buried = 0  # leases that ran out with no attempts left
 
     def _open(self) -> s3q.Queue:
-        return s3q.open(self.url, clock=self.clock, delivery=self.delivery, **OPTS)
+        kept = {} if self.retention is None else {"retention": self.retention}
+        return s3q.open(self.url, clock=self.clock, delivery=self.delivery, **OPTS, **kept)
 
     def _logs(self) -> list:
         """The AsyncQueue of each log of the queue."""
@@ -318,6 +331,12 @@ class QueueMachine(RuleBasedStateMachine):
             elif mm.state == "completed":
                 out.append(mm.completed_at + RETENTION)
         out.extend(d.at + WINDOW for d in self.m.dedup.values())
+        if self.retention is not None:
+            out.extend(
+                mm.enqueued_at + self.retention
+                for mm in self.m.msgs.values()
+                if mm.state in (*LIVE, "dead")
+            )
         return out
 
     def move_clock(self, dt: float) -> None:
@@ -336,6 +355,24 @@ class QueueMachine(RuleBasedStateMachine):
             elif mm.state == "retry" and now > mm.retry_from + RDM:
                 mm.state = "ready"
                 mm.visible_at = mm.retry_from + RDM
+        if self.retention is not None:
+            self._retire(now - self.retention)
+
+    def _retire(self, cutoff: float) -> None:
+        """Every message enqueued at or before ``cutoff`` and not finished (dead letters too)
+        is removed, whatever its state, by the next call (every invariant calls): its
+        receipt is stale, a lease it held ends untimed, a queued one leaves its tenant."""
+        for mm in self.m.msgs.values():
+            if mm.state not in (*LIVE, "dead") or mm.enqueued_at > cutoff:
+                continue
+            event(f"retired ({mm.state})")
+            if mm.receipt is not None:
+                self.m.receipts[mm.receipt].kind = "stale"
+            if mm.held:
+                self.m.ended([mm], 0.0, queued=False)
+            elif mm.state != "dead":
+                self.m.dropped(mm.tenant)
+            mm.state = "gone"
 
     def _lease_lapsed(self, mm: MMsg) -> None:
         if mm.receipt is not None:
@@ -1104,6 +1141,20 @@ class FairMachine(QueueMachine):
 
 TestModelFair = FairMachine.TestCase
 TestModelFair.settings = SETTINGS
+
+
+class RetentionMachine(QueueMachine):
+    """A queue with ``retention``: messages enqueued that long ago leave whatever their state
+    (pending, delayed, leased, lapsed, retrying, dead), their receipts stale, their tenants'
+    counts and groups moving on; runs read back from the log, so some retire untabled."""
+
+    kind = "file"
+    table_budget = 3
+    retention = 30.0
+
+
+TestModelRetention = RetentionMachine.TestCase
+TestModelRetention.settings = SETTINGS
 
 
 class PartitionedMachine(QueueMachine):

@@ -837,6 +837,28 @@ def test_history_lives_and_a_replay_through_the_sink(
         assert q.stats().pending == 40
 
 
+def test_history_read_tells_retirements_and_lives_end_with_them(
+    spark: SparkSession, file_env: StoreEnv
+) -> None:
+    """Messages a queue's ``retention`` removed, in every state, are one ``retired`` row each
+    (a run's members and a stretch's from one range each in the log), and their lives end
+    ``retired``."""
+    clock = FakeClock()
+    with file_env.open(clock=clock, retention=60.0, max_attempts=1, history_retention=1e6) as q:
+        old = q.enqueue_batch([b"old %d" % i for i in range(10)])
+        old.append(q.enqueue(b"later", delay=600.0))
+        leased = q.dequeue(max_messages=3, visibility_timeout=600.0)  # a stretch
+        q.fail(leased[0], "boom")  # dead
+        clock.advance(61)
+        young = q.enqueue(b"young")  # the commit that carries it retires the old ones
+    events = with_store(spark.read.format("s3q").option("history", "true"), file_env)
+    retired = events.load(file_env.url).where(F.col("kind") == "retired").collect()
+    assert sorted(r.id for r in retired) == sorted(old)
+    assert {r.at.timestamp() for r in retired} == {T0 + 61}
+    lives = {life.id: life.status for life in s3q.spark.lives(events.load(file_env.url)).collect()}
+    assert lives == {**dict.fromkeys(old, "retired"), young: "pending"}
+
+
 def test_history_read_covers_every_partition(spark: SparkSession, file_env: StoreEnv) -> None:
     """A queue of three partitions: the history read plans each partition's log, and each
     event names the partition whose log holds it."""

@@ -1,18 +1,20 @@
 """Fields that came within format 3: what this build writes decodes with the shapes of earlier
-builds, and what they wrote decodes here."""
+builds, and what they wrote decodes here; and the operations that moved the format on."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import msgspec
+import pytest
 
+from s3q.errors import UnsupportedFormat
 from s3q.index.checkpoint import Snapshot
 from s3q.index.records import Record
 from s3q.index.tenants import TenantSnap
 from s3q.lease import LeaseRecord
 from s3q.log import segment
-from s3q.log.ops import Append, Bury, Fail, Lease
+from s3q.log.ops import Append, Bury, Complete, Fail, Lease, Op, Retire
 
 
 def without_last_field(
@@ -50,9 +52,9 @@ def test_leases_in_stretches_are_format_4_which_a_format_3_reader_refuses() -> N
     leased = Lease([], 100.0, [(7, 0, 1000, "ab12", 130.0)])
     skipped = msgspec.msgpack.decode(msgspec.msgpack.encode(leased), type=format_3)
     assert skipped == format_3([], 100.0)  # what sealing it as format 4 guards against
-    assert segment.FORMAT == 4 and 3 in segment.READABLE
+    assert segment.BASE_FORMAT >= 4 and 3 in segment.READABLE
     sealed = segment.encode(segment.Header(7, "w", 100.0, [leased]), [])
-    assert sealed.endswith(b"S3Q4")
+    assert sealed.endswith(b"S3Q%d" % segment.BASE_FORMAT)
     assert segment.decode(sealed, "log/7").ops == [leased]
     older = msgspec.msgpack.encode(format_3([("m1", "m1~r", 130.0)], 100.0))
     assert msgspec.msgpack.decode(older, type=Lease).stretches is None
@@ -81,7 +83,7 @@ def test_the_attempts_a_lease_failure_or_burial_carries_are_fields_format_4_buil
         assert skipped == old_shape(*kept)
         older = msgspec.msgpack.decode(msgspec.msgpack.encode(skipped), type=shape)
         assert older == msgspec.structs.replace(new, **{name: shape.__struct_defaults__[-1]})
-    assert segment.FORMAT == 4
+    assert segment.BASE_FORMAT == 4  # (objects of these operations: format-4 builds read them)
 
 
 def test_a_writer_lease_naming_a_broker_lease_is_a_field_earlier_builds_skip() -> None:
@@ -129,3 +131,46 @@ def test_tenants_are_fields_earlier_builds_of_format_3_skip() -> None:
     back = msgspec.msgpack.decode(msgspec.msgpack.encode(snap), type=old_snapshot)
     again = msgspec.msgpack.decode(msgspec.msgpack.encode(back), type=Snapshot)
     assert (again.tenants, again.busy) == ([], (0.0, 0.0))
+
+
+def test_retirements_are_format_5_which_a_format_4_reader_refuses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Retire is an operation of a kind format-4 builds do not know (their union of operations
+    would fail on its tag): objects that hold one are sealed as format 5, which those builds
+    refuse before decoding anything (UnsupportedFormat: upgrade); the others stay format 4, so
+    a queue that never retires stays readable by format-4 builds; every earlier format stays
+    readable here."""
+    retired = Retire(["m1"], 100.0, [(7, 0, 1000)])
+    sealed = segment.encode(segment.Header(9, "w", 100.0, [retired]), [])
+    plain = segment.encode(segment.Header(10, "w", 100.0, [Complete(["m2"], 100.0)]), [])
+    assert plain.endswith(b"S3Q4")
+    assert segment.FORMAT == 5
+    assert frozenset({1, 2, 3, 4, 5}) == segment.READABLE
+    assert sealed.endswith(b"S3Q5")
+    assert segment.decode(sealed, "log/9").ops == [retired]
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(Retire([], 1.0)), type=Retire) == (
+        Retire([], 1.0, None)
+    )
+    monkeypatch.setattr(segment, "READABLE", frozenset({1, 2, 3, 4}))  # a format-4 build
+    with pytest.raises(UnsupportedFormat, match=r"format '5'.*upgrade s3q"):
+        segment.decode(sealed, "log/9")
+    assert segment.decode(plain, "log/10").ops == [Complete(["m2"], 100.0)]
+
+
+def test_an_operation_of_an_unknown_kind_is_refused_naming_it() -> None:
+    """A log object in a readable format whose operations include one of a kind this build does
+    not know (a newer build that forgot to move the format on, another program) is refused with
+    UnsupportedFormat naming the object and the kind, never skipped in silence; anything else
+    that does not decode is the decoder's error, as before."""
+    known = Complete(["m1"], 100.0)
+
+    class Unknown(Op, tag="q", frozen=True):
+        ids: list[str]
+
+    head = msgspec.msgpack.encode(segment.Header(9, "w", 100.0, [known, Unknown(["m2"])]))  # type: ignore[list-item]
+    with pytest.raises(UnsupportedFormat, match=r"log/9 holds operations .*tag 'q'.*upgrade"):
+        segment.decode(segment.seal(head), "log/9")
+    not_a_header = segment.seal(msgspec.msgpack.encode({"seq": 9}))
+    with pytest.raises(msgspec.ValidationError):
+        segment.decode(not_a_header, "log/9")

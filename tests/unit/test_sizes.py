@@ -15,7 +15,7 @@ LIMITS = {"module": 700, "class": 400, "function": 80}
 #: what is over a limit now, by kind and ``path[:name]``, with its lines
 OVER: dict[str, int] = {
     "class index/delivery.py:DeliveryIndex": 510,
-    "class index/state.py:QueueState": 513,
+    "class index/state.py:QueueState": 504,
     "function index/delivery.py:_fetch": 83,
 }
 

@@ -223,6 +223,14 @@ SERIES: tuple[tuple[str, type[Any], str, str, tuple[str, ...], dict[str, Any]], 
         {},
     ),
     (
+        "retired",
+        Gauge,
+        "s3q_queue_retired_messages",
+        ("Messages removed past the queue's retention since the queue was opened here."),
+        ("queue",),
+        {},
+    ),
+    (
         "classes",
         Gauge,
         "s3q_queue_tenant_deliveries",
@@ -316,6 +324,7 @@ class BrokerMetrics:
     quiet: Gauge
     quiet_age: Gauge
     history: Gauge
+    retired: Gauge
     classes: Gauge
     batch: Gauge
     requests: Gauge
@@ -408,6 +417,7 @@ class BrokerMetrics:
                 self.quiet.labels(name, state).set(getattr(stats, f"quiet_{state}"))
             self.quiet_age.labels(name).set(stats.quiet_oldest_age)
             self.history.labels(name).set(stats.history_objects)
+            self.retired.labels(name).set(stats.retired)
             self.classes.labels(name, "noisy").set(stats.deliveries_noisy)
             self.classes.labels(name, "quiet").set(stats.deliveries_quiet)
             self.batch.labels(name).set(stats.mean_ops_per_commit)
@@ -444,6 +454,7 @@ class BrokerMetrics:
                     self.noisy,
                     self.quiet_age,
                     self.history,
+                    self.retired,
                     self.batch,
                 )
             ),

@@ -195,6 +195,8 @@ def stats_table(stats: s3q.QueueStats, title: str, *, writer: bool = False) -> T
     table.add_row("total_enqueued", f"{stats.total_enqueued:,}", style="dim")
     if stats.noisy_tenants:  # their messages wait behind the other tenants'
         table.add_row("noisy_tenants", f"{stats.noisy_tenants:,}", style="yellow")
+    if stats.retired:  # removed past the queue's retention, since its writer opened it
+        table.add_row("retired", f"{stats.retired:,}", style="dim")
     if stats.history_objects:  # kept by garbage collection for history_retention alone
         table.add_row("history_objects", f"{stats.history_objects:,}", style="dim")
     if writer:

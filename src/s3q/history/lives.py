@@ -28,6 +28,7 @@ STATUS_AFTER = {
     "dead": "dead",
     "completed": "completed",
     "discarded": "discarded",
+    "retired": "retired",
 }
 
 

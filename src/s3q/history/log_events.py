@@ -18,6 +18,8 @@ Kinds, and the fields each fills beyond ``seq``, ``op``, ``at``, ``kind`` and ``
 - ``failed``: a failure with a retry to come: error, visible_at (the retry's time), attempt
 - ``dead``: a failure on the last attempt, or a lease run out on it (``Bury``): error, attempt
 - ``purged``: every message not completed was removed: ``id`` is None
+- ``retired``: removed because it outlived the queue's ``retention`` (whatever its state,
+  dead letters too): nothing more
 
 ``attempt`` is ``Message.attempts`` at that delivery: the writer's own count, which the Lease,
 Fail and Bury operations carry (``s3q.log.ops.Lease.attempts``), so a reader of any range of the
@@ -53,6 +55,7 @@ from ..log.ops import (
     Purge,
     Redrive,
     Release,
+    Retire,
 )
 from ..snapshot import fetch_in_order
 from ..store import NotFound, Store
@@ -69,6 +72,7 @@ KINDS = (
     "redriven",
     "purged",
     "discarded",
+    "retired",
 )
 
 
@@ -229,6 +233,23 @@ class Reader:
                 self._attempts.clear()
                 self._runs.clear()
                 yield Block(seq, index, 1, "purged", at, [None], {})
+            elif isinstance(op, Retire):
+                yield self._retired(seq, index, at, op)
+
+    def _retired(self, seq: int, index: int, at: float, op: Retire) -> Block:
+        """A message's ids, then the places of runs and stretches, each a range of ids."""
+        for mid in op.ids:
+            self._attempts.pop(mid, None)
+        ranges = op.ranges or []
+        retired: Sequence[str] = op.ids
+        if not op.ids and len(ranges) == 1:  # the common case: one run
+            s, place, count = ranges[0]
+            retired = ids.Ids(self.queue, s, range(place, place + count))
+        elif ranges:
+            retired = [*op.ids]
+            for s, place, count in ranges:
+                retired += ids.Ids(self.queue, s, range(place, place + count))
+        return Block(seq, index, len(retired), "retired", at, retired, {})
 
     def _appended(self, seq: int, index: int, op: Append) -> Block:
         n = len(op.sizes)
@@ -410,7 +431,7 @@ async def read(
 
 #: what ends a message's life in its history: nothing more can happen to it (a dead letter
 #: may yet be redriven)
-ENDS = frozenset({"completed", "discarded", "purged"})
+ENDS = frozenset({"completed", "discarded", "purged", "retired"})
 #: how many log objects :func:`life` reads from the one that enqueued the message, at most
 SCAN = 10_000
 

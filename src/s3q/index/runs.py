@@ -66,6 +66,19 @@ class RunIndex:
             if not runs:
                 del self.by_seq[run.seq]
 
+    def retire(self, run: Run) -> None:
+        """Every member of ``run`` not taken yet leaves the index (past the queue's
+        retention): the run is emptied where it stands, its table read back or not."""
+        if run.table is not None:
+            self.tabled -= run.count
+        self.untouched -= len(run)
+        self.count -= 1
+        run.taken, run.bytes = run.count, 0
+        runs = self.by_seq[run.seq]
+        runs.remove(run)
+        if not runs:
+            del self.by_seq[run.seq]
+
     def find(self, mid: str, queue: str) -> tuple[Run, int] | None:
         """The run ``mid`` is an untaken member of, and its index there."""
         where = ids.where(mid, queue)

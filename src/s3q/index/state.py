@@ -11,7 +11,9 @@ depend on time take ``now``). The index is a coordinator of parts, each a module
 - which objects hold live payloads and which are garbage (``payload_refs.PayloadRefs``);
 - what is remembered for a while: dedup ids, commit tokens, completed messages
   (``retention.Retention``);
-- tenants' counts (``tenants.Tenants``).
+- tenants' counts (``tenants.Tenants``);
+- messages removed unfinished: purged, discarded, or retired past the queue's retention
+  (``removal``), found by the enqueue times ``ages.Ages`` keeps once the writer asks.
 
 Given the same operations, the parts hold the same: a checkpoint's snapshot of them
 (``checkpoint.take``, ``checkpoint.restore``) gives an index that folds on as the original
@@ -43,9 +45,11 @@ from ..log.ops import (
     Redrive,
     Release,
     Relocate,
+    Retire,
 )
 from ..message import MessageStatus
-from . import appends
+from . import appends, removal
+from .ages import Ages
 from .delivery import Chosen, DeliveryIndex
 from .payload_refs import PayloadRefs, blob_key
 from .records import DEAD, DONE, LEASED, QUEUED, Record, Run, status
@@ -69,6 +73,7 @@ class QueueState:
         self.messages: dict[str, Record] = {}  # records: messages touched since their enqueue
         self.runs = RunIndex()  # untouched messages
         self.stretches = Stretches()  # members of runs leased together
+        self.ages = Ages(self.messages, self.runs, self.stretches)  # for retention, if watched
         self.tenants = Tenants()
         self.delivery = DeliveryIndex(
             self.messages,
@@ -163,12 +168,11 @@ class QueueState:
         elif isinstance(op, Configure):
             self.settings.update(op.settings)
         elif isinstance(op, Purge):
-            self._purge()
+            removal.purge(self)
         elif isinstance(op, Discard):
-            for mid in op.ids:
-                rec = self.messages[mid]
-                del self.dead[mid], self.messages[mid]
-                self.payloads.drop(rec)
+            removal.discard(self, op.ids)
+        elif isinstance(op, Retire):
+            removal.retire(self, op)
         elif isinstance(op, Open):
             if op.queue is not None and not self.queue:
                 self.queue = op.queue
@@ -205,6 +209,7 @@ class QueueState:
                 if dedup_id is not None:
                     self.retention.sent(dedup_id, ids.make(self.queue, seq, run.place + k), at)
         self.runs.add(run)
+        self.ages.run(run)
         self.delivery.push_fresh(run)
 
     def _enqueue(self, op: Enqueue, seq: int, stage: str | None = None) -> None:
@@ -231,6 +236,7 @@ class QueueState:
         self.arrivals += 1
         rec.size = self._sizes.setdefault(rec.size, rec.size)
         self.messages[rec.id] = rec
+        self.ages.record(rec)
         self.total_enqueued += 1
         self.live += 1
         self.tenants.arrived(rec.tenant, 1, rec.enqueued_at)
@@ -253,6 +259,7 @@ class QueueState:
         messages = self.messages
         for rec in recs:
             messages[rec.id] = rec
+        self.ages.records(recs)
         return recs
 
     def _record(self, mid: str) -> Record:
@@ -263,6 +270,7 @@ class QueueState:
             held = self.stretches.find(mid, self.queue)
             if held is not None:
                 rec = self.messages[mid] = self.stretches.split(*held)
+                self.ages.record(rec)
                 return rec
             found = self.runs.find(mid, self.queue)
             if found is None or found[1] != found[0].taken:
@@ -282,6 +290,7 @@ class QueueState:
         messages = self.messages
         for rec in recs:
             messages[rec.id] = rec
+        self.ages.records(recs)
         return recs
 
     # -- messages moving on ------------------------------------------------------------------------
@@ -407,20 +416,6 @@ class QueueState:
         if rec.group is not None:
             self.delivery.join(rec)
         self.delivery.schedule(rec)
-
-    def _purge(self) -> None:
-        for mid in [m for m, r in self.messages.items() if r.state != DONE]:
-            self.payloads.drop(self.messages.pop(mid))
-        for stretch in self.stretches:
-            self.payloads.drop_many(stretch.seq, stretch.stage, len(stretch), stretch.held_bytes())
-        self.stretches.clear()
-        for run in self.runs:
-            self.payloads.drop_many(run.seq, run.stage, len(run), run.bytes)
-        self.runs.clear()
-        self.live = 0
-        self.dead.clear()
-        self.delivery.clear()
-        self.tenants.purged()
 
     # -- run tables --------------------------------------------------------------------------------
 

@@ -183,6 +183,13 @@ class Tenants:
                 by_tenant.setdefault(rec.tenant, [0, 0.0, 0])[2] += 1
         self.ended(ended, at, requeued)
 
+    def dropped(self, counts: dict[str, int]) -> None:
+        """Queued messages gone without a delivery (retired): ``counts`` of them by tenant."""
+        ended = Ended()
+        for name, count in counts.items():
+            ended.by_tenant[name] = [0, 0.0, count]
+        self.ended(ended, 0.0, False)
+
     def purged(self) -> None:
         """Every message not completed is gone."""
         self.by_name.clear()

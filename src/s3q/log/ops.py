@@ -194,6 +194,19 @@ class Discard(Op, tag="d", frozen=True):
     at: float
 
 
+class Retire(Op, tag="y", frozen=True):
+    """Messages removed at ``at`` because they outlived the queue's ``retention`` (enqueued at
+    least that long before), whatever their state: pending, delayed, leased, waiting to be
+    retried or dead (format 5). Each is named by its id in ``ids``, or by its place in
+    ``ranges``: ``(seq, place, count)`` each, the ``count`` messages from place ``place`` of
+    log object ``seq`` (the untouched members of a run, or members of a leased stretch), so a
+    run of any length is one entry."""
+
+    ids: list[str]
+    at: float
+    ranges: list[tuple[int, int, int]] | None = None
+
+
 AnyOp = (
     Open
     | Append
@@ -212,4 +225,5 @@ AnyOp = (
     | Configure
     | Purge
     | Discard
+    | Retire
 )

@@ -13,19 +13,24 @@ Checkpoints use the same sealed framing with no payloads.
 from __future__ import annotations
 
 import struct
+import typing
 import zlib
 
 import msgspec
 
 from ..errors import StoreError, UnsupportedFormat
-from .ops import AnyOp
+from .ops import AnyOp, Retire
 
 MAGIC = b"S3Q"
-#: the version this build writes (2: enqueues as columns, ids that name places; 3: checkpoints
-#: hold runs without their tables, and completed messages as chunks of places; 4: leases of
-#: untouched messages in stretches)
-FORMAT = 4
-READABLE = frozenset({1, 2, 3, 4})  # the versions it reads
+#: the newest version this build writes (2: enqueues as columns, ids that name places; 3:
+#: checkpoints hold runs without their tables, and completed messages as chunks of places; 4:
+#: leases of untouched messages in stretches; 5: messages retired by the queue's retention,
+#: ``Retire``)
+FORMAT = 5
+#: the version of an object that needs nothing newer: a log object is format 5 only when it
+#: retires messages, so a queue that never retires stays readable by format-4 builds
+BASE_FORMAT = 4
+READABLE = frozenset({1, 2, 3, 4, 5})  # the versions it reads
 _TRAILER = struct.Struct("<II3sB")
 PREFIX = "log/"
 
@@ -53,6 +58,8 @@ class Corrupt(StoreError):
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Header)
+#: the tag of every operation this build reads
+KNOWN_TAGS = frozenset(op.__struct_config__.tag for op in typing.get_args(AnyOp))
 _stamp_decoder = msgspec.msgpack.Decoder(Stamp)
 
 
@@ -66,13 +73,13 @@ def seq_of(key: str, prefix: str = PREFIX) -> int | None:
     return int(name) if len(name) == 20 and name.isdigit() else None
 
 
-def _trailer(head: bytes | bytearray) -> bytes:
-    return _TRAILER.pack(zlib.crc32(head), len(head), MAGIC, ord("0") + FORMAT)
+def _trailer(head: bytes | bytearray, version: int = BASE_FORMAT) -> bytes:
+    return _TRAILER.pack(zlib.crc32(head), len(head), MAGIC, ord("0") + version)
 
 
-def seal(head: bytes, payloads: list[bytes] | tuple[()] = ()) -> bytes:
+def seal(head: bytes, payloads: list[bytes] | tuple[()] = (), version: int = BASE_FORMAT) -> bytes:
     """Payloads, then ``head``, then the trailer that lets a reader find and check ``head``."""
-    return b"".join((*payloads, head, _trailer(head)))
+    return b"".join((*payloads, head, _trailer(head, version)))
 
 
 def seal_in_place(head: bytearray) -> bytearray:
@@ -111,12 +118,42 @@ def sealed_size(tail: bytes, where: str) -> int:
 
 
 def encode(header: Header, payloads: list[bytes]) -> bytes:
-    return seal(_encoder.encode(header), payloads)
+    """A log object: format 5 if it retires messages (a format-4 build would refuse the
+    operation's kind), else format 4."""
+    version = FORMAT if any(type(op) is Retire for op in header.ops) else BASE_FORMAT
+    return seal(_encoder.encode(header), payloads, version)
 
 
 def decode(data: bytes, where: str) -> Header:
-    """The header of a log object (payloads stay where they are)."""
-    return _decoder.decode(unseal(data, where))
+    """The header of a log object (payloads stay where they are). An operation of a kind this
+    build does not know is refused with :class:`UnsupportedFormat` naming it, never skipped."""
+    head = unseal(data, where)
+    try:
+        return _decoder.decode(head)
+    except msgspec.ValidationError:
+        unknown = _unknown_tags(head)
+        if not unknown:
+            raise
+    raise UnsupportedFormat(
+        f"object {where} holds operations of a kind this version of s3q does not know "
+        f"(tag {', '.join(map(repr, unknown))}; it knows {', '.join(sorted(KNOWN_TAGS))}): it "
+        "was written by a newer s3q, or by another program; upgrade s3q to open this queue"
+    )
+
+
+def _unknown_tags(head: memoryview) -> list[object]:
+    """The tags of the operations in ``head`` (a header, read as plain msgpack) that this
+    build does not know, in the order met; none if it is not a header at all."""
+    try:
+        plain = msgspec.msgpack.decode(head)
+    except msgspec.DecodeError:
+        return []
+    if not isinstance(plain, list) or len(plain) != 4 or not isinstance(plain[3], list):
+        return []
+    tags = (
+        op[0] for op in plain[3] if isinstance(op, list) and op and isinstance(op[0], str | int)
+    )
+    return list(dict.fromkeys(t for t in tags if t not in KNOWN_TAGS))
 
 
 def stamp(data: bytes, where: str) -> Stamp:

@@ -38,6 +38,7 @@ class Tally:
     deliveries: dict[int, int] = field(default_factory=dict)  # priority -> messages delivered
     deliveries_noisy: int = 0  # of them, to noisy tenants (``tenants``)
     deliveries_quiet: int = 0  # and to the others
+    retired: int = 0  # messages removed past the queue's retention (``retirement``)
 
 
 class Core:

@@ -11,6 +11,7 @@ from ..message import Message
 from .core import Core
 from .leasing import Leasing
 from .payloads import Payloads, message
+from .retirement import retire
 
 
 class DeadLetters:
@@ -54,6 +55,7 @@ class DeadLetters:
     async def purge(self) -> int:
         core = self.core
         core.check()
+        retire(core)  # (what is past the retention is not counted as purged)
         count = core.state.live + len(core.state.dead)
         batch = core.commit.add(Purge(core.clock()))
         core.cache.clear()

@@ -142,6 +142,8 @@ class Engine(Lifecycle):
         changed = {k: v for k, v in settings.items() if getattr(self.config, k) != v}
         self._check_partitions(changed, queue_settings(self.config))
         self.config = config
+        if not config.retention:
+            self.state.ages.stop()  # (its ages are kept again once it has retention)
         if changed:
             self._core.notify()  # a long poll re-reads the settings it depends on
             await self.commit.durable_after(self.commit.add(Configure(changed)))

@@ -1,9 +1,10 @@
 """Leasing: leasing messages to consumers, and what consumers do with their leases.
 
 ``dequeue`` (and ``lease``, which leaves the payloads where they lie, for the Spark source)
-chooses deliverable messages (``select``), after burying those whose last lease ran out of
-attempts, and logs a Lease of them; ``complete``, ``fail``, ``release`` and ``extend`` settle
-or prolong a lease named by its receipt. A long poll waits for the next change (``Core``).
+chooses deliverable messages (``select``), after retiring those past the queue's retention
+(``retirement``) and burying those whose last lease ran out of attempts, and logs a Lease of
+them; ``complete``, ``fail``, ``release`` and ``extend`` settle or prolong a lease named by its
+receipt. A long poll waits for the next change (``Core``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from ..wire.pages import Pages
 from .commit import Batch
 from .core import Core
 from .payloads import Payloads, message, stretch_messages
+from .retirement import next_due, retire
 
 T = TypeVar("T")
 
@@ -81,6 +83,7 @@ class Leasing:
     async def locate(self, ids: list[str]) -> dict[str, Located]:
         """The messages named (not completed) and where their payloads lie now."""
         self.core.check()
+        retire(self.core)
         found = {}
         for mid in ids:
             rec = await self.find(mid)
@@ -141,6 +144,9 @@ class Leasing:
         if core.no_waits:
             return
         upcoming = core.state.next_change()
+        due = next_due(core)  # (a group's next message may head it once the head retires)
+        if due is not None:
+            upcoming = due if upcoming is None else min(upcoming, due)
         if upcoming is not None:
             timeout = min(timeout, max(upcoming - core.clock(), 0.001))
         await core.wait_change(timeout)
@@ -234,13 +240,15 @@ class Leasing:
     async def select(
         self, limit: int, per_group: int = 1, stretches: bool = False
     ) -> tuple[list[Chosen], Batch | None]:
-        """Up to ``limit`` deliverable messages, after burying those whose last lease ran out
-        of attempts; the tables of the runs they come from read back first. With
-        ``stretches``, members of runs may come as leased stretches (``stretches``)."""
+        """Up to ``limit`` deliverable messages, after retiring those past the queue's
+        retention and burying those whose last lease ran out of attempts; the tables of the
+        runs they come from read back first. With ``stretches``, members of runs may come as
+        leased stretches (``stretches``)."""
         core = self.core
         batch = None
         attempts = core.config.max_attempts
         while True:
+            batch = retire(core) or batch
             await self.fill(core.state.wanted(limit, core.fair))
             now = core.clock()
             bury = core.state.expire(now, attempts)
@@ -342,7 +350,8 @@ class Leasing:
 
     def _holder(self, receipt: str) -> Record:
         """The record of the message ``receipt`` holds a lease of (``ReceiptExpired`` if that
-        lease is not current)."""
+        lease is not current, or its message retired)."""
+        retire(self.core)
         rec = self.core.state.receipt_holder(receipt)
         if rec is None:
             raise _stale(receipt)
@@ -351,6 +360,7 @@ class Leasing:
     def _held(self, receipts: Iterable[str]) -> list[str]:
         """The ids of the messages ``receipts`` hold leases of (as ``_holder``, making no
         record; all or none)."""
+        retire(self.core)
         state = self.core.state
         holder, by_token, mids = state.holder, state.stretches.by_token, []
         given = receipts if isinstance(receipts, list) else list(receipts)
@@ -383,7 +393,8 @@ class Leasing:
 def _stale(receipt: str) -> ReceiptExpired:
     return ReceiptExpired(
         f"receipt {receipt!r} is unknown or stale: the message was completed, "
-        "dead-lettered, or delivered again after its lease expired"
+        "dead-lettered, retired by the queue's retention, or delivered again after its lease "
+        "expired"
     )
 
 

@@ -77,6 +77,7 @@ class Reads:
             deliveries_quiet=tally.deliveries_quiet,
             history_objects=core.horizon.held,
             queue_id=state.queue,
+            retired=tally.retired,
         )
 
     async def peek(self, limit: int) -> list[Message]:

@@ -24,6 +24,7 @@ from .commit import Batch
 from .core import Core
 from .history_retention import Horizon
 from .payloads import Payloads, Span
+from .retirement import retire
 
 logger = logging.getLogger("s3q")
 
@@ -40,9 +41,12 @@ class Upkeep:
     # -- riding the commits ----------------------------------------------------------------------
 
     def sealing(self, batch: Batch) -> bytearray | None:
-        """``batch`` leaves for the store: if a checkpoint is due as of it, prune (the Prune
-        rides ``batch``) and take that checkpoint. Pruning happens only here and on request,
-        so every due checkpoint, whatever made it due, must prune first."""
+        """``batch`` leaves for the store: messages past the queue's retention are retired
+        (the Retire rides ``batch``, so a queue only written to retires too); if a checkpoint
+        is due as of it, prune (the Prune rides ``batch`` too) and take that checkpoint.
+        Pruning happens only here and on request, so every due checkpoint, whatever made it
+        due, must prune first."""
+        retire(self.core)
         if not self.checkpointer.leaving(self.core.state):
             return None
         self.prune()

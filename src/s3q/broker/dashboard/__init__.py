@@ -119,7 +119,7 @@ async def build_summary(
 
     A queue whose figures cannot be read (its writer stopped) is listed with its ``error``.
     Throughput is left to the page: it differentiates ``total_enqueued`` and ``finished``
-    (messages that left the queue's live states: completed, or purged) between two polls.
+    (messages that left the queue's live states: completed, purged or retired) between two polls.
     """
     queues: list[dict[str, Any]] = []
     for name in registry.names():

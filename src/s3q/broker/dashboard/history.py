@@ -22,7 +22,7 @@ Sample = tuple[float, int, int]  # (unix time, total enqueued, finished)
 
 
 def finished(stats: QueueStats) -> int:
-    """The messages that left the live states: completed ones, and purged ones."""
+    """The messages that left the live states: completed ones, purged ones and retired ones."""
     live: int = sum(getattr(stats, s) for s in STATUSES if s != "completed")
     return stats.total_enqueued - live
 

@@ -1,10 +1,15 @@
 """SQS queue attributes, and where each lives.
 
-``VisibilityTimeout``, ``MaximumMessageSize`` and the ``maxReceiveCount`` of ``RedrivePolicy``
-are the queue's own settings (``visibility_timeout``, ``max_message_size``, ``max_attempts``),
-so the native API honours them too. The others are kept in the queue's saved ``attributes``
-setting under ``sqs.<Name>``. A queue without a RedrivePolicy never dead-letters a message on
-its receive count, as in SQS: its ``max_attempts`` is :data:`NO_REDRIVE_ATTEMPTS`.
+``VisibilityTimeout``, ``MaximumMessageSize``, ``MessageRetentionPeriod`` and the
+``maxReceiveCount`` of ``RedrivePolicy`` are the queue's own settings (``visibility_timeout``,
+``max_message_size``, ``retention``, ``max_attempts``), so the native API honours them too. The
+others are kept in the queue's saved ``attributes`` setting under ``sqs.<Name>``.
+
+A queue that never set ``MessageRetentionPeriod`` keeps its messages until they are deleted (the
+native default: nothing leaves unless asked) and shows SQS's default, 345600; one whose
+``sqs.MessageRetentionPeriod`` an earlier build kept without enforcing it shows that value
+until it is set again, which enforces it. A queue without a RedrivePolicy never dead-letters
+a message on its receive count, as in SQS: its ``max_attempts`` is :data:`NO_REDRIVE_ATTEMPTS`.
 """
 
 from __future__ import annotations
@@ -166,6 +171,8 @@ def settings_for(checked: dict[str, str], saved: dict[str, str]) -> dict[str, Se
         settings["visibility_timeout"] = float(checked["VisibilityTimeout"]) or MIN_VISIBILITY
     if "MaximumMessageSize" in checked:
         settings["max_message_size"] = int(checked["MaximumMessageSize"])
+    if "MessageRetentionPeriod" in checked:
+        settings["retention"] = float(checked["MessageRetentionPeriod"])
     if "RedrivePolicy" in checked:
         policy = redrive_policy(checked["RedrivePolicy"])
         settings["max_attempts"] = NO_REDRIVE_ATTEMPTS if policy is None else policy[1]
@@ -173,6 +180,8 @@ def settings_for(checked: dict[str, str], saved: dict[str, str]) -> dict[str, Se
     for attribute, value in checked.items():
         if attribute == "Policy" and not value:
             kept.pop(KEY + attribute, None)  # Policy="" removes the policy, as on SQS
+        elif attribute == "MessageRetentionPeriod":
+            kept.pop(KEY + attribute, None)  # (an earlier build's, kept and not enforced)
         elif attribute not in ("VisibilityTimeout", "MaximumMessageSize"):
             kept[KEY + attribute] = value
     settings["attributes"] = kept
@@ -198,6 +207,9 @@ def current(name: str, settings: dict[str, Setting]) -> dict[str, str]:
     size = settings.get("max_message_size")
     if isinstance(size, int):
         values["MaximumMessageSize"] = str(size)
+    retention = settings.get("retention")
+    if isinstance(retention, int | float) and retention > 0:
+        values["MessageRetentionPeriod"] = str(round(retention))
     policy = redrive_policy(values.get("RedrivePolicy", ""))
     attempts = settings.get("max_attempts")
     if policy is not None and isinstance(attempts, int):
