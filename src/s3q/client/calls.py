@@ -20,8 +20,8 @@ from ..errors import (
     Unavailable,
 )
 from ..wire.codec import BrokerError, BrokerUnreachable, exception_of
+from .http11 import Broken, NotSent
 from .stalls import BrokerStalled
-from .transport import Broken, NotSent
 
 T = TypeVar("T")
 
@@ -88,7 +88,7 @@ def delay(attempt: int) -> float:
 #: aiohttp: the async one)
 NOT_SENT = (NotSent, aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 #: failures of the transport: the request may or may not have been received (or acted on)
-TRANSPORT = (Broken, aiohttp.ClientError, asyncio.TimeoutError, BrokerStalled)
+TRANSPORT = (NotSent, Broken, aiohttp.ClientError, asyncio.TimeoutError, BrokerStalled)
 
 
 def retryable(call: Call[Any], failure: Exception, status: int | None) -> bool:

@@ -1,7 +1,7 @@
-"""Connection pools to a broker, or to the brokers of a cluster: :class:`Client` (blocking,
-its own HTTP/1.1: :mod:`.transport`) and :class:`AsyncClient` (aiohttp). Each sends a call,
-retries it as allowed, and moves on to the next broker of the queue's order when one cannot
-serve it."""
+"""Connection pools to a broker, or to the brokers of a cluster: :class:`Client` (blocking:
+:mod:`.transport`) and :class:`AsyncClient` (asyncio: :mod:`.async_transport`), both speaking
+:mod:`.http11`. Each sends a call, retries it as allowed, and moves on to the next broker of
+the queue's order when one cannot serve it. (aiohttp carries subscriptions' WebSockets.)"""
 
 from __future__ import annotations
 
@@ -22,12 +22,14 @@ import certifi
 from .. import tracing
 from ..wire.answers import PARTITIONS_HEADER, WRITER_HEADER, heard, spread
 from ..wire.codec import MSGPACK
+from .async_transport import AsyncTransport
 from .calls import RETRIES, TRANSPORT, Call, delay
+from .http11 import Answer, TransportError
 from .nodes import Nodes
 from .queues import AsyncRemoteQueue, RemoteQueue
 from .requests import cluster, list_queues, queue_path
 from .stalls import STALL_TIMEOUT, BrokerStalled, awaited, watching
-from .transport import Transport, TransportError
+from .transport import Transport
 
 T = TypeVar("T")
 
@@ -206,7 +208,8 @@ Signer = Callable[[str, str, str, Mapping[str, Any], bytes | None], Mapping[str,
 
 
 class AsyncClient:
-    """An async connection pool to a broker (or to the brokers of a cluster, tried in turn);
+    """An async connection pool to a broker (or to the brokers of a cluster, tried in turn;
+    its own HTTP/1.1: :mod:`.async_transport`);
     an async context manager. ``headers``: sent with every request, besides the token.
     ``sign``: more headers for each request sent, made from it (brokers of a cluster sign the
     calls they forward to each other with it)."""
@@ -226,7 +229,8 @@ class AsyncClient:
         self.timeout, self.retries = timeout, retries
         self._headers = {**_headers(token), **(headers or {})}
         self._sign = sign
-        self._session: aiohttp.ClientSession | None = None  # made in the loop that uses it
+        self._transports: dict[str, AsyncTransport] = {}  # by broker URL, on the loop using them
+        self._session: aiohttp.ClientSession | None = None  # subscriptions' WebSockets
 
     @property
     def url(self) -> str:
@@ -248,52 +252,40 @@ class AsyncClient:
 
     async def _run(self, call: Call[T]) -> T:
         content = call.content()
-        timeout = aiohttp.ClientTimeout(
-            connect=self.timeout, sock_read=self.timeout + call.extra_timeout
-        )
+        path = call.path if not call.params else f"{call.path}?{urlencode(call.params)}"
         if not self._nodes.asked:
             await self._learn()
         for attempt in range(self.retries + 1):
             node = self._nodes.url_for(call.queue)
-            extra: Mapping[str, str] | None = tracing.headers()
+            headers: Mapping[str, str] = _with(self._headers, tracing.headers())
             if self._sign is not None:
                 signed = self._sign(node, call.method, call.path, call.params, content)
-                extra = {**signed, **extra} if extra else signed
+                headers = {**headers, **signed}
             try:
-                sent = self._send(
-                    call.method, node + call.path, timeout, content, call.params, extra
+                sent = self._transport(node).request(
+                    call.method, path, content, headers, self.timeout + call.extra_timeout
                 )
                 if self._nodes.several:
                     sent = awaited(sent, functools.partial(self._answers, node))
-                status, body, headers = await sent
+                answer = await sent
             except TRANSPORT as exc:
                 self._nodes.raise_or_move_on(call, node, None, exc, last=attempt == self.retries)
             else:
-                heard(headers.get(WRITER_HEADER))
-                _spread(self._nodes, call, headers.get(PARTITIONS_HEADER))
-                if status == 200:
-                    return call.result(body)
-                self._nodes.raise_or_move_on(
-                    call, node, (status, body), None, last=attempt == self.retries
-                )
+                heard(answer.headers.get(WRITER_HEADER))
+                _spread(self._nodes, call, answer.headers.get(PARTITIONS_HEADER))
+                if answer.status == 200:
+                    return call.result(answer.body)
+                failed = (answer.status, answer.body)
+                self._nodes.raise_or_move_on(call, node, failed, None, last=attempt == self.retries)
             await asyncio.sleep(delay(attempt))
         raise AssertionError("unreachable")
 
-    async def _send(
-        self,
-        method: str,
-        url: str,
-        timeout: aiohttp.ClientTimeout,
-        content: bytes | None = None,
-        params: Mapping[str, Any] | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> tuple[int, bytes, Mapping[str, str]]:
-        """The answer's status, body and headers."""
-        session = self._session or self._open()
-        async with session.request(
-            method, url, data=content, params=params or None, headers=headers, timeout=timeout
-        ) as response:
-            return response.status, await response.read(), response.headers
+    def _transport(self, node: str) -> AsyncTransport:
+        """The connections to broker ``node``."""
+        transport = self._transports.get(node)
+        if transport is None:
+            transport = self._transports[node] = AsyncTransport(node, self.timeout, _tls())
+        return transport
 
     async def _channel(self, name: str) -> aiohttp.ClientWebSocketResponse:
         """A WebSocket to the broker serving queue ``name``'s subscriptions."""
@@ -309,25 +301,33 @@ class AsyncClient:
 
     async def _learn(self) -> None:
         """Ask the given brokers for the cluster's (once one answers)."""
-        timeout = aiohttp.ClientTimeout(connect=self.timeout, sock_read=self.timeout)
         for node in self._nodes.urls:
             try:
-                status, body, _ = await self._send("GET", node + cluster().path, timeout)
+                answer = await self._get(node, self.timeout)
             except TRANSPORT:
                 continue  # asked again before the next call
-            self._nodes.learn((status, body))
+            self._nodes.learn((answer.status, answer.body))
             return
 
     async def _answers(self, node: str) -> bool:
         """Whether broker ``node`` answers a probe within ``STALL_TIMEOUT``."""
         try:
-            await self._send("GET", node + cluster().path, aiohttp.ClientTimeout(STALL_TIMEOUT))
+            await self._get(node, STALL_TIMEOUT)
         except TRANSPORT:
             return False
         return True
 
+    async def _get(self, node: str, timeout: float) -> Answer:
+        """The broker's answer to ``GET /v1/cluster`` (served without the store)."""
+        return await self._transport(node).request(
+            "GET", cluster().path, None, self._headers, timeout
+        )
+
     async def close(self) -> None:
-        if self._session is not None:
+        for transport in self._transports.values():
+            transport.close()
+        self._transports.clear()
+        if self._session is not None:  # (subscriptions' WebSockets)
             await self._session.close()
             self._session = None
 

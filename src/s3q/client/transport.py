@@ -1,11 +1,7 @@
-"""The blocking client's HTTP/1.1: kept-alive sockets to each broker, a request written as one
-buffer, its answer parsed by httptools (llhttp, in C).
+"""The blocking client's HTTP/1.1 (:mod:`.http11`) over kept-alive sockets to each broker.
 
 A call through urllib3 and http.client cost the client ~440 µs of CPU and 750 Python calls
 (most of them parsing the answer's headers with the ``email`` package); here it is a few dozen.
-The failures are told apart as the client's retry rules need (:mod:`.calls`): :class:`NotSent`
-(no connection could be made: nothing was sent) and :class:`Broken` (the connection failed once
-the request may have been sent, or no answer came in time: :class:`TimedOut`).
 """
 
 from __future__ import annotations
@@ -15,76 +11,17 @@ import ssl
 import threading
 import time
 from collections.abc import Mapping
-from typing import NamedTuple
-from urllib.parse import urlsplit
 
 import httptools
 from urllib3.util.wait import wait_for_read
 
+from . import http11
+from .http11 import MAX_IDLE, REUSE_WITHIN, Answer, Broken, NotSent, Reading, Target, TimedOut
 from .stalls import _await_answer
 
-__all__ = ["Answer", "Broken", "NotSent", "TimedOut", "Transport", "TransportError"]
+__all__ = ["Transport"]
 
-MAX_IDLE = 20  # connections kept per broker once their calls are done
-#: seconds a connection may stay idle and still be used again: less than the broker's
-#: keep-alive (uvicorn's 5 s), so that a request is never sent on a connection the broker is
-#: closing at that moment (its answer would be lost, and a change is not sent twice)
-REUSE_WITHIN = 2.0
 READ_SIZE = 256 * 1024
-
-
-class TransportError(Exception):
-    """A call's HTTP exchange with a broker failed."""
-
-
-class NotSent(TransportError):
-    """No connection to the broker could be made: the request was not sent."""
-
-
-class Broken(TransportError):
-    """The connection failed after the request may have been sent (or before its answer)."""
-
-
-class TimedOut(Broken):
-    """No answer came within the timeout."""
-
-
-class Answer(NamedTuple):
-    """A broker's answer: its status, headers (lower-case names) and body."""
-
-    status: int
-    headers: dict[str, str]
-    body: bytes
-
-
-class _Reading:
-    """httptools' callbacks for one answer."""
-
-    __slots__ = ("chunks", "done", "headers", "keep", "parser")
-
-    def __init__(self) -> None:
-        self.headers: dict[str, str] = {}
-        self.chunks: list[bytes] = []
-        self.done = self.keep = False
-        self.parser = httptools.HttpResponseParser(self)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
-
-    def on_body(self, body: bytes) -> None:
-        self.chunks.append(body)
-
-    def on_message_complete(self) -> None:
-        self.done = True
-        self.keep = self.parser.should_keep_alive()  # (known while the message completes)
-
-    def ended(self) -> None:
-        """The broker closed the connection: the end of an answer read to its close, else
-        an answer cut short."""
-        delimited = "content-length" in self.headers or "transfer-encoding" in self.headers
-        if not self.headers or delimited:
-            raise ConnectionResetError("the broker closed the connection before its answer")
-        self.done = True
 
 
 class Transport:
@@ -92,13 +29,9 @@ class Transport:
     of its own while it runs; thread-safe."""
 
     def __init__(self, url: str, connect_timeout: float, tls: ssl.SSLContext) -> None:
-        parts = urlsplit(url)
-        self._https = parts.scheme == "https"
-        self._host = parts.hostname or "127.0.0.1"
-        self._port = parts.port or (443 if self._https else 80)
+        self._target = Target.of(url)
         self._tls = tls
         self._timeout = connect_timeout
-        self._host_header = f"Host: {parts.netloc}\r\n".encode("latin-1")
         self._idle: list[tuple[socket.socket, float]] = []  # and since when (monotonic)
         self._lock = threading.Lock()
 
@@ -111,19 +44,13 @@ class Transport:
         read_timeout: float,
     ) -> Answer:
         """Send one request and read its answer (NotSent, Broken or TimedOut on failure)."""
-        head = [f"{method} {path} HTTP/1.1\r\n".encode("latin-1"), self._host_header]
-        head += [f"{name}: {value}\r\n".encode("latin-1") for name, value in headers.items()]
-        if body is not None or method == "POST":
-            head.append(b"Content-Length: %d\r\n" % (len(body) if body else 0))
-        head.append(b"\r\n")
-        if body:
-            head.append(body)
+        data = http11.request(self._target, method, path, body, headers)
         sock = self._take()
         try:
-            sock.sendall(b"".join(head))
+            sock.sendall(data)
             _await_answer(sock)  # (probing a broker that may have stalled, if asked)
             sock.settimeout(read_timeout)
-            answer, keep = _read(sock)
+            reading = _read(sock)
         except TimeoutError as exc:
             sock.close()
             raise TimedOut(f"no answer within {read_timeout:g} s") from exc
@@ -133,11 +60,11 @@ class Transport:
         except BaseException:
             sock.close()
             raise
-        if keep:
+        if reading.keep:
             self._give(sock)
         else:
             sock.close()
-        return answer
+        return reading.answer()
 
     def _take(self) -> socket.socket:
         """An idle connection still open, or a new one."""
@@ -152,11 +79,12 @@ class Transport:
             sock.close()
 
     def _connect(self) -> socket.socket:
+        target = self._target
         try:
-            sock = socket.create_connection((self._host, self._port), self._timeout)
+            sock = socket.create_connection((target.host, target.port), self._timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if self._https:
-                sock = self._tls.wrap_socket(sock, server_hostname=self._host)
+            if target.https:
+                sock = self._tls.wrap_socket(sock, server_hostname=target.host)
         except OSError as exc:
             raise NotSent(f"{type(exc).__name__}: {exc}") from exc
         return sock
@@ -176,17 +104,16 @@ class Transport:
             sock.close()
 
 
-def _read(sock: socket.socket) -> tuple[Answer, bool]:
-    """The answer on ``sock``, and whether the connection may carry another request."""
-    reading = _Reading()
+def _read(sock: socket.socket) -> Reading:
+    """The answer on ``sock``, read whole."""
+    reading = Reading()
     while not reading.done:
         data = sock.recv(READ_SIZE)
         if data:
-            reading.parser.feed_data(data)
+            reading.feed(data)
         else:
             reading.ended()
-    status = reading.parser.get_status_code()
-    return Answer(status, reading.headers, b"".join(reading.chunks)), reading.keep
+    return reading
 
 
 def _dropped(sock: socket.socket) -> bool:
