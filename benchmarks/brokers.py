@@ -63,7 +63,9 @@ GROUP = "bench"  # Redis: the consumer group
 IDLE_WAIT = 0.05  # seconds a consumer waits for messages before checking whether it is done
 #: how consumers acknowledge (``--acks``): "separate", a call of its own after each batch;
 #: "with-next", with the call that fetches the next batch (s3q: ``dequeue(complete=...)``;
-#: Redis: XACK and XREADGROUP in one pipeline); RabbitMQ's acks are one-way either way
+#: Redis: XACK and XREADGROUP in one pipeline); "pushed" (s3q only; the peers as "separate"):
+#: s3q's consumers subscribe, messages pushed, each acked, the acks of a batch awaited durable
+#: together; RabbitMQ's acks are one-way either way
 ACKS = "separate"
 STALL = 120.0  # seconds without progress after which a phase is abandoned
 # As ``s3q bench``: completed ids not kept, garbage without grace, leases long enough.
@@ -183,6 +185,9 @@ def s3q_consumer(url: str, shared: Shared, batch: int, ready: Callable[[], None]
         q = client.queue(QUEUE)
         q.stats()  # connected before the phase starts
         ready()
+        if ACKS == "pushed":
+            _s3q_pushed(q, shared, batch)
+            return
         held: list[Any] = []  # (with-next) the batch to acknowledge with the next call
         while shared.consumed.value < shared.target:
             if ACKS == "separate":
@@ -196,6 +201,20 @@ def s3q_consumer(url: str, shared: Shared, batch: int, ready: Callable[[], None]
             held = msgs
         if held:
             q.complete_batch(held)
+
+
+def _s3q_pushed(q: Any, shared: Shared, batch: int) -> None:
+    """Consume on a subscription (prefetch 2 B): each message acknowledged on its own, the
+    acks of B messages sent together and awaited durable (``flush``) before they count."""
+    with q.subscribe(prefetch=2 * batch) as sub:
+        while shared.consumed.value < shared.target:
+            got = 0
+            while got < batch and (msg := sub.get(IDLE_WAIT)) is not None:
+                sub.ack(msg)
+                got += 1
+            if got:
+                sub.flush()
+                add(shared.consumed, got)
 
 
 def redis_producer(
@@ -1022,7 +1041,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--acks",
-        choices=["separate", "with-next"],
+        choices=["separate", "with-next", "pushed"],
         default="separate",
         help="consumers acknowledge in a call of its own, or with the next fetch",
     )
