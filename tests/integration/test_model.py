@@ -16,12 +16,14 @@ a boundary is inclusive.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import shutil
 import tempfile
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 import hypothesis.strategies as st
 import pytest
@@ -637,6 +639,10 @@ class QueueMachine(RuleBasedStateMachine):
                     for it in items
                 ]
             )
+        self._model_batch(items, ids)
+
+    def _model_batch(self, items: list[dict], ids: list[str]) -> None:
+        """The batch of ``items`` enqueued as ``ids`` (one call: a batch in each partition)."""
         assert len(ids) == len(items)
         made = [self._model_enqueue(it, got) for it, got in zip(items, ids, strict=True)]
         fresh = [mm for mm in made if mm is not None]
@@ -696,7 +702,11 @@ class QueueMachine(RuleBasedStateMachine):
         else:
             got = self.q.dequeue(max_messages=k, visibility_timeout=vt, per_group=per_group)
         event(f"dequeue delivered {min(len(got), 2)}+")
-        expected = self.check_order(got, expected, k, per_group)
+        return self._took(got, self.check_order(got, expected, k, per_group), vt)
+
+    def _took(self, got: list[s3q.Message], expected: list[MMsg], vt: float | None) -> list[MMsg]:
+        """A dequeue delivered ``got``, the model's ``expected`` in its order: each as the
+        model has it, with an attempt more and a receipt never seen; leased now."""
         for mm in expected:  # the leases' share of deliveries (folded whatever the order)
             self.m.vtime, self.m.shares[mm.priority] = _served(
                 self.m.shares, self.m.vtime, mm.priority
@@ -1157,12 +1167,71 @@ TestModelRetention = RetentionMachine.TestCase
 TestModelRetention.settings = SETTINGS
 
 
+class Together:
+    """What holds the answers of the partitions led "elsewhere" (:class:`Elsewhere`) of one
+    dequeue: each answer with messages waits until ``parties`` partitions have one, and then
+    all of them end in the same turn of the event loop, as answers a broker's busy event loop
+    takes in at once do (there it may happen; here it always does). Also whether each of the
+    ``size`` partitions has a long poll under way (``polling``)."""
+
+    def __init__(self, parties: int, size: int) -> None:
+        self.parties, self.size = parties, size
+        self.held = 0
+        self.open: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.polled: set[int] = set()
+        self.polling = asyncio.Event()
+
+    def poll(self, index: int) -> None:
+        """Partition ``index`` was asked with a wait (a long poll)."""
+        self.polled.add(index)
+        if len(self.polled) == self.size:
+            self.polling.set()
+
+    async def answered(self) -> None:
+        """A partition answered messages: wait for the others (every waiter wakes at once)."""
+        self.held += 1
+        if self.held >= self.parties and not self.open.done():
+            self.open.set_result(None)
+        await self.open
+
+
+class Elsewhere:
+    """A partition as a partitioned queue reaches it when another broker leads it: the queue's
+    surface alone (not led here: no waiting on its writer; no pages; not followed), so a
+    dequeue asks it at once beside the others, or long polls it, for the whole
+    ``max_messages`` (``s3q.partitions.dequeue``). Its answers come ``Together``."""
+
+    def __init__(self, index: int, queue: s3q.AsyncQueue, together: Together) -> None:
+        self._index, self._queue, self._together = index, queue, together
+
+    async def dequeue(
+        self,
+        max_messages: int = 1,
+        visibility_timeout: float | None = None,
+        wait: float = 0.0,
+        **kwargs: Any,
+    ) -> list[s3q.Message]:
+        if wait > 0:
+            self._together.poll(self._index)
+        got = await self._queue.dequeue(max_messages, visibility_timeout, wait, **kwargs)
+        if got:
+            await self._together.answered()
+        return got
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("dequeue_pages", "changed", "here", "best_priority", "writing_since"):
+            raise AttributeError(name)  # (not led here, not paged, not followed)
+        return getattr(self._queue, name)
+
+
 class PartitionedMachine(QueueMachine):
     """A queue of three partitions (``s3q.partitions``), as one queue: a group keeps its order
     and a dedup id deduplicates within its partition (its group's, if it has one), and each
     partition delivers in the order of a queue; across partitions no order is promised, and
     a dequeue takes as many as any partition has. (Tenants are fair within a partition, which
-    the model does not follow: they are left out.)"""
+    the model does not follow: they are left out.) Also dequeues as a broker leading none of
+    the partitions makes them (``dequeue_elsewhere``): the partitions' answers, coming in
+    together, cut to ``max_messages``, the rest given back at once."""
 
     kind = "file"
     tenanted = False
@@ -1214,6 +1283,109 @@ class PartitionedMachine(QueueMachine):
         assert len(got) == min(k, sum(map(len, each))), (len(got), k, [len(e) for e in each])
         if len({self.partition_of(m.id) for m in got}) > 1:
             event("a dequeue took from several partitions")
+        return [self.m.msgs[m.id] for m in got]
+
+    # ------------------------------------------------------------------ partitions elsewhere
+
+    wake_items = st.lists(  # a batch into each partition: what wakes a long poll in all
+        st.lists(
+            st.tuples(st.binary(max_size=8), st.sampled_from([0, 0, 7])), min_size=1, max_size=4
+        ),
+        min_size=3,
+        max_size=3,
+    )
+
+    @rule(
+        k=st.sampled_from([1, 2, 2, 5, 50]),
+        vt=st.sampled_from([None, 5.5]),
+        per_group=st.sampled_from([1, 3]),
+        wait=st.booleans(),
+        batches=wake_items,
+        again=st.booleans(),
+    )
+    def dequeue_elsewhere(
+        self,
+        k: int,
+        vt: float | None,
+        per_group: int,
+        wait: bool,
+        batches: list[list[tuple[bytes, int]]],
+        again: bool,
+    ) -> None:
+        """A dequeue of the queue through a broker leading none of its partitions
+        (:class:`Elsewhere`): each partition asked for ``k`` at once, or long polled for
+        ``k``, their answers coming in together. The answer holds at most ``k`` messages (a
+        whole answer of some partitions, then the start of one), what it cut given back at
+        once: visible again in its place, its attempt not counted, nothing left leased.
+        With nothing to deliver, a long poll woken by a batch into every partition; with
+        something in every partition, a long poll (``wait``) answered by what is there; else
+        a dequeue answered by what is there."""
+        self.resolve_retries()
+        n = self.partitions
+        answered = {p: self.deliverable(k, per_group, only=p) for p in range(n)}
+        woken = not any(answered.values())
+        waits = woken or (wait and all(answered.values()))
+        parties = n if woken else sum(1 for ready in answered.values() if ready)
+        inner = [part.queue for part in self.q.async_queue.partitions]
+        items = [
+            [{"payload": payload, "priority": priority} for payload, priority in batch]
+            for batch in batches
+        ]
+
+        async def take() -> tuple[list[s3q.Message], list[list[str]]]:
+            async with asyncio.timeout(20):  # (a woken long poll answers at once)
+                together = Together(parties, n)
+                far = s3q.PartitionedQueue(
+                    self.url, [Elsewhere(p, q, together) for p, q in enumerate(inner)]
+                )  # (not closed: that would close the partitions, which are the machine's)
+                poll = asyncio.ensure_future(
+                    far.dequeue(k, vt, 10.0 if waits else 0.0, per_group=per_group)
+                )
+                made = []
+                if woken:  # once a long poll is under way in every partition (or it failed)
+                    polling = asyncio.ensure_future(together.polling.wait())
+                    await asyncio.wait([poll, polling], return_when=asyncio.FIRST_COMPLETED)
+                    polling.cancel()
+                    assert not poll.done(), f"no long poll: {poll.exception() or poll.result()}"
+                    made = [await q.enqueue_batch(it) for q, it in zip(inner, items, strict=True)]
+                got = await poll
+                # nothing to give back later: every partition had answered when it answered
+                assert not far._dequeues._ending, "something of the answer is released later"
+                return got, made
+
+        got, made = self.q._run(take())
+        if woken:
+            base = {"big": None, "delay": 0.0, "group": None, "dedup_id": None}
+            for batch, ids in zip(items, made, strict=True):
+                whole = [{**base, **it, "attributes": None, "tenant": None} for it in batch]
+                self._model_batch(whole, ids)
+            answered = {p: self.deliverable(k, per_group, only=p) for p in range(n)}
+        offered = sum(map(len, answered.values()))
+        path = "woken" if woken else "waits" if waits else "now"
+        event(f"dequeue elsewhere ({path})")
+        if offered > k:
+            event(f"dequeue elsewhere ({path}): answers cut")
+        self._took(got, self._cut_as_promised(got, answered, k), vt)
+        if again:  # what was cut comes next, in its place, its attempt not counted
+            self._dequeue(50, None)
+
+    def _cut_as_promised(
+        self, got: list[s3q.Message], answered: dict[int, list[MMsg]], k: int
+    ) -> list[MMsg]:
+        """That ``got`` is the answers of the partitions (``answered``: what each had) joined
+        in some order, cut to ``k``; the model's messages in the order got."""
+        assert len(got) <= k, f"a dequeue of at most {k} messages answered {len(got)}"
+        offered = sum(map(len, answered.values()))
+        assert len(got) == min(k, offered), (len(got), k, offered)
+        blocks = [
+            (p, [m.id for m in ms])
+            for p, ms in itertools.groupby(got, key=lambda m: self.partition_of(m.id))
+        ]
+        assert len({p for p, _ in blocks}) == len(blocks), ("a partition's answer split", blocks)
+        for i, (p, mids) in enumerate(blocks):
+            whole = [mm.id for mm in answered[p]]
+            assert mids == whole[: len(mids)], (p, mids, whole)
+            assert i == len(blocks) - 1 or mids == whole, ("cut but the last", p, mids, whole)
         return [self.m.msgs[m.id] for m in got]
 
 
