@@ -3,11 +3,13 @@
     python benchmarks/client_cpu.py [--calls 2000] [--store memory://cpu]
 
 Starts a broker on a temporary file:// store (or ``--store``), then makes ``--calls``
-sequential 1 KiB enqueues with: s3q's async client (aiohttp), s3q's blocking client (urllib3),
-and a bare httpx.AsyncClient posting the same request; beside them, the peer users compare the
+sequential 1 KiB enqueues with: s3q's async client and its blocking client (each on its own
+HTTP/1.1 since 2026-11-28: s3q.client.async_transport and .transport; aiohttp and urllib3
+before), and a bare httpx.AsyncClient posting the same request; beside them, the peer users compare the
 clients with: redis-py with hiredis making as many ``LPUSH`` of 1 KiB to a ``redis-server`` it
 starts (durable: ``appendfsync always``; the client's CPU does not depend on it). Prints the
-client process's CPU milliseconds per call for each.
+client process's CPU milliseconds per call for each. To compare builds, run it with each
+build's ``PYTHONPATH`` in turn (``PYTHONPATH=<before>/src python benchmarks/client_cpu.py``).
 """
 
 from __future__ import annotations
@@ -90,8 +92,8 @@ def main() -> None:
         proc, url = spawn(args.store or f"file://{tmp}/store", args.port)
         try:
             for name, ms in (
-                ("s3q async client (aiohttp)", asyncio.run(s3q_async(url, args.calls))),
-                ("s3q blocking client (urllib3)", s3q_blocking(url, args.calls)),
+                ("s3q async client", asyncio.run(s3q_async(url, args.calls))),
+                ("s3q blocking client", s3q_blocking(url, args.calls)),
                 ("bare httpx.AsyncClient", asyncio.run(bare_httpx(url, args.calls))),
                 ("redis-py (hiredis) LPUSH", redis_py(args.calls)),
             ):
