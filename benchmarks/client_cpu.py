@@ -5,11 +5,12 @@
 Starts a broker on a temporary file:// store (or ``--store``), then makes ``--calls``
 sequential 1 KiB enqueues with: s3q's async client and its blocking client (each on its own
 HTTP/1.1 since 2026-11-28: s3q.client.async_transport and .transport; aiohttp and urllib3
-before), and a bare httpx.AsyncClient posting the same request; beside them, the peer users compare the
-clients with: redis-py with hiredis making as many ``LPUSH`` of 1 KiB to a ``redis-server`` it
-starts (durable: ``appendfsync always``; the client's CPU does not depend on it). Prints the
-client process's CPU milliseconds per call for each. To compare builds, run it with each
-build's ``PYTHONPATH`` in turn (``PYTHONPATH=<before>/src python benchmarks/client_cpu.py``).
+before), and a bare httpx.AsyncClient posting the same request; beside them, the peer users
+compare the clients with: redis-py with hiredis making as many ``LPUSH`` of 1 KiB to a
+``redis-server`` it starts (durable: ``appendfsync always``; the client's CPU does not depend
+on it). Prints the client process's CPU milliseconds per call for each. To compare builds,
+run it with each build's ``PYTHONPATH`` in turn:
+``PYTHONPATH=<before>/src python benchmarks/client_cpu.py``.
 """
 
 from __future__ import annotations
