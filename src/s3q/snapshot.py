@@ -48,6 +48,9 @@ class Loaded:
     replayed: int = 0  # log objects folded in after the checkpoint
     first_at: float | None = None  # when the first of them was written
     last_at: float = 0.0  # when the last of them was written (else the checkpoint was)
+    #: the log object after ``seq``, torn by an OS crash before it was durable (so never
+    #: acknowledged: ``Store.tears``), which the writer removes before it writes there
+    torn: int | None = None
 
 
 class Location(NamedTuple):
@@ -123,7 +126,11 @@ async def _load_once(store: Store, since: Loaded | None = None) -> Loaded:
             f"log of {store.url} is missing object(s) {missing} after "
             f"{'checkpoint ' + str(base) if base else 'its start'}"
         )
+    tears = store.base.tears
     async for seq, data in fetch_in_order(store, [segment.key(s) for s in seqs], seqs):
+        if tears and seq == seqs[-1] and segment.torn(data):
+            loaded.torn = seq
+            break
         at = await replay(store, loaded.state, seq, data)
         if loaded.first_at is None:
             loaded.first_at = at

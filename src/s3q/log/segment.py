@@ -108,6 +108,13 @@ def unseal(data: bytes, where: str) -> memoryview:
     return head
 
 
+def torn(data: bytes) -> bool:
+    """Whether ``data`` is an object an OS crash cut short: linked but never written (empty),
+    or its end never reached the disk (its trailer all zeros). Any other bad trailer is
+    corruption, not a crash's trace."""
+    return len(data) < _TRAILER.size or not any(data[-_TRAILER.size :])
+
+
 def sealed_size(tail: bytes, where: str) -> int:
     """How many bytes the header and trailer of a sealed object take, from ``tail`` (at
     least its last ``TRAILER_SIZE`` bytes): how much of its end a reader of the header needs."""

@@ -84,6 +84,12 @@ class Store(abc.ABC):
         return self
 
     @property
+    def tears(self) -> bool:
+        """Whether an OS crash may leave a new object linked but not written (a local store
+        that fsyncs a file and its link together); elsewhere a write is whole or absent."""
+        return False
+
+    @property
     @abc.abstractmethod
     def url(self) -> str:
         """Where the store lives, for messages (no credentials)."""

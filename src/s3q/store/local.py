@@ -1,8 +1,12 @@
 """A directory on the local file system: the embedded default store.
 
-Every write is acknowledged only after the file and its directory are fsynced, so an
-acknowledged write survives a process kill and an OS crash. Create-if-absent is an atomic
-``link`` of a fully written temporary file. A write that fails leaves nothing behind (no
+Every write is acknowledged only once it is durable, so an acknowledged write survives a
+process kill and an OS crash. Create-if-absent is an atomic ``link`` of a fully written
+temporary file (readers never see a part of an object); on ext4, XFS and btrfs one fsync of
+the file, after the link, makes both durable (``link_syncs_with_file``), elsewhere the file is
+fsynced before the link and the directory after it. On the former an OS crash may leave the
+newest log object linked but not written (never acknowledged: its fsync had not returned),
+which the writer's recovery removes (``s3q.snapshot``). A write that fails leaves nothing behind (no
 temporary file, no object): a full disk (ENOSPC, EDQUOT) raises :class:`StoreFull`, and the
 same write succeeds once space is freed. A small write (a single call's commit) blocks the
 event loop for its system calls rather than paying a thread's round trip, while the disk is
@@ -42,10 +46,16 @@ class LocalStore(Store):
         self.root = Path(root).absolute()
         self._made_dirs: set[Path] = set()
         self._writes = Writes()
+        #: whether a new object's link is made durable by its file's fsync (one fsync a write)
+        self._link_syncs = link_syncs_with_file(self.root)
 
     @property
     def url(self) -> str:
         return self.root.as_uri()
+
+    @property
+    def tears(self) -> bool:
+        return self._link_syncs
 
     def beside(self, name: str) -> LocalStore:
         folder = self.root
@@ -72,27 +82,53 @@ class LocalStore(Store):
     def _put_new(self, key: str, data: bytes | bytearray) -> None:
         path = self.path(key)
         with _os_errors(self):
-            tmp = self._write_tmp(path, data)
+            if not self._link_syncs:
+                self._put_new_synced_twice(key, path, data)
+                return
+            tmp, fd = self._write_tmp(path, data, sync=False)
             try:
-                os.link(tmp, path)
-            except FileExistsError:
-                raise AlreadyExists(key) from None
+                try:
+                    os.link(tmp, path)  # (readers see the object whole or not at all)
+                except FileExistsError:
+                    raise AlreadyExists(key) from None
+                finally:
+                    os.unlink(tmp)
+                try:
+                    os.fsync(fd)  # its bytes, and the link with them (``link_syncs_with_file``)
+                except OSError:
+                    os.unlink(path)  # not known to be durable: take it back, so nothing changed
+                    raise
             finally:
-                os.unlink(tmp)
-            try:
-                _fsync_dir(path.parent)
-            except OSError:
-                os.unlink(path)  # not known to be durable: take it back, so nothing changed
-                raise
+                os.close(fd)
+
+    def _put_new_synced_twice(self, key: str, path: Path, data: bytes | bytearray) -> None:
+        """``put_new`` on a file system not known to make a link durable with its file's
+        fsync: the file fsynced, linked, and its directory fsynced."""
+        tmp, fd = self._write_tmp(path, data, sync=True)
+        os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise AlreadyExists(key) from None
+        finally:
+            os.unlink(tmp)
+        try:
+            _fsync_dir(path.parent)
+        except OSError:
+            os.unlink(path)  # not known to be durable: take it back, so nothing changed
+            raise
 
     def _replace(self, key: str, data: bytes | bytearray) -> None:
         path = self.path(key)
         with _os_errors(self):
-            tmp = self._write_tmp(path, data)
+            tmp, fd = self._write_tmp(path, data, sync=True)
+            os.close(fd)
             os.replace(tmp, path)
             _fsync_dir(path.parent)
 
-    def _write_tmp(self, path: Path, data: bytes | bytearray) -> Path:
+    def _write_tmp(self, path: Path, data: bytes | bytearray, sync: bool) -> tuple[Path, int]:
+        """A temporary file beside ``path`` holding ``data`` (fsynced if ``sync``), and its
+        descriptor, still open."""
         self._ensure_dir(path.parent)
         tmp = path.parent / f"{_TMP}{uuid.uuid4().hex}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -100,13 +136,13 @@ class LocalStore(Store):
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            os.fsync(fd)
+            if sync:
+                os.fsync(fd)
         except BaseException:
             os.close(fd)
             os.unlink(tmp)  # a partial file would hold on to the space that ran out
             raise
-        os.close(fd)
-        return tmp
+        return tmp, fd
 
     def _ensure_dir(self, directory: Path) -> None:
         if directory in self._made_dirs:
@@ -256,6 +292,33 @@ def _may_hold(directory: str, prefix: str) -> bool:
 
 def _version(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+#: file systems whose fsync of a file also makes durable the links made to it before: their
+#: journal (ext4's jbd2, XFS's log) or log tree (btrfs) commits the directory entry with the
+#: inode (ext4 in its default data=ordered mode)
+LINK_SYNCS = frozenset({"ext4", "xfs", "btrfs"})
+
+
+def link_syncs_with_file(path: Path, mounts: str = "/proc/self/mounts") -> bool:
+    """Whether ``path`` lies on a file system of LINK_SYNCS (the longest mount point that
+    holds it, from ``mounts``); False where that cannot be told (not Linux): every object is
+    then fsynced with its directory too."""
+    try:
+        lines = Path(mounts).read_text().splitlines()
+    except OSError:
+        return False
+    best, kind = "", ""
+    where = path.as_posix()
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = where == point or where.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, fields[2]
+    return kind in LINK_SYNCS
 
 
 def _fsync_dir(directory: Path) -> None:

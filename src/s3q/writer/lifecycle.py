@@ -198,6 +198,14 @@ class Lifecycle:
 
     async def _recover(self, since: snapshot.Loaded | None) -> None:
         loaded = await snapshot.load(self.store, since=since)
+        if loaded.torn is not None:  # (this writer holds the queue: no other writes there)
+            logger.warning(
+                "log object %d of %s was cut short by a crash before it was durable (never "
+                "acknowledged): removed",
+                loaded.torn,
+                self.store.url,
+            )
+            await self.store.delete(segment.key(loaded.torn))
         self.state = loaded.state
         self.checkpointer.recovered(
             self.state, loaded.checkpoints, loaded.first_at, loaded.replayed
