@@ -21,7 +21,8 @@ from websockets.sync.client import connect as ws_connect
 
 import s3q
 from s3q.broker.server import spawn
-from s3q.client import AuthError, Client, connect, connect_async
+from s3q.client import AsyncClient, AuthError, Client, connect, connect_async
+from s3q.client.nodes import rank
 from s3q.errors import InvalidArgument, ReceiptExpired
 from s3q.wire import subscriptions as frames
 from s3q.worker import Worker
@@ -385,3 +386,30 @@ def test_acks_flushed_survive_a_kill_9_of_the_broker(tmp_path: Path) -> None:
     finally:
         child.kill()
         child.wait(10)
+
+
+def test_a_subscription_goes_to_the_next_broker_when_one_is_not_reached(broker: Broker) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"  # (closed: nothing listens there)
+    # a queue the client asks the dead broker about first
+    name = next(f"q{i}" for i in range(100) if rank(f"q{i}", dead) < rank(f"q{i}", broker.url))
+    with connect(broker.url, token=TOKEN) as c:
+        mid = c.queue(name).enqueue(b"x")
+    with (
+        Client([dead, broker.url], token=TOKEN, follow=False) as c,
+        c.queue(name).subscribe(prefetch=1) as sub,
+    ):
+        got = sub.get(10)
+        assert got is not None and got.id == mid
+        sub.release(got)
+
+    async def main() -> None:
+        async with (
+            AsyncClient([dead, broker.url], token=TOKEN, follow=False) as c,
+            c.queue(name).subscribe(prefetch=1) as sub,
+        ):
+            got = await sub.get(10)
+            assert got is not None and got.id == mid
+
+    asyncio.run(main())

@@ -135,16 +135,24 @@ class Client:
 
         if not self._nodes.asked:
             self._learn()
-        url = _ws_url(self._nodes.url_for(name), name)
         auth = {k: v for k, v in self._headers.items() if k == "authorization"}
-        return connect(
-            url,
-            additional_headers=auth,
-            ssl=_tls() if url.startswith("wss:") else None,
-            open_timeout=self.timeout,
-            max_size=None,  # (a push is as large as a dequeue's answer)
-            compression=None,
-        )
+        for attempt in range(self._nodes.count):  # (a broker not reached: the next one)
+            node = self._nodes.url_for(name)
+            url = _ws_url(node, name)
+            try:
+                return connect(
+                    url,
+                    additional_headers=auth,
+                    ssl=_tls() if url.startswith("wss:") else None,
+                    open_timeout=self.timeout,
+                    max_size=None,  # (a push is as large as a dequeue's answer)
+                    compression=None,
+                )
+            except OSError:
+                self._nodes.move_on(name, node)
+                if attempt == self._nodes.count - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     def _learn(self) -> None:
         """Ask the given brokers for the cluster's (once one answers)."""
@@ -292,12 +300,20 @@ class AsyncClient:
         if not self._nodes.asked:
             await self._learn()
         session = self._session or self._open()
-        return await session.ws_connect(
-            _ws_url(self._nodes.url_for(name), name),
-            timeout=aiohttp.ClientWSTimeout(ws_close=self.timeout),
-            max_msg_size=0,  # (a push is as large as a dequeue's answer)
-            autoping=True,
-        )
+        for attempt in range(self._nodes.count):  # (a broker not reached: the next one)
+            node = self._nodes.url_for(name)
+            try:
+                return await session.ws_connect(
+                    _ws_url(node, name),
+                    timeout=aiohttp.ClientWSTimeout(ws_close=self.timeout),
+                    max_msg_size=0,  # (a push is as large as a dequeue's answer)
+                    autoping=True,
+                )
+            except aiohttp.ClientConnectorError:
+                self._nodes.move_on(name, node)
+                if attempt == self._nodes.count - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     async def _learn(self) -> None:
         """Ask the given brokers for the cluster's (once one answers)."""

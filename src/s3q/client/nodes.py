@@ -86,6 +86,17 @@ class Nodes:
             self._orders[queue] = order
         return order[self._moved.get(queue, 0) % len(order)]
 
+    def move_on(self, queue: str | None, node: str) -> None:
+        """``node`` could not be reached for ``queue``: its calls go to the next broker (unless
+        they moved on already)."""
+        if self.url_for(queue) == node:
+            self._moved[queue] = self._moved.get(queue, 0) + 1
+
+    @property
+    def count(self) -> int:
+        """How many brokers this client may turn to."""
+        return len(self.urls) + len(self.learned)
+
     def raise_or_move_on(
         self,
         call: Call[Any],
@@ -107,8 +118,8 @@ class Nodes:
             error = error_of(*answer)
             retry = retryable(call, error, answer[0])
         # a broker that could not answer, or could not serve: the queue's calls move on
-        if (retry or exc is not None) and self.url_for(call.queue) == node:
-            self._moved[call.queue] = self._moved.get(call.queue, 0) + 1  # unless moved already
+        if retry or exc is not None:
+            self.move_on(call.queue, node)
         if last or not retry:
             raise error from exc
 
