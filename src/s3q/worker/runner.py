@@ -12,6 +12,7 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
+from .. import tracing
 from ..api import AsyncQueue, Queue, open_async
 from ..config import PERSISTED, split_options
 from ..errors import InvalidArgument, QueueClosed
@@ -52,7 +53,8 @@ class Worker:
     background); a hook that raises is logged. ``poll_wait``: the longest one dequeue waits
     for a message, which bounds how long an idle worker takes to stop. ``push``: through a
     broker, have the messages pushed on a subscription (``s3q.worker.push``) when the broker
-    offers one; False: poll with dequeues.
+    offers one and no tracer provider is configured (a traced worker polls, so that each call
+    is a request the broker serves in the handler's trace); False: poll with dequeues.
     """
 
     def __init__(
@@ -206,7 +208,9 @@ class Worker:
 
     async def _serve(self, aq: AsyncQueueSurface) -> None:
         pushed = None
-        if self.push and _is_remote(aq):
+        # (a traced worker polls: each of its calls is a request the broker serves as a child
+        # of the handler's span, which a subscription's frames are not)
+        if self.push and _is_remote(aq) and tracing.tracer() is None:
             from .push import subscribed
 
             vt = REMOTE_VISIBILITY if self.visibility_timeout is None else self.visibility_timeout
