@@ -230,7 +230,9 @@ def parse(text: str, where: str = "<principals>") -> list[Principal]:
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise InvalidPrincipals(where, "", f"not TOML: {exc}") from None
+        at = re.search(r"at line (\d+)", str(exc))
+        line = at.group(1) if at else str(max(1, len(text.splitlines())))
+        raise InvalidPrincipals(f"{where}:{line}", "", f"not TOML: {exc}") from None
     lines = _Lines(text, where)
     unknown = sorted(set(document) - {"principals"})
     if unknown:
@@ -343,16 +345,17 @@ def _rule(name: str, index: int, grant: Any, lines: _Lines) -> Rule:
     actions = _strings(grant["allow" if allow else "deny"])
     if actions is None or not actions:
         raise error("allow/deny is an action or a list of them (send, receive, read, admin, *)")
-    wrong = [a for a in actions if a not in (*ACTIONS, ANY)]
-    if wrong:
-        raise error(f"unknown action {wrong[0]!r} (actions: send, receive, read, admin, *)")
+    wrong = [i for i, a in enumerate(actions) if a not in (*ACTIONS, ANY)]
+    if wrong:  # (which, not what: a value may be a secret pasted in the wrong place)
+        raise error(f"action {wrong[0] + 1} is none of send, receive, read, admin, *")
     patterns = _strings(grant.get("queues"))
     if patterns is None or not patterns:
         raise error('needs queues: a pattern or a list of them ("orders-*", "*")')
-    bad = [p for p in patterns if not PATTERN.fullmatch(p)]
+    bad = [i for i, p in enumerate(patterns) if not PATTERN.fullmatch(p)]
     if bad:
         raise error(
-            f"queue pattern {bad[0]!r} may hold only A-Z a-z 0-9 _ . - and the globs * ? [ ] !"
+            f"queue pattern {bad[0] + 1} may hold only A-Z a-z 0-9 _ . - and the globs * ? [ ] ! "
+            "(1 to 200 of them)"
         )
     return Rule.of(allow, actions, patterns)
 

@@ -34,7 +34,7 @@ from ...errors import (
     Unavailable,
     WriterFenced,
 )
-from ...wire.codec import BodyTooLarge, RequestTimeout
+from ...wire.codec import AuthError, BodyTooLarge, RequestTimeout
 from .. import redact
 from ..access import NO_CREDENTIAL, Access, Caller
 from ..limits import SQS_MAX_BODY, disconnected, read_body
@@ -62,6 +62,8 @@ def sqs_error(exc: S3QError, text: str | None = None) -> SqsError:
     if isinstance(exc, SqsError):
         return exc
     text = str(exc) if text is None else text
+    if isinstance(exc, AuthError):  # a leader refused a call forwarded for the caller
+        return SqsError("AccessDenied", text, 403)
     if isinstance(exc, BodyTooLarge):
         return SqsError("RequestEntityTooLarge", text, 413)
     if isinstance(exc, RequestTimeout):
