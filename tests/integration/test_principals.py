@@ -195,10 +195,15 @@ def test_no_secret_is_ever_written_or_answered(
                         seen.append(answer.text + str(answer.headers))
             for token in (ALICE, BOB[:-1]):
                 seen.append(repr(subscribe(url, token, "bbb")))
-            for token in (ALICE, BOB, BOB + "x"):
+            for token in (ALICE, BOB, CLUSTER, BOB + "x"):
                 for doc in ("/metrics", "/dashboard/summary"):
                     answer = httpx.get(url + doc, headers={"authorization": f"Bearer {token}"})
                     seen.append(answer.text + str(answer.headers))
+            metrics = httpx.get(url + "/metrics", headers={"authorization": f"Bearer {CLUSTER}"})
+            assert (
+                's3q_broker_refusals_total{principal="alice",reason="not-granted"}' in metrics.text
+            )
+            assert 'principal="",reason="bad-credential"' in metrics.text
         _file(path, "aaa")  # a reload, then a bad file holding secrets
         path.write_text(path.read_text().replace('"send"', f'"{SECRET}"'))
         _eventually(lambda: "principals not reloaded" in caplog.text)

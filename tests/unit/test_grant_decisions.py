@@ -10,6 +10,7 @@ forgotten on reload; the cost of a decision.
 
 from __future__ import annotations
 
+import contextvars
 import fnmatch
 import hashlib
 import timeit
@@ -19,6 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from s3q.broker import peerauth
 from s3q.broker.access import Access, Caller
 from s3q.broker.principals import (
     ACTIONS,
@@ -30,6 +32,7 @@ from s3q.broker.principals import (
     load,
     parse,
 )
+from s3q.wire.codec import AuthError
 
 TOKEN = "orders-secret-token"
 HASH = "sha256:" + hashlib.sha256(TOKEN.encode()).hexdigest()
@@ -248,3 +251,34 @@ def test_a_decision_costs_under_ten_microseconds() -> None:
         f"Access.allows {path * 1e6:.3f} µs, not remembered {cold * 1e6:.3f} µs"
     )
     assert max(on, off, path, cold) < 10e-6
+
+
+# -- what a forwarded call says of its caller ------------------------------------------------
+
+
+def test_a_forwarded_call_names_its_caller_only_from_a_broker_with_a_principals_file(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "principals.toml"
+    path.write_text(EXAMPLE)
+    target, where = "http://leader:8765", "/v1/queues/payments-1/enqueue"
+    for access, token, named in (
+        (Access({"k"}, principals=path), TOKEN, True),
+        (Access({"k"}), "k", False),
+    ):
+        caller = access.bearer_caller(f"Bearer {token}", "10.0.0.1")
+        assert caller is not None
+
+        def signed(caller: Caller = caller) -> dict[str, str]:
+            caller.acting("send")
+            return peerauth.sign("k", target, "POST", where, {}, b"body")
+
+        headers = contextvars.copy_context().run(signed)
+        credential = headers["authorization"].partition(" ")[2]
+        found = peerauth.verify([b"k"], target, "POST", where, [], credential)
+        assert (found.principal, found.action) == (("orders", "send") if named else (None, None))
+        assert (peerauth.REQUEST_ID in headers) == named
+        if named:  # the name is signed: another is refused
+            forged = credential.replace("p=orders", "p=operator")
+            with pytest.raises(AuthError, match="invalid peer signature"):
+                peerauth.verify([b"k"], target, "POST", where, [], forged)

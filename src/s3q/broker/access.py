@@ -80,9 +80,12 @@ Refuse = Callable[[str], S3QError]
 class Caller:
     """Who made a call: its principal, the credential it showed (``bearer``, ``sqs``,
     ``peer``: a call another broker forwarded; ``none``: a broker without credentials), its
-    source address, the action class a forwarded call was checked for, and its request id."""
+    source address, the action class a forwarded call was checked for, and its request id.
+    ``named``: its forwarded calls name it (a broker with a principals file); else they are
+    signed as the broker's own, as brokers before principals signed them (every principal of
+    a broker without the file has every grant, so its leader has nothing to tell apart)."""
 
-    __slots__ = ("carried", "credential", "principal", "request_id", "source")
+    __slots__ = ("carried", "credential", "named", "principal", "request_id", "source")
 
     def __init__(
         self,
@@ -91,12 +94,17 @@ class Caller:
         source: str | None,
         carried: str | None = None,
         request_id: str | None = None,
+        *,
+        named: bool = True,
     ) -> None:
         self.principal, self.credential, self.source = principal, credential, source
-        self.carried, self.request_id = carried, request_id
+        self.carried, self.request_id, self.named = carried, request_id, named
 
     def acting(self, action: str | None) -> None:
         """The running task acts for this caller from now on (its forwarded calls name it)."""
+        if not self.named:
+            peerauth.ACTING.set(None)
+            return
         peerauth.ACTING.set(
             peerauth.Acting(self.principal.name, self.carried or action, self.request_id)
         )
@@ -130,6 +138,7 @@ class Access:
         self.legacy_keys = dict(sqs_keys or {})
         self.path = principals
         self.authenticated = bool(self.tokens) or principals is not None
+        self.named = principals is not None  # forwarded calls name their callers
         self.cluster_token = min(self.tokens, default=None)
         self.cluster_keys = [t.encode() for t in sorted(self.tokens)]
         self.principals = build(principals, self.tokens, self.legacy_keys)
@@ -168,7 +177,7 @@ class Access:
         client = request.client
         source = None if client is None else client.host
         if not self.authenticated:
-            return Caller(self.anonymous, "none", source)
+            return Caller(self.anonymous, "none", source, named=self.named)
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         if peers and scheme.lower() == peerauth.AUTH_SCHEME.lower():
@@ -180,7 +189,7 @@ class Access:
         if principal is None:
             error = AuthError("invalid bearer token", 403)
             raise self.refused(error, BAD_CREDENTIAL, None, "bearer", source, operation, queue)
-        return Caller(principal, "bearer", source)
+        return Caller(principal, "bearer", source, named=self.named)
 
     def _peer(
         self,
@@ -208,7 +217,7 @@ class Access:
         given = request.headers.get(peerauth.REQUEST_ID, "")
         rid = given if _REQUEST_ID.fullmatch(given) else None
         if signed.principal is None or signed.principal == BROKER:
-            return Caller(self.broker, "peer", source, signed.action, rid)
+            return Caller(self.broker, "peer", source, signed.action, rid, named=self.named)
         principal = self.principals.named.get(signed.principal)
         if principal is None:
             error = AuthError(
@@ -217,18 +226,18 @@ class Access:
                 403,
             )
             raise self.refused(error, UNKNOWN_PRINCIPAL, None, "peer", source, operation, queue)
-        return Caller(principal, "peer", source, signed.action, rid)
+        return Caller(principal, "peer", source, signed.action, rid, named=self.named)
 
     def bearer_caller(self, authorization: str, source: str | None) -> Caller | None:
         """The caller of a bearer token (the lean path's look); None if it would be refused
         (the generic stack then refuses it, and counts and audits the refusal)."""
         if not self.authenticated:
-            return Caller(self.anonymous, "none", source)
+            return Caller(self.anonymous, "none", source, named=self.named)
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return None
         principal = self.principals.bearer(token.strip())
-        return None if principal is None else Caller(principal, "bearer", source)
+        return None if principal is None else Caller(principal, "bearer", source, named=self.named)
 
     def sqs_keys(self) -> dict[str, str] | None:
         """The access keys SQS requests are checked against now (None: the endpoint takes
@@ -242,9 +251,9 @@ class Access:
         """The caller of an SQS request signed with ``key_id`` (None: unsigned, on a broker
         that takes them); None if the key is no principal's (any more)."""
         if key_id is None:
-            return Caller(self.anonymous, "none", source)
+            return Caller(self.anonymous, "none", source, named=self.named)
         principal = self.principals.of_key(key_id)
-        return None if principal is None else Caller(principal, "sqs", source)
+        return None if principal is None else Caller(principal, "sqs", source, named=self.named)
 
     # -- what they may do ------------------------------------------------------------------
 
@@ -286,8 +295,14 @@ class Access:
         now = self.principals.named.get(principal.name)
         if now is principal:
             return caller
-        found = Caller(now or Principal(principal.name), caller.credential, caller.source)
-        found.carried, found.request_id = caller.carried, caller.request_id
+        found = Caller(
+            now or Principal(principal.name),
+            caller.credential,
+            caller.source,
+            caller.carried,
+            caller.request_id,
+            named=caller.named,
+        )
         return found
 
     def readable(self, caller: Caller, names: Iterable[str]) -> list[str]:
