@@ -17,9 +17,17 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from broker_harness import Broker
+from grants import principal
 
 TOKEN = "lean-token"
 KEY_ID, SECRET = "AKIDLEAN", "lean-secret"
+#: a principal of the brokers' principals file: it may send to "lean" and "leansqs" only
+LIMITED, LIMITED_KEY = "limited-token", "AKIDLIMITED"
+LIMITED_GRANTS = [
+    {"allow": "send", "queues": ["lean*"]},
+    {"deny": "*", "queues": "lean-deny"},
+    {"allow": "read", "queues": "leansqs"},
+]
 MAX_BATCH = 5
 Q = "/v1/queues/lean"
 pack = msgspec.msgpack.encode
@@ -84,11 +92,20 @@ def shape(answer: tuple[int, str, Any]) -> tuple[int, str, Any]:
 
 
 @pytest.fixture(scope="module")
-def brokers() -> Iterator[tuple[Broker, Broker]]:
+def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Broker, Broker]]:
+    path = tmp_path_factory.mktemp("lean") / "principals.toml"
+    path.write_text(principal("limited", LIMITED_GRANTS, (LIMITED,), {LIMITED_KEY: SECRET}))
     with (
-        Broker("memory://lean", {TOKEN}, {KEY_ID: SECRET}, max_batch=MAX_BATCH) as lean,
         Broker(
-            "memory://generic", {TOKEN}, {KEY_ID: SECRET}, max_batch=MAX_BATCH, lean=False
+            "memory://lean", {TOKEN}, {KEY_ID: SECRET}, max_batch=MAX_BATCH, principals=str(path)
+        ) as lean,
+        Broker(
+            "memory://generic",
+            {TOKEN},
+            {KEY_ID: SECRET},
+            max_batch=MAX_BATCH,
+            lean=False,
+            principals=str(path),
         ) as generic,
     ):
         assert lean.server.config.loaded_app.app.state.lean is not None  # (the lean one is)
@@ -166,6 +183,20 @@ CASES: list[tuple[str, bytes]] = [
     ("fail of an unknown receipt", request(f"{Q}/fail", pack({"receipt": "bogus"}))),
     ("extend without seconds", request(f"{Q}/extend", pack({"receipt": "bogus"}))),
     ("release of receipts not strings", request(f"{Q}/release", pack({"receipts": [1]}))),
+    ("a principal's granted send", request(f"{Q}/enqueue", pack({"payload": b"x"}), token=LIMITED)),
+    ("a principal's refused receive", request(f"{Q}/dequeue", pack({}), token=LIMITED)),
+    (
+        "a principal's refused admin",
+        request(f"{Q}/configure", pack({"settings": {"max_attempts": 3}}), token=LIMITED),
+    ),
+    (
+        "a principal's denied send",
+        request("/v1/queues/lean-deny/enqueue", pack({"payload": b"x"}), token=LIMITED),
+    ),
+    (
+        "a principal's refused send, badly made",
+        request("/v1/queues/other/enqueue", pack({"bogus": 1}), token=LIMITED),
+    ),
 ]
 
 
@@ -184,9 +215,13 @@ def test_the_lean_path_takes_the_hot_calls(brokers: tuple[Broker, Broker]) -> No
     for case in ("enqueue", "enqueue-batch", "dequeue", "an unknown receipt"):
         answers(lean.port, dict(CASES)[case])
     assert taken(lean) == before + 4
+    answers(lean.port, dict(CASES)["a principal's granted send"])
+    assert taken(lean) == before + 5
     for case in ("not msgpack", "a wrong token", "JSON", "an origin", "a query string"):
         answers(lean.port, dict(CASES)[case])
-    assert taken(lean) == before + 4  # the generic stack's to answer
+    for case in ("a principal's refused receive", "a principal's denied send"):
+        answers(lean.port, dict(CASES)[case])
+    assert taken(lean) == before + 5  # the generic stack's to answer (and refusals)
 
 
 def test_pipelined_requests_are_answered_in_order(brokers: tuple[Broker, Broker]) -> None:
@@ -302,6 +337,19 @@ SQS_CASES: list[tuple[str, str | None, bytes, dict[str, Any]]] = [
     ("an unsupported action", "AddPermission", b"{}", {}),
     ("no target", None, b"{}", {}),
     ("an unknown key", "ListQueues", b"{}", {"key": "AKIDNOBODY"}),
+    (
+        "a principal's granted send",
+        "SendMessage",
+        b'{"QueueUrl": "http://h/000000000000/leansqs", "MessageBody": "x"}',
+        {"key": LIMITED_KEY},
+    ),
+    (
+        "a principal's refused receive",
+        "ReceiveMessage",
+        b'{"QueueUrl": "http://h/000000000000/leansqs"}',
+        {"key": LIMITED_KEY},
+    ),
+    ("a principal's listing", "ListQueues", b"{}", {"key": LIMITED_KEY}),
     ("a body not the one signed", "ListQueues", b"{}", {"tamper": b"{ }"}),
     (
         "a query-protocol request",
@@ -331,4 +379,4 @@ def test_the_lean_path_answers_sqs_as_the_generic_stack(
     ]
     assert found[0] == found[1]
     # taken by the lean path, but for an unknown key (refused before its body, generically)
-    assert taken(lean) == before + (0 if "key" in options else 1)
+    assert taken(lean) == before + (0 if options.get("key") == "AKIDNOBODY" else 1)

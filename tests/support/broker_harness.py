@@ -40,12 +40,17 @@ class Broker:
         max_batch: int = DEFAULT_MAX_BATCH,
         body_timeout: float = DEFAULT_BODY_TIMEOUT,
         websockets: bool = True,
+        principals: str | None = None,
+        peers: list[str] | None = None,
+        audit_log: str | None = None,
+        audit_all: bool = False,
+        port: int | None = None,
         **options: Any,
     ) -> None:
         # bound here and handed to uvicorn: no other process (an xdist worker) can take the port
         # between choosing it and listening on it
         self.socket = socket.socket()
-        self.socket.bind(("127.0.0.1", 0))
+        self.socket.bind(("127.0.0.1", port or 0))
         self.port = int(self.socket.getsockname()[1])
         self.url = f"http://127.0.0.1:{self.port}"
         app = create_app(
@@ -57,6 +62,10 @@ class Broker:
             prices=prices,
             max_batch=max_batch,
             body_timeout=body_timeout,
+            principals=principals,
+            peers=peers,
+            audit_log=audit_log,
+            audit_all=audit_all,
         )
         if not lean:
             app.state.lean = None  # every call through the generic stack

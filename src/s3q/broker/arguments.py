@@ -1,69 +1,31 @@
-"""What a native API call must carry: credentials (a bearer token, or another broker's signature)
-and arguments of the declared names and types, checked before the queue is touched.
+"""What a native API call must carry: arguments of the declared names and types, checked before
+the queue is touched (its credentials and grants are :mod:`.access`'s), and, for a call another
+broker forwarded, the body its signature names.
 
 Both HTTP paths check calls here: Starlette's routes (:mod:`.app`) through :func:`arguments`, the
-lean path (:mod:`.lean`) through :class:`Plan` and :func:`bearer_ok`, which accept exactly what
-:func:`arguments` and :func:`authorize` accept (anything else the lean path hands to Starlette's).
+lean path (:mod:`.lean`) through :class:`Plan`, which accepts exactly what :func:`arguments`
+accepts (anything else the lean path hands to Starlette's).
 """
 
 from __future__ import annotations
 
 import functools
-import hmac
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 import msgspec
 
 from ..errors import InvalidArgument
-from ..wire.codec import JSON, MSGPACK, AuthError
+from ..wire.codec import JSON, MSGPACK
 from . import peerauth
 from .limits import read_body
 from .routes import Endpoint, Param
 
 if TYPE_CHECKING:
-    from starlette.requests import HTTPConnection, Request
-
-    from .registry import QueueRegistry
+    from starlette.requests import Request
 
 MSGPACK_TYPES = (MSGPACK, "application/x-msgpack", "application/vnd.msgpack")
 MAX_JSON_BODY = 4 * 2**20  # JSON bodies: calls of tools (payloads need msgpack)
 _ABSENT = object()
-
-
-def bearer_ok(header: str, secrets: list[bytes]) -> bool:
-    """Whether ``header`` (an ``Authorization`` value) holds one of the ``secrets`` as a bearer
-    token. Every secret is compared, so the time taken does not tell which one nearly
-    matched."""
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        return False
-    given = token.strip().encode()
-    return any([hmac.compare_digest(given, s) for s in secrets])
-
-
-def authorize(
-    request: HTTPConnection, secrets: list[bytes], registry: QueueRegistry | None = None
-) -> None:
-    """Check the request's bearer token, or (``registry``: on the native API) the signature
-    of a call another broker of the cluster forwarded (its body is checked once read)."""
-    if not secrets:
-        return
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if registry is not None and scheme.lower() == peerauth.AUTH_SCHEME.lower():
-        request.state.peer_digest = peerauth.verify(
-            secrets,
-            registry.address,
-            request.scope.get("method", "GET"),
-            request.scope["path"],
-            request.query_params.multi_items(),
-            token,
-        )
-        return
-    if scheme.lower() != "bearer" or not token.strip():
-        raise AuthError("missing bearer token (Authorization: Bearer <token>)", 401)
-    if not bearer_ok(header, secrets):
-        raise AuthError("invalid bearer token", 403)
 
 
 async def _body(request: Request, limits: Limits) -> _Body:

@@ -35,10 +35,12 @@ async def answer(
     metrics: BrokerMetrics,
     name: str | None,
     call: Call | Callable[[], Awaitable[Call]],
+    done: Callable[[str], None] | None = None,
 ) -> Answer:
     """``call`` to ``endpoint`` (or what makes it: checks that may refuse the call, whose
     refusal is answered and counted as the call's) answered: an S3QError as its status and
-    body, a call a fenced writer refused sent once more, to the queue's new leader."""
+    body, a call a fenced writer refused sent once more, to the queue's new leader.
+    ``done`` is told the call's outcome (``ok`` or its error's class) once it is answered."""
     started = time.perf_counter()
     outcome = "ok"
     metrics.serving += 1
@@ -68,6 +70,8 @@ async def answer(
         finally:
             metrics.serving -= 1
             metrics.observe(name, endpoint.operation, outcome, time.perf_counter() - started)
+            if done is not None:
+                done(outcome)
     return Answer(status, result, seen.writer, seen.partitions)
 
 

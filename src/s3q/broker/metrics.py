@@ -372,8 +372,15 @@ class BrokerMetrics:
             ("queue",),
             (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 10000),
         )
+        self.refusals = Count(
+            "s3q_broker_refusals",
+            "Calls refused for their credentials or grants, by reason (no-credential, "
+            "bad-credential, unknown, denied, not-granted) and principal (empty: not known).",
+            ("reason", "principal"),
+        )
         # (updated by every request and commit: plain counts, made into series when scraped)
-        r.register(Tallies([self.operations, self.seconds, self.commit_seconds, self.commit_ops]))
+        series: list[Count | Spread] = [self.operations, self.seconds, self.refusals]
+        r.register(Tallies([*series, self.commit_seconds, self.commit_ops]))
         self.tally = RequestTally()  # for the summary line (s3q.broker.request_log)
         self.commit_latency, self.spend_rate = LatencyWindow(), SpendRate()  # for the dashboard
 

@@ -15,7 +15,7 @@ from .routes import ENDPOINTS, Endpoint
 ERROR_STATUSES = {
     "400": "Bad input (InvalidArgument, InvalidPriority, InvalidConfig)",
     "401": "No bearer token (AuthError)",
-    "403": "Wrong bearer token (AuthError)",
+    "403": "Wrong bearer token, or a call its principal's grants do not allow (AuthError)",
     "404": "No such message (MessageNotFound)",
     "409": "ReceiptExpired, or QueueLocked (another writer holds the queue)",
     "413": "MessageTooLarge",

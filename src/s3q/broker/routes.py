@@ -29,17 +29,23 @@ async def _staying() -> bool:
     return False
 
 
+def _everyone(name: str) -> bool:
+    return True
+
+
 @dataclass
 class Call:
     """One request to a route: its checked arguments and where to find its queue.
     ``forwarded``: another broker sent it (believing this one leads the queue); ``gone``:
-    whether its client has left by now (a long poll gives back what it leased then)."""
+    whether its client has left by now (a long poll gives back what it leased then);
+    ``sees``: whether its caller may read a queue (a listing of queues shows only those)."""
 
     registry: QueueRegistry
     name: str | None
     args: dict[str, Any]
     forwarded: bool = False
     gone: Callable[[], Awaitable[bool]] = _staying
+    sees: Callable[[str], bool] = _everyone
 
     async def queue(
         self, *, create: bool = False
@@ -140,7 +146,7 @@ def body(name: str, schema: dict[str, Any], required: bool = False, doc: str = "
 
 
 async def list_queues(call: Call) -> Any:
-    return {"queues": call.registry.names()}
+    return {"queues": [n for n in call.registry.names() if call.sees(n)]}
 
 
 async def cluster(call: Call) -> Any:
@@ -265,7 +271,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "GET",
         "/queues",
         "listQueues",
-        "The queues this broker has open",
+        "The queues this broker has open (those the caller may read)",
         list_queues,
         (),
         obj(queues=STRS),

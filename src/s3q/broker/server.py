@@ -72,16 +72,18 @@ def load_sqs_keys(
     return keys
 
 
-def check_exposure(host: str, tokens: set[str] | None) -> None:
+def check_exposure(host: str, tokens: set[str] | None, principals: bool = False) -> None:
     """Refuse to serve a non-loopback address without authentication.
 
-    Only bearer tokens count: SQS access keys protect the SQS endpoint alone, and a broker with
-    tokens but no SQS keys refuses every SQS request, so no API is left open.
+    Only bearer tokens and a principals file count: SQS access keys protect the SQS endpoint
+    alone, and a broker with tokens (or principals) but no SQS keys refuses every SQS request,
+    so no API is left open.
     """
-    if not tokens and not is_loopback(host):
+    if not tokens and not principals and not is_loopback(host):
         raise InvalidConfig(
             f"refusing to listen on {host} without tokens: give --token-file or ${TOKENS_ENV} "
-            "(SQS access keys alone leave the native API open), or listen on 127.0.0.1"
+            "or --principals (SQS access keys alone leave the native API open), or listen on "
+            "127.0.0.1"
         )
 
 
@@ -120,6 +122,9 @@ def serve(
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
     idle_close: float = DEFAULT_IDLE_CLOSE,
     prices: Prices | None = None,
+    principals: str | os.PathLike[str] | None = None,
+    audit_log: str | None = None,
+    audit_all: bool = False,
 ) -> None:
     """Serve every queue of ``store`` over HTTP until SIGTERM or Ctrl-C.
 
@@ -142,37 +147,34 @@ def serve(
     requests each ``summary_every`` seconds, and with ``access_log`` a line per request
     (``s3q.broker.request_log``). ``lean``: the hot calls answered straight from the HTTP
     parser (``s3q.broker.lean``; not with an access log).
+
+    ``principals`` (one that cannot be used: InvalidConfig before anything starts),
+    ``audit_log`` (default: standard output for a broker with credentials), ``audit_all``: as
+    :func:`.app.create_app` takes them.
     """
     create_app = _app_maker()
-    all_tokens, keys = _credentials(host, tokens, token_file, sqs_keys, sqs_credentials)
+    found = _credentials(host, tokens, token_file, sqs_keys, sqs_credentials, principals)
+    authenticated = found.pop("authenticated")
     if advertise is not None:
         normalize(advertise)  # InvalidConfig now, not refused forwarded calls later
     app = create_app(
         store,
-        tokens=all_tokens,
+        **found,
         options=options,
         address=advertise,
         peers=peers,
-        sqs_keys=keys,
         max_body=max_body,
         max_batch=max_batch,
         body_timeout=body_timeout,
         prices=prices,
         idle_close=idle_close,
+        audit_log=audit_log if audit_log is not None or not authenticated else "-",
+        audit_all=audit_all,
     )
     app.state.summary_every = summary_every
     app.state.lean = app.state.lean if lean and not access_log else None
-    _run(
-        app,
-        host,
-        port,
-        log_level,
-        access_log,
-        graceful_timeout,
-        head_timeout,
-        max_connections,
-        on_ready,
-    )
+    settings = (log_level, access_log, graceful_timeout, head_timeout, max_connections)
+    _run(app, host, port, *settings, on_ready)
 
 
 def _credentials(
@@ -181,14 +183,18 @@ def _credentials(
     token_file: str | os.PathLike[str] | None,
     sqs_keys: dict[str, str] | None,
     sqs_credentials: str | os.PathLike[str] | None,
-) -> tuple[set[str], dict[str, str]]:
-    """The bearer tokens and the SQS keys a broker listening on ``host`` checks callers
-    against: those given, and those of the files and the environment (:func:`load_tokens`,
-    :func:`load_sqs_keys`); InvalidConfig if it would listen beyond loopback without tokens."""
+    principals: str | os.PathLike[str] | None = None,
+) -> dict[str, Any]:
+    """The credentials a broker listening on ``host`` checks callers against, as
+    :func:`.app.create_app` takes them (``tokens``, ``sqs_keys``, ``principals``: those
+    given, and those of the files and the environment, :func:`load_tokens`,
+    :func:`load_sqs_keys`), and whether it has any (``authenticated``); InvalidConfig if it
+    would listen beyond loopback without tokens (or ``principals``)."""
     all_tokens = set(tokens or ()) | load_tokens(token_file)
     keys = {**load_sqs_keys(sqs_credentials), **(sqs_keys or {})}
-    check_exposure(host, all_tokens)
-    return all_tokens, keys
+    check_exposure(host, all_tokens, principals is not None)
+    found: dict[str, Any] = {"tokens": all_tokens, "sqs_keys": keys, "principals": principals}
+    return found | {"authenticated": bool(all_tokens or keys or principals is not None)}
 
 
 def _app_maker() -> Callable[..., Any]:

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -28,9 +29,11 @@ from ..wire import pages
 from ..wire import subscriptions as frames
 from ..wire.codec import API_PREFIX, SERVED_NAME, QueueNotFound, error_body, status_of
 from . import redact
-from .arguments import Limits, authorize
+from .access import Access
+from .arguments import Limits
 from .forward import ForwardedQueue
 from .metrics import BrokerMetrics
+from .principals import RECEIVE
 from .registry import QueueRegistry
 
 __all__ = ["PATH", "POLL", "route"]
@@ -46,15 +49,19 @@ Queue = AsyncQueue | ForwardedQueue | PartitionedQueue
 
 
 def route(
-    registry: QueueRegistry, metrics: BrokerMetrics, secrets: list[bytes], limits: Limits
+    registry: QueueRegistry, metrics: BrokerMetrics, access: Access, limits: Limits
 ) -> WebSocketRoute:
-    """The subscription endpoint, ``GET /v1/queues/{name}/subscribe`` as a WebSocket."""
+    """The subscription endpoint, ``GET /v1/queues/{name}/subscribe`` as a WebSocket. Its
+    caller must be granted ``receive`` on the queue at the opening, and still be at each push
+    (a reload of the principals that takes the grant away ends the channel)."""
 
     async def subscribe(ws: WebSocket) -> None:
         name = ws.path_params["name"]
         await ws.accept()  # (a refusal is a frame, so that the consumer learns why)
         try:
-            authorize(ws, secrets)  # before anything the consumer sends is read
+            # before anything the consumer sends is read
+            caller = access.identify(ws, "subscribe", name)
+            access.check(caller, RECEIVE, name, "subscribe")
             if not SERVED_NAME.match(name):
                 raise InvalidArgument(f"invalid queue name {name!r}")
             opened = await _opening(ws, limits)
@@ -64,7 +71,13 @@ def route(
             return
         except WebSocketDisconnect:
             return
-        await Subscription(ws, registry, metrics, name, opened, limits.batch).run()
+        access.done(caller, RECEIVE, "subscribe", name, "ok")
+        caller.acting(RECEIVE)  # (the push loop's forwarded calls name the caller)
+
+        def still() -> None:
+            access.check(access.current(caller), RECEIVE, name, "subscribe")
+
+        await Subscription(ws, registry, metrics, name, opened, limits.batch, still).run()
 
     return WebSocketRoute(PATH, subscribe)
 
@@ -121,8 +134,10 @@ class Subscription:
         name: str,
         opened: frames.Open,
         max_batch: int,
+        still: Callable[[], None] = lambda: None,
     ) -> None:
         self._ws, self._registry, self._metrics, self._name = ws, registry, metrics, name
+        self._still = still  # raises if the consumer may no longer receive from the queue
         self._prefetch = opened.prefetch
         self._vt = opened.visibility_timeout
         self._per_group = opened.per_group
@@ -212,6 +227,7 @@ class Subscription:
     async def _poll(self, room: int) -> tuple[Queue, pages.Pages] | None:
         """Lease up to ``room`` messages, waiting up to POLL for them; None if none came."""
         started = time.perf_counter()
+        self._still()
         queue = await self._registry.get(self._name, create=False)
         found = await queue.dequeue_pages(room, self._vt, POLL, per_group=self._per_group)
         if not found.messages and not found.pages:

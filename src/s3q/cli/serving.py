@@ -56,6 +56,22 @@ from .stores import (
     "comma-separated): SQS requests must be SigV4-signed with one.",
 )
 @click.option(
+    "--principals",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Principals and their grants (TOML): who may send, receive, read or administer which "
+    "queues; read again on SIGHUP and when it changes.",
+)
+@click.option(
+    "--audit-log",
+    metavar="FILE",
+    help="Append the audit trail (a JSON line per refused call and admin action) to FILE; - "
+    "for standard output [default: standard output, with credentials].",
+)
+@click.option(
+    "--audit-all", is_flag=True, help="Put every call in the audit trail, not only those."
+)
+@click.option(
     "--max-body",
     type=click.IntRange(min=1024),
     default=DEFAULT_MAX_BODY,
@@ -148,6 +164,9 @@ def serve(
     advertise: str | None,
     peers: tuple[str, ...],
     sqs_credentials: str | None,
+    principals: str | None,
+    audit_log: str | None,
+    audit_all: bool,
     max_body: int,
     max_batch: int,
     max_connections: int,
@@ -172,6 +191,7 @@ def serve(
     from ..broker import serve as run
 
     where = store_root(store)
+    _check_principals(principals)
 
     def ready(url: str) -> None:
         click.echo(f"s3q broker serving {shown(where)}\ndashboard: {url}")
@@ -185,6 +205,9 @@ def serve(
         advertise=advertise,
         peers=list(peers) or None,
         sqs_credentials=sqs_credentials,
+        principals=principals,
+        audit_log=audit_log,
+        audit_all=audit_all,
         on_ready=ready,
         max_body=max_body,
         max_batch=max_batch,
@@ -197,6 +220,18 @@ def serve(
         log_level=log_level,
         access_log=access_log,
     )
+
+
+def _check_principals(path: str | None) -> None:
+    """A principals file that cannot be used is a usage error (exit 2), its fault named."""
+    if path is None:
+        return
+    from ..broker.principals import InvalidPrincipals, load
+
+    try:
+        load(path)
+    except InvalidPrincipals as exc:
+        raise click.BadParameter(str(exc), param_hint="'--principals'") from None
 
 
 @main.command()

@@ -56,7 +56,8 @@ class BrokerUnreachable(StoreError):
 
 
 class AuthError(BrokerError):
-    """The broker refused the request: no bearer token (401) or a wrong one (403)."""
+    """The broker refused the request: no bearer token (401), a wrong one (403), or a call its
+    principal's grants do not allow (403, naming the action and the queue)."""
 
 
 class BodyTooLarge(BrokerError):

@@ -3,13 +3,15 @@
 The page (HTML, CSS and JS shipped in ``static/``, no network needed) holds no queue data: it
 reads everything with ``fetch`` from ``GET /dashboard/summary`` and the ``/v1`` API
 (dead letters, redrive), sending the bearer token the user typed, kept in ``sessionStorage``.
-So the summary is guarded exactly like ``/v1``; no cookie is used, hence no CSRF to mind.
+So the summary is guarded exactly like ``/v1``, and shows only the queues its caller's
+principal may read; no cookie is used, hence no CSRF to mind.
 The throughput of the last minutes is kept by the broker (:class:`.history.History`) and sent
 once, when the page opens.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from importlib import resources
@@ -22,6 +24,7 @@ from starlette.routing import Route
 
 from ...errors import S3QError
 from ...wire.codec import error_body, status_of
+from ..access import Access
 from ..metrics import REQUEST_KINDS, STATUSES, BrokerMetrics, by_kind
 from ..registry import QueueRegistry
 from .history import History, finished
@@ -69,14 +72,10 @@ def _static(name: str) -> bytes:
 
 
 def routes(
-    registry: QueueRegistry,
-    metrics: BrokerMetrics,
-    history: History,
-    authorize: Callable[[Request], None],
-    *,
-    auth: bool,
+    registry: QueueRegistry, metrics: BrokerMetrics, history: History, access: Access
 ) -> list[Route]:
-    """The dashboard's routes; ``authorize`` raises the same AuthError as the API would.
+    """The dashboard's routes; its summary's caller is identified as the API's are (the same
+    AuthError if it cannot be) and shown only the queues it may read.
     ``GET /dashboard/summary?history=1`` adds the throughput ``history`` of the last minutes."""
     assets = {
         name: (_static(name), MEDIA_TYPES["." + name.rsplit(".", 1)[-1]])
@@ -95,12 +94,14 @@ def routes(
 
     async def summary(request: Request) -> Response:
         try:
-            authorize(request)
+            caller = access.identify(request, "dashboard", None)
         except S3QError as exc:
             return JSONResponse(error_body(exc), status_of(exc), headers=HEADERS)
-        answer = await build_summary(registry, metrics, auth=auth)
+        sees = functools.partial(access.allows, caller, "read")
+        answer = await build_summary(registry, metrics, auth=access.authenticated, sees=sees)
         if request.query_params.get("history") == "1":
-            answer["history"] = history.summary()
+            answer["history"] = history.summary(sees)
+        access.done(caller, "read", "dashboard", None, "ok")
         return JSONResponse(answer, headers=HEADERS)
 
     return [
@@ -110,19 +111,30 @@ def routes(
     ]
 
 
+def _everyone(name: str) -> bool:
+    return True
+
+
 async def build_summary(
-    registry: QueueRegistry, metrics: BrokerMetrics, *, auth: bool
+    registry: QueueRegistry,
+    metrics: BrokerMetrics,
+    *,
+    auth: bool,
+    sees: Callable[[str], bool] = _everyone,
 ) -> dict[str, Any]:
     """Every open queue's figures now, the commit latency of the last minutes, and what the
     broker's store requests cost (``cost``: since it started and per month at the rate of the
     last ten minutes, with the prices reckoned at and the requests by kind).
 
-    A queue whose figures cannot be read (its writer stopped) is listed with its ``error``.
+    A queue whose figures cannot be read (its writer stopped) is listed with its ``error``;
+    one its caller may not read (``sees``) is not listed.
     Throughput is left to the page: it differentiates ``total_enqueued`` and ``finished``
     (messages that left the queue's live states: completed, purged or retired) between two polls.
     """
     queues: list[dict[str, Any]] = []
     for name in registry.names():
+        if not sees(name):
+            continue
         queue = registry.local(name)
         if queue is None:  # closed meanwhile
             continue

@@ -101,9 +101,10 @@ class History:
             ring.moved, ring.puts = puts != ring.puts, puts
         ring.samples.append((self.clock(), enqueued, done))
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, sees: Callable[[str], bool] | None = None) -> dict[str, Any]:
         """``{span, step, queues: {name: [[t, total_enqueued, finished], ...]}}``, oldest
-        first, the samples of the last ``span`` seconds."""
+        first, the samples of the last ``span`` seconds (of the queues ``sees`` lets through,
+        if given)."""
         since = self.clock() - self.span
         return {
             "span": self.span,
@@ -111,5 +112,6 @@ class History:
             "queues": {
                 name: [list(s) for s in ring.samples if s[0] >= since]
                 for name, ring in self._rings.items()
+                if sees is None or sees(name)
             },
         }

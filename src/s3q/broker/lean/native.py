@@ -3,8 +3,9 @@ body, from a caller the broker trusts, answered as Starlette's route would answe
 
 A request is taken here only when nothing about it needs the generic stack: no query string,
 no escaped character in its path, a ``Content-Length`` within the broker's limit, a msgpack
-body, no ``Origin``, an allowed ``Host``, a valid bearer token (or a broker without tokens), no
-``Expect`` and no chunked body. Its arguments are decoded once, whole, and taken only if
+body, no ``Origin``, an allowed ``Host``, a valid bearer token (or a broker without
+credentials) whose principal may do the call's action to its queue, no ``Expect`` and no
+chunked body. Its arguments are decoded once, whole, and taken only if
 :meth:`.arguments.Plan.takes` them; anything else goes to Starlette's route with the same
 bytes, so every refusal is the one the generic stack gives.
 """
@@ -20,7 +21,8 @@ from ...errors import S3QError
 from ...wire.answers import PARTITIONS_HEADER, WRITER_HEADER
 from ...wire.codec import API_PREFIX, JSON, MSGPACK, encode
 from .. import calls
-from ..arguments import MSGPACK_TYPES, Limits, Plan, bearer_ok
+from ..access import OPERATIONS, Access, Caller
+from ..arguments import MSGPACK_TYPES, Limits, Plan
 from ..forward import FORWARDED
 from ..guard import HostCheck
 from ..metrics import BrokerMetrics
@@ -57,6 +59,7 @@ class Head(NamedTuple):
     name: str
     as_json: bool  # the answer's encoding (the request's ``Accept``)
     forwarded: bool
+    caller: Caller
 
     def take(
         self, body: bytes, connection: Connection, default_headers: list[tuple[bytes, bytes]]
@@ -83,13 +86,13 @@ class NativeCalls:
         self,
         registry: QueueRegistry,
         metrics: BrokerMetrics,
-        secrets: list[bytes],
+        access: Access,
         limits: Limits,
         host_check: HostCheck | None,
     ) -> None:
         self.registry = registry
         self.metrics = metrics
-        self.secrets = secrets
+        self.access = access
         self.limits = limits
         self.host_check = host_check
         self.taken = 0  # requests answered here
@@ -109,9 +112,16 @@ class NativeCalls:
             ):
                 self.routes[operation.encode()] = (endpoint, plan)
 
-    def admit(self, method: bytes, url: bytes, headers: list[tuple[bytes, bytes]]) -> Head | None:
+    def admit(
+        self,
+        method: bytes,
+        url: bytes,
+        headers: list[tuple[bytes, bytes]],
+        source: str | None = None,
+    ) -> Head | None:
         """The call a request head (its header names in lower case) makes, if the lean path
-        may answer it; None: the generic stack answers it."""
+        may answer it (``source``: the caller's address); None: the generic stack answers it
+        (a refusal among them, so that it is made, counted and audited in one place)."""
         if method != b"POST" or not url.startswith(QUEUES):
             return None
         name, _, operation = url[len(QUEUES) :].partition(b"/")
@@ -142,14 +152,17 @@ class NativeCalls:
             return None
         if self.host_check is not None and not self.host_check.allows(host):
             return None
-        if self.secrets and not bearer_ok(authorization.decode("latin-1"), self.secrets):
+        caller = self.access.bearer_caller(authorization.decode("latin-1"), source)
+        if caller is None:
             return None
         try:
             text = name.decode("ascii")
         except UnicodeDecodeError:
             return None
+        if not self.access.allows(caller, OPERATIONS[found[0].operation], text):
+            return None
         as_json = calls.wants_json(accept.decode("latin-1"))
-        return Head(self, found[0], found[1], text, as_json, forwarded)
+        return Head(self, found[0], found[1], text, as_json, forwarded, caller)
 
     def arguments(self, head: Head, body: bytes) -> dict[str, Any] | None:
         """The call's arguments, if the generic stack would take them as they are."""
@@ -168,8 +181,17 @@ class NativeCalls:
     ) -> bytes:
         """The call answered: the response's bytes (status line, headers, body)."""
         self.taken += 1
+        operation = head.endpoint.operation
+        action = OPERATIONS[operation]
+        head.caller.acting(action)  # (this task's: its forwarded calls name the caller)
         call = Call(self.registry, head.name, args, head.forwarded, connection.gone)
-        found = await calls.answer(head.endpoint, self.registry, self.metrics, head.name, call)
+
+        def done(outcome: str) -> None:
+            self.access.done(head.caller, action, operation, head.name, outcome)
+
+        found = await calls.answer(
+            head.endpoint, self.registry, self.metrics, head.name, call, done
+        )
         return response(found, head.as_json, default_headers, connection.keep_alive)
 
     async def refuse(

@@ -65,7 +65,7 @@ class LeanProtocol(_Base):
     def on_headers_complete(self) -> None:
         lean = self.lean
         if lean is not None and (self.cycle is None or self.cycle.response_complete):
-            head = lean.admit(self.parser.get_method(), self.url, self.headers)
+            head = lean.admit(self.parser.get_method(), self.url, self.headers, self.client)
             if head is not None and self._free() and self.parser.get_http_version() == "1.1":
                 self._head, self._chunks = head, []
                 return

@@ -38,10 +38,15 @@ class LeanRoutes:
         return self.native.taken + (0 if self.sqs is None else self.sqs.taken)
 
     def admit(
-        self, method: bytes, url: bytes, headers: list[tuple[bytes, bytes]]
+        self,
+        method: bytes,
+        url: bytes,
+        headers: list[tuple[bytes, bytes]],
+        client: tuple[str, int] | None = None,
     ) -> Admitted | None:
         """The request a head makes, if the lean path may answer it (header names in lower
-        case); None: the generic stack answers it."""
+        case; ``client``: the caller's address); None: the generic stack answers it."""
+        source = None if client is None else client[0]
         if url == b"/":
-            return None if self.sqs is None else self.sqs.admit(method, url, headers)
-        return self.native.admit(method, url, headers)
+            return None if self.sqs is None else self.sqs.admit(method, url, headers, source)
+        return self.native.admit(method, url, headers, source)

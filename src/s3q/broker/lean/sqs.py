@@ -30,10 +30,11 @@ class SqsHead(NamedTuple):
     headers: dict[str, list[str]]
     checked: sigv4.Credential | None
     origin: str
+    source: str | None
 
     def asked(self, gone: Callable[[], Awaitable[bool]]) -> SqsRequest:
         """The request as the endpoint reads it (``POST /``, no query string)."""
-        return SqsRequest("POST", "/", "", self.headers, None, self.origin, gone)
+        return SqsRequest("POST", "/", "", self.headers, None, self.origin, gone, self.source)
 
     def take(
         self, body: bytes, connection: Connection, default_headers: list[tuple[bytes, bytes]]
@@ -57,10 +58,14 @@ class SqsCalls:
         self.taken = 0  # requests answered here
 
     def admit(
-        self, method: bytes, url: bytes, headers: list[tuple[bytes, bytes]]
+        self,
+        method: bytes,
+        url: bytes,
+        headers: list[tuple[bytes, bytes]],
+        source: str | None = None,
     ) -> SqsHead | None:
-        """The request a head makes, if the lean path may answer it; None: the generic
-        stack answers it."""
+        """The request a head makes, if the lean path may answer it (``source``: the caller's
+        address); None: the generic stack answers it."""
         if method != b"POST" or url != b"/":
             return None
         length = -1
@@ -81,7 +86,7 @@ class SqsCalls:
             checked = self.endpoint.credential(lists)
         except SqsError:
             return None  # refused by the generic stack, before its body is read
-        return SqsHead(self, lists, checked, "http://" + host.decode("latin-1"))
+        return SqsHead(self, lists, checked, "http://" + host.decode("latin-1"), source)
 
     async def answer(
         self,

@@ -29,6 +29,7 @@ from ...partitions.queue import PartitionedQueue
 from ...surface import AsyncQueueSurface
 from ...wire.codec import check_name
 from ..forward import ForwardedQueue
+from ..principals import ADMIN, READ, RECEIVE, SEND
 from ..registry import QueueRegistry
 from . import acks, handles, messages, permissions, queues, shapes, tags
 from .catalog import Catalog, Entry
@@ -52,14 +53,28 @@ def does_not_exist() -> SqsError:
     return SqsError("QueueDoesNotExist", "The specified queue does not exist.")
 
 
+def _anyone(name: str) -> None:
+    return None
+
+
+def _everyone(name: str) -> bool:
+    return True
+
+
 @dataclass
 class Call:
     """One SQS request: where it was sent (``scheme://host``, what queue URLs begin with),
-    whether its client has gone by now, and the queue it named once known."""
+    whether its client has gone by now, and the queue it named once known. ``guard``
+    refuses (AccessDenied) a queue its caller may not act on as the action does, and is
+    asked of each queue before it is read; ``sees``: whether its caller may read a queue
+    (listings show only those); ``denied``: a guard refused it."""
 
     origin: str
     gone: Callable[[], Awaitable[bool]]
     queue: str | None = None
+    guard: Callable[[str], None] = _anyone
+    sees: Callable[[str], bool] = _everyone
+    denied: bool = False
 
 
 @dataclass
@@ -97,6 +112,7 @@ class Service:
         except InvalidArgument:
             raise does_not_exist() from None
         call.queue = name
+        call.guard(name)
         if await self.catalog.get(name) is None:
             raise does_not_exist()
         return name, await self.registry.get(name)
@@ -110,6 +126,7 @@ class Service:
         name = req.QueueName
         queues.check_new_name(name, req.Attributes)
         call.queue = name
+        call.guard(name)
         checked = queues.check(name, req.Attributes, creating=True)
         tagged: dict[str, str] = {}
         if req.tags:
@@ -169,7 +186,9 @@ class Service:
     async def list_queues(self, call: Call, req: shapes.ListQueues) -> Any:
         prefix = req.QueueNamePrefix or ""
         names = [
-            n for n in sorted(await self.catalog.entries(refresh=True)) if n.startswith(prefix)
+            n
+            for n in sorted(await self.catalog.entries(refresh=True))
+            if n.startswith(prefix) and call.sees(n)
         ]
         return _page(
             names, req.MaxResults, req.NextToken, "QueueUrls", lambda n: self.url_of(call, n)
@@ -246,7 +265,7 @@ class Service:
     async def list_dead_letter_source_queues(self, call: Call, req: shapes.ListSources) -> Any:
         name, _ = await self._by_url(call, req.QueueUrl)
         await self.catalog.entries(refresh=True)
-        sources = self.catalog.sources(name)
+        sources = [n for n in self.catalog.sources(name) if call.sees(n)]
         return _page(
             sources, req.MaxResults, req.NextToken, "queueUrls", lambda n: self.url_of(call, n)
         )
@@ -438,16 +457,36 @@ class Service:
     # -- message-move tasks ----------------------------------------------------------------------
 
     async def start_message_move_task(self, call: Call, req: shapes.StartMove) -> Any:
+        _guard_arns(call, req.SourceArn, req.DestinationArn)
         handle = await self.moves.start(
             req.SourceArn, req.DestinationArn, req.MaxNumberOfMessagesPerSecond
         )
         return {"TaskHandle": handle}
 
     async def cancel_message_move_task(self, call: Call, req: shapes.CancelMove) -> Any:
+        source = self.moves.source_of(req.TaskHandle)
+        if source is not None:
+            call.queue = source
+            call.guard(source)
         return {"ApproximateNumberOfMessagesMoved": await self.moves.cancel(req.TaskHandle)}
 
     async def list_message_move_tasks(self, call: Call, req: shapes.ListMoves) -> Any:
+        _guard_arns(call, req.SourceArn)
         return {"Results": await self.moves.listed(req.SourceArn, req.MaxResults)}
+
+
+def _guard_arns(call: Call, *arns: str | None) -> None:
+    """The call's guard asked of each queue these ARNs name (one that names none is the
+    action's to refuse)."""
+    for value in arns:
+        if value is None:
+            continue
+        try:
+            name = queues.name_of_arn(value)
+        except SqsError:
+            continue
+        call.queue = call.queue or name
+        call.guard(name)
 
 
 def _check_batch(
@@ -565,6 +604,47 @@ ACTIONS: dict[str, tuple[type[shapes.Shape], Handler]] = {
     "StartMessageMoveTask": (shapes.StartMove, Service.start_message_move_task),
     "CancelMessageMoveTask": (shapes.CancelMove, Service.cancel_message_move_task),
     "ListMessageMoveTasks": (shapes.ListMoves, Service.list_message_move_tasks),
+}
+
+#: The action class (s3q.broker.principals) an SQS action needs on each queue it names.
+CLASS_OF: dict[str, str] = {
+    **dict.fromkeys(("SendMessage", "SendMessageBatch"), SEND),
+    **dict.fromkeys(
+        (
+            "ReceiveMessage",
+            "DeleteMessage",
+            "DeleteMessageBatch",
+            "ChangeMessageVisibility",
+            "ChangeMessageVisibilityBatch",
+        ),
+        RECEIVE,
+    ),
+    **dict.fromkeys(
+        (
+            "GetQueueUrl",
+            "GetQueueAttributes",
+            "ListQueues",
+            "ListQueueTags",
+            "ListDeadLetterSourceQueues",
+            "ListMessageMoveTasks",
+        ),
+        READ,
+    ),
+    **dict.fromkeys(
+        (
+            "CreateQueue",
+            "SetQueueAttributes",
+            "PurgeQueue",
+            "DeleteQueue",
+            "TagQueue",
+            "UntagQueue",
+            "AddPermission",
+            "RemovePermission",
+            "StartMessageMoveTask",
+            "CancelMessageMoveTask",
+        ),
+        ADMIN,
+    ),
 }
 
 #: SQS actions this endpoint does not offer (UnsupportedOperation): none at present.

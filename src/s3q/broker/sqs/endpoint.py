@@ -1,9 +1,13 @@
 """The SQS endpoint: ``POST /`` on the broker's port, authenticated, dispatched to an action.
 
 Authentication: with access keys, every request must carry a valid SigV4 signature made with
-one of them. Without keys, a broker that has bearer tokens refuses every SQS request (it could
-not tell who sent it); a broker with neither accepts any request, signed or not (loopback
-development mode, like the native API without tokens).
+one of them. Without keys, a broker that has other credentials (bearer tokens, a principals
+file) refuses every SQS request (it could not tell who sent it); a broker with none accepts
+any request, signed or not (loopback development mode, like the native API without tokens).
+
+Authorization: the access key's principal (:mod:`..principals`) must be granted the action's
+class (:data:`.actions.CLASS_OF`) on each queue the action names, checked as the action learns
+the name, before the queue is read (else ``AccessDenied``, 403).
 """
 
 from __future__ import annotations
@@ -30,13 +34,14 @@ from ...errors import (
     Unavailable,
     WriterFenced,
 )
-from ...wire.codec import BodyTooLarge, RequestTimeout
+from ...wire.codec import AuthError, BodyTooLarge, RequestTimeout
 from .. import redact
+from ..access import NO_CREDENTIAL, Access, Caller
 from ..limits import SQS_MAX_BODY, disconnected, read_body
 from ..metrics import BrokerMetrics
 from ..registry import QueueRegistry
 from . import query, sigv4
-from .actions import ACTIONS, UNSUPPORTED, Call, Service
+from .actions import ACTIONS, CLASS_OF, UNSUPPORTED, Call, Service
 from .catalog import Catalog
 from .protocol import (
     SqsError,
@@ -46,6 +51,7 @@ from .protocol import (
     json_action,
     response_headers,
 )
+from .queues import arn
 from .shapes import Shape
 
 log = logging.getLogger("s3q.broker.sqs")
@@ -56,6 +62,8 @@ def sqs_error(exc: S3QError, text: str | None = None) -> SqsError:
     if isinstance(exc, SqsError):
         return exc
     text = str(exc) if text is None else text
+    if isinstance(exc, AuthError):  # a leader refused a call forwarded for the caller
+        return SqsError("AccessDenied", text, 403)
     if isinstance(exc, BodyTooLarge):
         return SqsError("RequestEntityTooLarge", text, 413)
     if isinstance(exc, RequestTimeout):
@@ -86,6 +94,7 @@ class SqsRequest(NamedTuple):
     queue_url: str | None  # the queue a request posted to a queue's URL names
     origin: str  # ``scheme://host`` it was sent to (queue URLs begin with it)
     gone: Callable[[], Awaitable[bool]]  # whether its client has left by now
+    source: str | None = None  # the caller's address
 
 
 def header_lists(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, list[str]]:
@@ -111,27 +120,76 @@ class Endpoint:
     def __init__(
         self,
         registry: QueueRegistry,
-        keys: Mapping[str, str] | None,
-        deny_unsigned: bool,
+        access: Access | None = None,
         metrics: BrokerMetrics | None = None,
     ) -> None:
         self.registry = registry
-        self.keys = dict(keys or {})
-        self.deny_unsigned = deny_unsigned and not self.keys
+        self.access = access or Access()
         self.metrics = metrics
         self.service = Service(registry, Catalog(registry.store, registry.store_options))
 
     def credential(self, headers: Mapping[str, list[str]]) -> sigv4.Credential | None:
         """What can be checked of the caller before its body is read: SqsError if it may not
         call; its credential (None: this broker takes unsigned requests)."""
-        if self.deny_unsigned:
+        keys = self.access.sqs_keys()
+        if keys is None:
+            return None
+        if not keys:
             raise SqsError(
                 "AccessDenied",
                 "This broker has bearer tokens but no SQS access keys: the SQS endpoint is "
-                "closed (give --sqs-credentials).",
+                "closed (give --sqs-credentials, or sqs_keys in the principals file).",
                 403,
             )
-        return sigv4.credential(headers, self.keys) if self.keys else None
+        return sigv4.credential(headers, keys)
+
+    async def _caller(
+        self,
+        asked: SqsRequest,
+        body: Callable[[], Awaitable[bytes]],
+        checked: sigv4.Credential | None,
+    ) -> tuple[Caller, bytes]:
+        """The caller and the body of a request whose signature checks out; else its refusal
+        (SqsError 403), counted and audited (and the body, unless it was signed, unread)."""
+        try:
+            if checked is UNCHECKED:
+                checked = self.credential(asked.headers)
+            raw = await body()
+            key_id = None
+            if checked is not None:
+                method, path, headers = asked.method, asked.raw_path, asked.headers
+                key_id = sigv4.verify_body(checked, method, path, asked.query, headers, raw)
+            caller = self.access.sqs_caller(key_id, asked.source)
+            if caller is None:  # its principal left with a reload, meanwhile
+                raise SqsError("InvalidClientTokenId", "The security token is invalid.", 403)
+        except SqsError as exc:
+            if exc.status != 403:
+                raise
+            why = NO_CREDENTIAL if exc.name == "MissingAuthenticationToken" else "bad-credential"
+            raise self.access.refused(exc, why, None, "sqs", asked.source, "sqs", None) from None
+        return caller, raw
+
+    def _guard(self, caller: Caller, call: Call, action: str) -> None:
+        """Make ``call`` check its caller's grant of ``action``'s class on each queue it names
+        (AccessDenied, audited, if not granted), and act for its caller."""
+        cls = CLASS_OF[action]
+        operation = "sqs." + action
+
+        def check(queue: str) -> None:
+            def refuse(text: str) -> SqsError:
+                call.denied = True
+                return SqsError(
+                    "AccessDenied",
+                    f"User: {caller.principal.name} is not authorized to perform: sqs:{action} "
+                    f"on resource: {arn(queue)} ({text})",
+                    403,
+                )
+
+            self.access.check(caller, cls, queue, operation, refuse)
+
+        call.guard = check
+        call.sees = partial(self.access.allows, caller, "read")
+        caller.acting(cls)
 
     async def handle(self, request: Request) -> Response:
         """Starlette's route: ``request`` answered."""
@@ -147,6 +205,7 @@ class Endpoint:
             _queue_url(request),
             f"{request.url.scheme}://{host}",
             partial(disconnected, request),
+            None if request.client is None else request.client.host,
         )
         return _answer(*await self.answer(asked, partial(read_body, request, SQS_MAX_BODY)))
 
@@ -162,15 +221,11 @@ class Endpoint:
         call = Call(asked.origin, asked.gone)
         action = "unknown"
         outcome = "ok"
+        caller: Caller | None = None
         target = _first(asked.headers, "x-amz-target")
         as_query = query.is_query(_first(asked.headers, "content-type"), target)
         try:
-            if checked is UNCHECKED:
-                checked = self.credential(asked.headers)
-            raw = await body()
-            if checked is not None:
-                method, path, headers = asked.method, asked.raw_path, asked.headers
-                sigv4.verify_body(checked, method, path, asked.query, headers, raw)
+            caller, raw = await self._caller(asked, body, checked)
             arguments: Callable[[type[Shape]], Shape]
             if as_query:
                 parsed = query.QueryRequest(raw, asked.queue_url)
@@ -182,6 +237,7 @@ class Endpoint:
             if action not in ACTIONS:
                 raise SqsError("InvalidAction", f"The action {action} is not valid.")
             shape, handler = ACTIONS[action]
+            self._guard(caller, call, action)
             result: Any = await handler(self.service, call, arguments(shape))
         except S3QError as exc:
             error = sqs_error(exc, redact.message(exc, call.queue, self.registry.store))
@@ -194,11 +250,12 @@ class Endpoint:
             error = SqsError("InternalFailure", redact.INTERNAL, 500)
             return (query.error_response if as_query else error_response)(error)
         finally:
+            label = action if action in ACTIONS else "invalid"
             if self.metrics is not None:
-                label = action if action in ACTIONS else "invalid"
-                self.metrics.observe(
-                    call.queue, f"sqs.{label}", outcome, time.perf_counter() - started
-                )
+                seconds = time.perf_counter() - started
+                self.metrics.observe(call.queue, f"sqs.{label}", outcome, seconds)
+            if not call.denied:
+                self.access.done(caller, CLASS_OF.get(action), f"sqs.{label}", call.queue, outcome)
         if as_query:
             return query.answer(action, result)
         return 200, response_headers(), encode(result)

@@ -36,6 +36,7 @@ from ...config import Setting
 from ...errors import S3QError
 from ...message import Message
 from ...surface import AsyncQueueSurface
+from .. import peerauth
 from . import messages, queues
 from .catalog import Catalog
 from .protocol import SqsError, invalid, within
@@ -73,9 +74,11 @@ class Redrives:
 
     async def move(self, source: str, target: str) -> None:
         """Move the dead letters of ``source`` into ``target``; a failure is logged, and they
-        wait in ``source``."""
+        wait in ``source``. The broker moves them (as the redrive policy an admin set asks),
+        not the caller whose call set it going: no grant of the caller's is asked for."""
         try:
-            await self._move_now(source, target)
+            with peerauth.as_broker():
+                await self._move_now(source, target)
         except S3QError as exc:  # e.g. too large for the target: they wait in the source
             log.warning("moving dead letters from %s to %s failed: %s", source, target, exc)
 
@@ -211,6 +214,16 @@ class MoveTasks:
         count = within("MaxResults", limit, 1, KEPT, 1)
         return [t.listed() for t in self._tasks.get(source, [])[:count]]
 
+    def source_of(self, handle: str) -> str | None:
+        """The source queue a task handle names (None: it names none; :meth:`cancel` says
+        what is wrong with it)."""
+        try:
+            text = base64.b64decode(handle, validate=True)
+            named = msgspec.json.decode(text, type=dict[str, str])
+            return queues.name_of_arn(named["sourceArn"])
+        except (binascii.Error, ValueError, KeyError, msgspec.DecodeError, SqsError):
+            return None
+
     def _named(self, handle: str) -> MoveTask:
         try:
             text = base64.b64decode(handle, validate=True)
@@ -232,6 +245,8 @@ class MoveTasks:
     # -- running -----------------------------------------------------------------------------
 
     async def _run(self, task: MoveTask) -> None:
+        # the broker moves them, its caller's grant (admin of the queues) checked at the start
+        peerauth.ACTING.set(None)
         started = time.monotonic()
         try:
             source = await self.queue(task.source)

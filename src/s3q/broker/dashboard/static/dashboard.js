@@ -110,6 +110,8 @@
 
   function authFailed(err) {
     if (!(err instanceof HttpError) || (err.status !== 401 && err.status !== 403)) return false;
+    // a good token whose principal's grants do not allow this call: said where it happened
+    if (err.status === 403 && /^principal /.test(err.message)) return false;
     if (token) {
       sessionStorage.removeItem(TOKEN_KEY);
       token = null;
