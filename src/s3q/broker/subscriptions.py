@@ -148,6 +148,8 @@ class Subscription:
         self._roomy = asyncio.Event()  # fewer than MAX_SETTLING settles in flight
         self._roomy.set()
         self._closed = False
+        self._polling = False  # the pusher's dequeue may wait (else completions ride its next)
+        self._riding: list[frames.Settle] = []  # completions for the pusher's next dequeue
 
     async def run(self) -> None:
         """Serve the channel until it closes, then give back the leases it still holds."""
@@ -162,6 +164,9 @@ class Subscription:
         finally:
             self._closed = True
             self._room.set()
+            for frame in self._riding:  # (sent before the close: done, not given back)
+                self._spawn(frame)
+            self._riding = []
             if self._settling:
                 await asyncio.gather(*self._settling, return_exceptions=True)
             await asyncio.gather(pusher, return_exceptions=True)
@@ -178,13 +183,21 @@ class Subscription:
                 self._room.set()
             elif isinstance(frame, frames.Settle):
                 self._check(frame)
-                task = asyncio.create_task(self._settle(frame))
-                self._settling.add(task)
-                task.add_done_callback(self._settled)
-                if len(self._settling) >= MAX_SETTLING:
-                    self._roomy.clear()
+                if frame.op == "complete" and not self._polling:
+                    self._riding.append(frame)  # (one commit with the dequeue it makes room for)
+                    self._room.set()
+                else:
+                    self._spawn(frame)
             else:
                 raise InvalidArgument("a subscription is opened once")
+
+    def _spawn(self, frame: frames.Settle) -> None:
+        """Settle ``frame`` in a task of its own."""
+        task = asyncio.create_task(self._settle(frame))
+        self._settling.add(task)
+        task.add_done_callback(self._settled)
+        if len(self._settling) >= MAX_SETTLING:
+            self._roomy.clear()
 
     def _check(self, frame: frames.Settle) -> None:
         count = len(frame.receipts)
@@ -205,11 +218,17 @@ class Subscription:
     async def _push(self) -> None:
         while not self._closed:
             room = min(self._prefetch - len(self._held), self._max_batch)
+            if self._riding:
+                riding, self._riding = self._riding, []
+                if not await self._ride(riding, room):
+                    return
+                continue
             if room <= 0:
                 self._room.clear()
                 await self._room.wait()
                 continue
             try:
+                self._polling = True
                 answer = await self._poll(room)
             except WriterFenced:
                 await self._registry.evict_stopped(self._name)
@@ -221,6 +240,8 @@ class Subscription:
             except S3QError as exc:
                 await _refuse(self._ws, exc)
                 return
+            finally:
+                self._polling = False
             if answer is not None and not await self._deliver(*answer):
                 return
 
@@ -234,6 +255,41 @@ class Subscription:
             return None
         self._metrics.observe(self._name, "push", "ok", time.perf_counter() - started)
         return queue, found
+
+    async def _ride(self, riding: list[frames.Settle], room: int) -> bool:
+        """Complete ``riding`` in the commit of the dequeue that fills the room they leave (so
+        a consumer at its prefetch costs one commit a round, not two), and push what it
+        leased; False if the channel closed. If the dequeue refuses them (a receipt stale: it
+        did nothing), each frame is settled on its own, as without riding."""
+        receipts = [r for frame in riding for r in frame.receipts]
+        room += sum(r in self._held for r in set(receipts))
+        started = time.perf_counter()
+        try:
+            if room <= 0:
+                raise InvalidArgument("no room")  # (the prefetch was lowered meanwhile)
+            self._still()
+            queue = await self._registry.get(self._name, create=False)
+            found = await queue.dequeue_pages(
+                min(room, self._max_batch),
+                self._vt,
+                0.0,
+                per_group=self._per_group,
+                complete=receipts,
+            )
+        except S3QError:
+            for frame in riding:
+                self._spawn(frame)
+            return True
+        self._held.difference_update(receipts)
+        seconds = time.perf_counter() - started
+        for frame in riding:
+            self._metrics.observe(self._name, "complete", "ok", seconds)
+            with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+                await self._ws.send_bytes(frames.encode(frames.Settled(frame.seq)))
+        if not found.messages and not found.pages:
+            return True
+        self._metrics.observe(self._name, "push", "ok", seconds)
+        return await self._deliver(queue, found)
 
     async def _deliver(self, queue: Queue, found: pages.Pages) -> bool:
         """Push what was leased; False (and each lease given back) if the channel closed."""

@@ -275,12 +275,13 @@ class AsyncSubscription:
         """Complete a message pushed without waiting: it travels with this loop turn's other
         completions. :meth:`flush` waits until every ack so far is durable, and raises the
         first one the broker refused (its lease had ended: the message is delivered again)."""
+        receipt = target.receipt if type(target) is Message else None
         pending = self._pending.get("complete")
         if pending is None:
             pending = self._pending["complete"] = _Pending()
             asyncio.get_running_loop().call_soon(self._flush, "complete")
             self._acks.append(pending)
-        pending.receipts.append(receipt_of(target))
+        pending.receipts.append(receipt or receipt_of(target))  # (a message pushed: its own)
 
     async def flush(self) -> None:
         """Wait until every :meth:`ack` so far is durable; the first refused raises."""
@@ -427,7 +428,8 @@ class Subscription:
         subscription next waits for the broker. :meth:`flush` waits until every ack so far is
         durable, and raises the first one the broker refused (its lease had ended: the
         message is delivered again)."""
-        self._unsent.append(receipt_of(target))
+        receipt = target.receipt if type(target) is Message else None
+        self._unsent.append(receipt or receipt_of(target))  # (a message pushed: its own)
         if len(self._unsent) >= ACKS_TOGETHER:
             self._send_acks()
 
