@@ -413,3 +413,16 @@ def test_a_subscription_goes_to_the_next_broker_when_one_is_not_reached(broker: 
             assert got is not None and got.id == mid
 
     asyncio.run(main())
+
+
+def test_a_subscription_outlives_the_time_a_request_head_may_take(tmp_path: Path) -> None:
+    """A connection that became a WebSocket has no request head to wait for: the head
+    timeout (here 0.3 s) must not close it (it closed every subscription after 10 s)."""
+    with Broker(f"file://{tmp_path}/store", head_timeout=0.3) as b, connect(b.url) as c:
+        q = c.queue("jobs")
+        with q.subscribe(prefetch=5) as sub:
+            assert sub.get(1.0) is None  # (idle for more than the head timeout)
+            mid = q.enqueue(b"late")
+            got = sub.get(5)
+            assert got is not None and got.id == mid
+            sub.complete(got)

@@ -45,6 +45,7 @@ class Broker:
         audit_log: str | None = None,
         audit_all: bool = False,
         port: int | None = None,
+        head_timeout: float | None = None,
         **options: Any,
     ) -> None:
         # bound here and handed to uvicorn: no other process (an xdist worker) can take the port
@@ -69,7 +70,8 @@ class Broker:
         )
         if not lean:
             app.state.lean = None  # every call through the generic stack
-        config = configure(app, "127.0.0.1", self.port, log_level="warning")
+        heads = {} if head_timeout is None else {"head_timeout": head_timeout}
+        config = configure(app, "127.0.0.1", self.port, log_level="warning", **heads)
         if not websockets:
             config.ws = "none"  # a broker that offers no subscriptions
         self.server = uvicorn.Server(config)

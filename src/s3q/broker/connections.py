@@ -68,6 +68,14 @@ class _HeadTimeout(_Protocol):
             self._head_timer = None
         super().connection_lost(exc)
 
+    def handle_websocket_upgrade(self, *event: Any) -> None:
+        """The connection becomes a WebSocket (a subscription): no more request heads."""
+        self._head_since = None
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        super().handle_websocket_upgrade(*event)
+
     def _head_began(self) -> None:
         # one timer per connection, not one per request: when it fires, it looks at the head
         # awaited then (if any), and is set again for what that head has left
