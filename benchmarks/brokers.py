@@ -791,11 +791,16 @@ def run_phase(
                 progress, last_progress = (produced, consumed), now
             elif now - last_progress > STALL:
                 raise RuntimeError(f"{server.name} {phase}: no progress for {STALL:g} s")
-            if (
-                len(reports) < len(procs)
-                and results.empty()
-                and not any(p.is_alive() for p in procs)
-            ):
+            if len(reports) < len(procs) and not any(p.is_alive() for p in procs):
+                # (a report put just before its process ended may still be in the pipe:
+                # Queue.empty() says nothing of it)
+                with contextlib.suppress(queues.Empty):
+                    while len(reports) < len(procs):
+                        reports.append(results.get(timeout=2.0))
+                        if reports[-1][3]:
+                            raise RuntimeError(reports[-1][3])
+                if len(reports) == len(procs):
+                    continue
                 codes = [p.exitcode for p in procs]
                 raise RuntimeError(
                     f"{server.name} {phase}: client processes ended (exit codes {codes}) "
