@@ -9,8 +9,9 @@ own:
 - the records of messages touched since their enqueue (here) and the untouched ones, in runs
   (``runs.RunIndex``); an Append's messages become one or the other (``appends``); members of
   runs leased together, in stretches (``stretches.Stretches``) until something happens to one;
-- what to deliver next (``delivery.DeliveryIndex``: priorities, timers, groups, noisy tenants'
-  lanes, fair shares); ``select`` takes from it, and ``peek`` asks it the same on a fork;
+- what to deliver next (``delivery.DeliveryIndex``: the ready structures by priority, timers,
+  groups, noisy tenants' lanes, fair shares); ``select`` takes from it, and ``peek`` asks it
+  the same on a fork;
 - which objects hold live payloads and which are garbage (``payload_refs.PayloadRefs``);
 - what is remembered for a while: dedup ids, commit tokens, completed messages
   (``retention.Retention``);

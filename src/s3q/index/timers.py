@@ -1,11 +1,11 @@
-"""Timers: when a record or a leased stretch next changes: a delay or a backoff ends, a lease
-runs out, a group's head stops waiting.
+"""Timers: when each record or leased stretch next changes (a delay or a backoff ends, a lease
+runs out, a group's head stops waiting).
 
 Two heaps by time. A record's entry is (time, arrival, version, id), stale once the record
 changed (its version moved on); a stretch's is (until, arrival, token), stale once the stretch
-holds no member. Stale entries are skipped when they come up. A timer that fires makes what it
-held deliverable (to the ready structures, ``ready``, through the delivery index that owns both)
-or, a lease run out with no attempt left, to be buried.
+holds no member. Stale entries are skipped when they come up. A timer that fires hands what it
+held to the ready structures (``ready``, through the hook the delivery index owning both gives)
+or, a lease run out with no attempt left, back to be buried.
 """
 
 from __future__ import annotations
