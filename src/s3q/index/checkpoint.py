@@ -169,7 +169,7 @@ def restore(snap: Snapshot) -> QueueState:
         else:
             state.live += 1
             if rec.group is not None:
-                delivery.join(rec)
+                delivery.groups.join(rec)
             if rec.state == LEASED:
                 tenants.restored_lease(rec.tenant)
             else:

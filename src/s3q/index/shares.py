@@ -4,11 +4,18 @@ Each priority has a weight (``priority + 1``) and a start tag (its share); a del
 priority starts at its tag, or at the virtual time if that is ahead (a priority that had nothing
 to deliver gets no credit for the time), and moves its tag on by 1 / weight. The priority with
 the lowest tag delivers next, so each gets deliveries in proportion to its weight.
+
+``choose`` is a fair delivery: it tries the shares on a copy, taking messages a share of its
+limit at a time from what each priority offers (the delivery index's ``fetch``); the Lease
+folded for those chosen moves the shares themselves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Callable, Iterable
+
+from .records import Record
 
 
 class Shares:
@@ -55,3 +62,45 @@ class Shares:
     def copy(self) -> Shares:
         """Shares to try deliveries on, leaving these be."""
         return Shares(dict(self.tags), self.vtime)
+
+
+def choose(
+    shares: Shares,
+    active: set[int],
+    limit: int,
+    per_group: int,
+    fetch: Callable[[int, int], list[Record] | None],
+    followers: Callable[[Record, int], list[Record]],
+) -> tuple[list[Record], dict[int, deque[Record]]]:
+    """Up to ``limit`` messages of the ``active`` priorities by ``shares``: the priority with
+    the lowest start tag (the higher one on a tie) delivers next, one message at a time, from
+    messages taken a share of the limit at a time (``fetch(priority, count)``, in order; None
+    if a run's table must be read back first, which ends the choice). A group's head comes with
+    up to ``per_group - 1`` of the messages after it (``followers(head, room)``).
+
+    Returns those chosen, and by priority those taken and not chosen, for the caller to put
+    back ahead of the rest of their priority."""
+    chosen: list[Record] = []
+    trial = shares.copy()
+    taken: dict[int, deque[Record]] = {}
+    stuck = False
+    while len(chosen) < limit and active and not stuck:
+        priority = trial.next(active)
+        buffer = taken.get(priority)
+        if not buffer:
+            weights = sum(p + 1 for p in active)
+            want = -(-(limit - len(chosen)) * (priority + 1) // weights) + 1
+            got = fetch(priority, want)
+            stuck = got is None
+            if not got:
+                active.discard(priority)
+                continue
+            buffer = taken[priority] = deque(got)
+        rec = buffer.popleft()
+        chosen.append(rec)
+        trial.served(priority)
+        if per_group > 1 and rec.group is not None and len(chosen) < limit:
+            for follower in followers(rec, min(per_group - 1, limit - len(chosen))):
+                chosen.append(follower)
+                trial.served(follower.priority)
+    return chosen, taken

@@ -1,13 +1,17 @@
 """The queue's index: what its log says, folded one operation at a time.
 
-``QueueState.apply`` folds one operation; nothing here does I/O or reads a clock (reads that
-depend on time take ``now``). The index is a coordinator of parts, each a module of its own:
+``QueueState.apply`` folds one operation, each kind in the module of its part of a message's
+life: enqueued (``enqueues``), leased and given back or failed (``leases``), finished
+(``finish``), removed unfinished (``removal``). Nothing here does I/O or reads a clock (reads
+that depend on time take ``now``). The index is a coordinator of parts, each a module of its
+own:
 
 - the records of messages touched since their enqueue (here) and the untouched ones, in runs
   (``runs.RunIndex``); an Append's messages become one or the other (``appends``); members of
   runs leased together, in stretches (``stretches.Stretches``) until something happens to one;
-- what to deliver next (``delivery.DeliveryIndex``: priorities, timers, groups, noisy tenants'
-  lanes, fair shares); ``select`` takes from it, and ``peek`` asks it the same on a fork;
+- what to deliver next (``delivery.DeliveryIndex``: the ready structures by priority, timers,
+  groups, noisy tenants' lanes, fair shares); ``select`` takes from it, and ``peek`` asks it
+  the same on a fork;
 - which objects hold live payloads and which are garbage (``payload_refs.PayloadRefs``);
 - what is remembered for a while: dedup ids, commit tokens, completed messages
   (``retention.Retention``);
@@ -48,11 +52,11 @@ from ..log.ops import (
     Retire,
 )
 from ..message import MessageStatus
-from . import appends, removal
+from . import enqueues, finish, leases, removal
 from .ages import Ages
 from .delivery import Chosen, DeliveryIndex
 from .payload_refs import PayloadRefs, blob_key
-from .records import DEAD, DONE, LEASED, QUEUED, Record, Run, status
+from .records import DONE, LEASED, Record, Run, status
 from .retention import Retention
 from .runs import RunIndex
 from .stretches import Stretch, Stretches
@@ -80,7 +84,7 @@ class QueueState:
             self.tenants,
             self._take,
             stretches=self.stretches.by_token,
-            lease=self._lease_run,
+            lease=self.lease_run,
             lapsed=self._lapsed,
         )
         self.payloads = PayloadRefs()
@@ -90,7 +94,7 @@ class QueueState:
         self.live = 0  # queued or leased
         self.dead: dict[str, None] = {}  # ordered set, oldest first
         self.arrivals = 0  # arrival numbers given so far (the latest given)
-        self._sizes: dict[int, int] = {}  # one int object per distinct payload size
+        self.payload_sizes: dict[int, int] = {}  # one int object per distinct payload size
         self.settings: Settings = {}  # saved with the queue
         self.queue = ""  # the queue's id: what its message ids begin with (``ids``)
 
@@ -113,39 +117,26 @@ class QueueState:
             self.payloads.close(seq)
         if isinstance(op, Append):
             before = len(self.messages) + self.runs.count
-            self._append(op, seq)
+            enqueues.append(self, op, seq, TABLE_BUDGET)
             self.changes += len(self.messages) + self.runs.count - before
             return 0
         self.changes += op.weight
         if isinstance(op, Lease):
-            self._lease(op)
+            leases.lease(self, op)
         elif isinstance(op, Complete):
-            self._complete(op.ids, op.at)
+            finish.complete(self, op.ids, op.at)
         elif isinstance(op, Release):
-            recs = [self._record(mid) for mid in op.ids]
-            self.tenants.ended_records(recs, 0.0, True)
-            for rec in recs:
-                rec.state, rec.receipt, rec.attempts = QUEUED, None, rec.attempts - 1
-                if rec.attempts == 0:
-                    rec.first_leased_at = 0.0
-                self.delivery.schedule(rec)  # visible_at is in the past: deliverable at once
+            leases.release(self, op.ids)
         elif isinstance(op, Extend):
-            rec = self._record(op.id)
-            rec.lease_until = op.until
-            self.delivery.schedule(rec)
+            leases.extend(self, op)
         elif isinstance(op, Fail):
-            self._fail(op)
+            leases.fail(self, op)
         elif isinstance(op, Bury):
-            recs = [self._record(mid) for mid in op.ids]
-            self.tenants.ended_records(recs, 0.0, False)  # untimed
-            for rec in recs:
-                rec.last_error = op.error
-                self._die(rec, op.at)
+            finish.bury(self, op)
         elif isinstance(op, Redrive):
-            for mid in op.ids:
-                self._redrive(self.messages[mid], op.at)
+            enqueues.redrive(self, op)
         elif isinstance(op, Relocate):
-            for mid, offset in op.moves:
+            for mid, offset in op.moves:  # payloads copied forward into log object ``seq``
                 rec = self.messages[mid]
                 self.payloads.drop(rec)
                 rec.payload_seq, rec.offset, rec.stage = seq, offset, None
@@ -156,11 +147,9 @@ class QueueState:
 
     def _apply_rare(self, op: AnyOp, seq: int) -> int:
         if isinstance(op, Enqueue):
-            self._enqueue(op, seq)
+            enqueues.enqueue(self, op, seq)
         elif isinstance(op, EnqueueStaged):
-            for message in op.messages:
-                self._enqueue(message, seq, op.key)
-            self.payloads.unneeded(seq, op.key)  # (if every message was a duplicate)
+            enqueues.enqueue_staged(self, op, seq)
         elif isinstance(op, CommitToken):
             self.retention.committed(op.token)
         elif isinstance(op, Prune):
@@ -180,91 +169,12 @@ class QueueState:
             raise TypeError(f"unknown operation {op!r}")
         return 0
 
-    # -- messages arriving -------------------------------------------------------------------------
+    # -- records made of untouched messages ------------------------------------------------------
 
-    def _append(self, op: Append, seq: int) -> None:
-        """Plain members form runs, the others records (``appends``)."""
-        for piece in appends.pieces(op):
-            if isinstance(piece, appends.Plain):
-                self._add_run(op, seq, piece)
-            else:
-                self._add(appends.record(op, seq, piece, self.queue, self.arrivals + 1))
-        if op.key is not None:
-            self.payloads.unneeded(seq, op.key)  # (if every message was a duplicate)
-
-    def _add_run(self, op: Append, seq: int, plain: appends.Plain) -> None:
-        room = TABLE_BUDGET - self.runs.tabled  # members whose tables the index may keep
-        run, table = appends.run(op, seq, plain, self.queue, self.arrivals + 1, room)
-        count, size = run.count, run.bytes
-        self.arrivals += count
-        self.tenants.arrived(run.tenant, count, op.enqueued_at)
-        self.total_enqueued += count
-        self.live += count
-        if op.key is None:
-            self.payloads.wrote(seq, size)
-        self.payloads.keep_many(seq, op.key, count, size)
-        if table.dedup_ids:
-            at = op.enqueued_at
-            for k, dedup_id in enumerate(table.dedup_ids):
-                if dedup_id is not None:
-                    self.retention.sent(dedup_id, ids.make(self.queue, seq, run.place + k), at)
-        self.runs.add(run)
-        self.ages.run(run)
-        self.delivery.push_fresh(run)
-
-    def _enqueue(self, op: Enqueue, seq: int, stage: str | None = None) -> None:
-        """A message of format 1's own operation."""
-        self._add(
-            Record(
-                op.id,
-                self.arrivals + 1,
-                op.priority,
-                op.enqueued_at,
-                op.visible_at,
-                seq,
-                op.offset,
-                op.size,
-                op.group,
-                op.dedup_id,
-                op.attributes,
-                stage=stage,
-            )
-        )
-
-    def _add(self, rec: Record) -> None:
-        """``rec``, new, numbered the next arrival."""
-        self.arrivals += 1
-        rec.size = self._sizes.setdefault(rec.size, rec.size)
-        self.messages[rec.id] = rec
-        self.ages.record(rec)
-        self.total_enqueued += 1
-        self.live += 1
-        self.tenants.arrived(rec.tenant, 1, rec.enqueued_at)
-        if rec.offset >= 0 and rec.stage is None:
-            self.payloads.wrote(rec.payload_seq, rec.size)
-        self.payloads.keep(rec)
-        if rec.dedup_id is not None:
-            self.retention.sent(rec.dedup_id, rec.id, rec.enqueued_at)
-        if rec.group is not None and not self.delivery.join(rec):
-            return  # waits for the messages before it in its group
-        if rec.visible_at <= rec.enqueued_at:
-            self.delivery.push_fresh(rec)
-        else:
-            self.delivery.delay(rec)
-
-    def _take(self, run: Run, count: int) -> list[Record]:
-        """The first ``count`` members of ``run`` become records, queued: something is about
-        to happen to them (a lease)."""
-        recs = self.runs.take(run, count)
-        messages = self.messages
-        for rec in recs:
-            messages[rec.id] = rec
-        self.ages.records(recs)
-        return recs
-
-    def _record(self, mid: str) -> Record:
+    def touch(self, mid: str) -> Record:
         """The record of ``mid``, made now if it is a member of a leased stretch (leaving it),
-        or the front member of a run (a replayed lease: leases take runs front first)."""
+        or the front member of a run (a replayed lease: leases take runs front first):
+        something is about to happen to it."""
         rec = self.messages.get(mid)
         if rec is None:
             held = self.stretches.find(mid, self.queue)
@@ -278,7 +188,17 @@ class QueueState:
             rec = self._take(found[0], 1)[0]
         return rec
 
-    def _lease_run(self, run: Run, count: int) -> Stretch:
+    def _take(self, run: Run, count: int) -> list[Record]:
+        """The first ``count`` members of ``run`` become records, queued: something is about
+        to happen to them (a lease)."""
+        recs = self.runs.take(run, count)
+        messages = self.messages
+        for rec in recs:
+            messages[rec.id] = rec
+        self.ages.records(recs)
+        return recs
+
+    def lease_run(self, run: Run, count: int) -> Stretch:
         """The first ``count`` members of ``run`` leave it as a stretch: about to be leased."""
         return self.runs.lease(run, count, self.stretches)
 
@@ -292,130 +212,6 @@ class QueueState:
             messages[rec.id] = rec
         self.ages.records(recs)
         return recs
-
-    # -- messages moving on ------------------------------------------------------------------------
-
-    def _lease(self, op: Lease) -> None:
-        leased: dict[str | None, int] = {}  # tenant -> queued messages now leased
-        recs = []
-        at, messages = op.at, self.messages
-        for mid, receipt, until in op.leases:
-            rec = messages.get(mid) or self._record(mid)
-            if rec.state != LEASED:
-                leased[rec.tenant] = leased.get(rec.tenant, 0) + 1
-            rec.state, rec.receipt, rec.lease_until, rec.leased_at = LEASED, receipt, until, at
-            if rec.attempts == 0:
-                rec.first_leased_at = at
-            rec.attempts += 1
-            recs.append(rec)
-        self.delivery.leased(recs)
-        if op.stretches:
-            for seq, place, count, token, until in op.stretches:
-                stretch = self.stretches.taken.pop((seq, place), None)
-                if stretch is None:  # a replayed lease: leases take runs front first
-                    found = self.runs.find(ids.make(self.queue, seq, place), self.queue)
-                    if found is None or found[1] != found[0].taken:
-                        raise KeyError(ids.make(self.queue, seq, place))
-                    stretch = self._lease_run(found[0], count)
-                    del self.stretches.taken[seq, place]
-                if stretch.count != count:
-                    raise ValueError(
-                        f"a stretch of {count} leased at {seq}/{place} holds {stretch.count}"
-                    )
-                self.stretches.leased(stretch, token, until, at)
-                self.delivery.leased_stretch(stretch)
-                leased[stretch.tenant] = leased.get(stretch.tenant, 0) + count
-        self.tenants.leased(leased)
-
-    def _fail(self, op: Fail) -> None:
-        rec = self._record(op.id)
-        rec.last_error = op.error
-        self.tenants.ended_records([rec], op.at, op.retry_at is not None)
-        if op.retry_at is None:
-            self._die(rec, op.at)
-        else:
-            rec.state, rec.visible_at, rec.backoff, rec.receipt = QUEUED, op.retry_at, True, None
-            self.delivery.schedule(rec)
-
-    def _complete(self, mids: list[str], at: float) -> None:
-        """Messages completed at ``at``: those whose ids name their places leave the records
-        for ``retention.completed``; the others (format-1 ids) stay as records until pruned."""
-        places: dict[int, list[int]] = {}
-        freed: dict[tuple[int, str | None], list[int]] = {}  # (payload_seq, stage): [count, bytes]
-        messages, retention, payloads = self.messages, self.retention, self.payloads
-        recs: list[Record] = []
-        members: dict[Stretch, list[int]] = {}  # members of stretches completed
-        i = 0
-        while i < len(mids):
-            mid = mids[i]
-            rec = messages.get(mid)
-            if rec is not None:
-                recs.append(rec)
-                i += 1
-                continue
-            held = self.stretches.find(mid, self.queue)
-            if held is None:
-                raise KeyError(mid)
-            stretch, k = held
-            # the ids that follow are most often the stretch's next members: a run at once
-            m = stretch.run_of(mids, i, k, stretch.ids()) or 1
-            members.setdefault(stretch, []).extend(range(k, k + m))
-            i += m
-        self.tenants.ended_records(recs, at, False, ((s, len(ks)) for s, ks in members.items()))
-        for stretch, ks in members.items():
-            sizes, first = stretch.sizes(), stretch.place
-            size = sum(sizes) if len(ks) == stretch.count else sum(sizes[k] for k in ks)
-            if (where := freed.get((stretch.seq, stretch.stage))) is None:
-                freed[stretch.seq, stretch.stage] = [len(ks), size]
-            else:
-                where[0] += len(ks)
-                where[1] += size
-            places.setdefault(stretch.seq, []).extend(first + k for k in ks)
-            self.stretches.leave(stretch, ks)
-        for rec in recs:
-            mid = rec.id
-            rec.state, rec.finished_at, rec.receipt, rec.attributes = DONE, at, None, None
-            rec.version += 1
-            if rec.stage is None and rec.offset < 0:
-                payloads.drop(rec)
-            elif (where := freed.get((rec.payload_seq, rec.stage))) is None:
-                freed[rec.payload_seq, rec.stage] = [1, rec.size]
-            else:
-                where[0] += 1
-                where[1] += rec.size
-            if rec.group is not None:
-                self.delivery.leave(rec)
-            if len(mid) == ids.LENGTH:  # an id that names its place
-                del messages[mid]
-                seq, place = ids.split(mid)
-                places.setdefault(seq, []).append(place)
-            else:
-                retention.finished(at, mid)
-        self.live -= len(mids)
-        for (payload_seq, stage), (count, size) in freed.items():
-            payloads.drop_many(payload_seq, stage, count, size)
-        if places:
-            retention.completed.add(at, places)
-
-    def _die(self, rec: Record, at: float) -> None:
-        """``rec`` is a dead letter from ``at`` on."""
-        rec.state, rec.finished_at, rec.receipt = DEAD, at, None
-        rec.version += 1
-        self.live -= 1
-        self.dead[rec.id] = None
-        if rec.group is not None:
-            self.delivery.leave(rec)
-
-    def _redrive(self, rec: Record, at: float) -> None:
-        del self.dead[rec.id]
-        self.arrivals += 1
-        rec.arrival = self.arrivals
-        rec.state, rec.attempts, rec.visible_at, rec.backoff = QUEUED, 0, at, False
-        self.live += 1
-        self.tenants.arrived(rec.tenant, 1, at, sent=False)
-        if rec.group is not None:
-            self.delivery.join(rec)
-        self.delivery.schedule(rec)
 
     # -- run tables --------------------------------------------------------------------------------
 
@@ -452,8 +248,11 @@ class QueueState:
     # -- choosing what to deliver ------------------------------------------------------------------
 
     def expire(self, now: float, max_attempts: int) -> list[Record]:
-        """``DeliveryIndex.expire``."""
-        return self.delivery.expire(now, max_attempts)
+        """Make what is due by ``now`` deliverable (``Timers.fire``), but for expired leases
+        with no attempts left: those are returned, and the caller must apply a Bury for them at
+        once (they have left the ready structures). Burying a group's head frees its next
+        message, so expire before ``select``."""
+        return self.delivery.timers.fire(now, max_attempts)
 
     def select(
         self,
@@ -479,7 +278,7 @@ class QueueState:
 
     def next_change(self) -> float | None:
         """The earliest time a timer fires (a delay ends, a lease expires), if any."""
-        return self.delivery.next_change()
+        return self.delivery.timers.next_change()
 
     # -- reads -----------------------------------------------------------------------------------
 
