@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..api import open_async
+from ..errors import InvalidArgument
 from ..message import Message
 from ..store import queue_url
 from ..surface import AsyncQueueSurface
@@ -90,9 +91,29 @@ def _items(outs: Sequence[Outgoing], delays: Sequence[float]) -> list[dict[str, 
     ]
 
 
-def _max_delay(settings: dict[str, Any]) -> float:
-    value = settings.get("max_delay")
-    return float(value) if isinstance(value, int | float) else DEFAULT_MAX_DELAY
+class Delays:
+    """The longest delay each queue takes (its ``max_delay``), learnt when an enqueue asked for
+    more and was refused: it is then sent again with that (Celery's worker holds such a message
+    until its ``eta``, its lease renewed meanwhile), and later ones are cut to it at once."""
+
+    def __init__(self) -> None:
+        self._most: dict[str, float] = {}
+
+    def cut(self, name: str, delays: list[float]) -> list[float]:
+        most = self._most.get(name)
+        return delays if most is None else [min(d, most) for d in delays]
+
+    def may_learn(self, name: str, exc: InvalidArgument, delays: list[float]) -> bool:
+        """Whether refusal ``exc`` of an enqueue asking for ``delays`` may be their length."""
+        return type(exc) is InvalidArgument and any(delays) and name not in self._most
+
+    def learnt(self, name: str, settings: dict[str, Any], delays: list[float]) -> list[float]:
+        """The delays to send again, now that the queue's settings are known; the same ones
+        if they were not too long (the refusal was about something else)."""
+        value = settings.get("max_delay")
+        most = float(value) if isinstance(value, int | float) else DEFAULT_MAX_DELAY
+        self._most[name] = most
+        return self.cut(name, delays)
 
 
 class BrokerQueues:
@@ -104,7 +125,7 @@ class BrokerQueues:
         self._client = self._make()
         self._pid = os.getpid()
         self._aclient: AsyncClient | None = None  # on the pump's loop
-        self._max_delays: dict[str, float] = {}
+        self._delays = Delays()
 
     def _make(self) -> Client:
         from ..client import Client
@@ -115,29 +136,34 @@ class BrokerQueues:
     def client(self) -> Client:
         """The blocking client (a new one in a forked child: a socket is never shared)."""
         if os.getpid() != self._pid:
-            self._client, self._pid, self._max_delays = self._make(), os.getpid(), {}
+            self._client, self._pid = self._make(), os.getpid()
         return self._client
 
     def check(self) -> None:
         self.client.queues()
 
-    def _delay(self, name: str, delay: float) -> float:
-        """``delay``, or the queue's ``max_delay`` if it is longer (Celery's worker then holds
-        the message until its ``eta``, its lease renewed)."""
-        if delay <= DEFAULT_MAX_DELAY:
-            return delay
-        most = self._max_delays.get(name)
-        if most is None:
-            most = self._max_delays[name] = _max_delay(self.client.queue(name).configure())
-        return min(delay, most)
+    def _sent(
+        self, name: str, outs: Sequence[Outgoing], send: Callable[[list[float]], Any]
+    ) -> None:
+        """``send(delays)``, again with delays cut to the queue's max_delay if it refused them."""
+        delays = self._delays.cut(name, [out.delay for out in outs])
+        try:
+            send(delays)
+        except InvalidArgument as exc:
+            if not self._delays.may_learn(name, exc, delays):
+                raise
+            again = self._delays.learnt(name, self.client.queue(name).configure(), delays)
+            if again == delays:
+                raise
+            send(again)
 
     def enqueue(self, name: str, out: Outgoing) -> None:
-        delay = self._delay(name, out.delay)
-        self.client.queue(name).enqueue(out.payload, priority=out.priority, delay=delay)
+        q = self.client.queue(name)
+        self._sent(name, [out], lambda d: q.enqueue(out.payload, priority=out.priority, delay=d[0]))
 
     def enqueue_batch(self, name: str, outs: Sequence[Outgoing]) -> None:
-        delays = [self._delay(name, out.delay) for out in outs]
-        self.client.queue(name).enqueue_batch(_items(outs, delays))
+        q = self.client.queue(name)
+        self._sent(name, outs, lambda d: q.enqueue_batch(_items(outs, d)))
 
     def get(self, name: str, visibility_timeout: float) -> Message | None:
         got: list[Message] = self.client.queue(name).dequeue(1, visibility_timeout)
@@ -226,7 +252,7 @@ class EmbeddedQueues:
         self._options = options
         self._queues: dict[str, AsyncQueueSurface] = {}
         self._opening: dict[str, asyncio.Lock] = {}
-        self._max_delays: dict[str, float] = {}
+        self._delays = Delays()
         self.users = 0
 
     async def queue(self, name: str) -> AsyncQueueSurface:
@@ -246,29 +272,37 @@ class EmbeddedQueues:
     def check(self) -> None:
         return None  # (a queue is opened by its first use: QueueLocked then, if held)
 
-    async def _delay(self, name: str, queue: AsyncQueueSurface, delay: float) -> float:
-        if delay <= DEFAULT_MAX_DELAY:
-            return delay
-        most = self._max_delays.get(name)
-        if most is None:
-            most = self._max_delays[name] = _max_delay(await queue.configure())
-        return min(delay, most)
+    async def _sent(
+        self,
+        name: str,
+        outs: Sequence[Outgoing],
+        send: Callable[[AsyncQueueSurface, list[float]], Awaitable[Any]],
+    ) -> None:
+        """``send(queue, delays)``, again with delays cut to the queue's max_delay if it
+        refused them (as :meth:`BrokerQueues._sent`)."""
+        queue = await self.queue(name)
+        delays = self._delays.cut(name, [out.delay for out in outs])
+        try:
+            await send(queue, delays)
+        except InvalidArgument as exc:
+            if not self._delays.may_learn(name, exc, delays):
+                raise
+            again = self._delays.learnt(name, await queue.configure(), delays)
+            if again == delays:
+                raise
+            await send(queue, again)
 
     def enqueue(self, name: str, out: Outgoing) -> None:
-        async def enqueue() -> None:
-            queue = await self.queue(name)
-            delay = await self._delay(name, queue, out.delay)
-            await queue.enqueue(out.payload, priority=out.priority, delay=delay)
+        def send(queue: AsyncQueueSurface, delays: list[float]) -> Awaitable[str]:
+            return queue.enqueue(out.payload, priority=out.priority, delay=delays[0])
 
-        self._run(enqueue())
+        self._run(self._sent(name, [out], send))
 
     def enqueue_batch(self, name: str, outs: Sequence[Outgoing]) -> None:
-        async def enqueue() -> None:
-            queue = await self.queue(name)
-            delays = [await self._delay(name, queue, out.delay) for out in outs]
-            await queue.enqueue_batch(_items(outs, delays))
+        def send(queue: AsyncQueueSurface, delays: list[float]) -> Awaitable[list[str]]:
+            return queue.enqueue_batch(_items(outs, delays))
 
-        self._run(enqueue())
+        self._run(self._sent(name, outs, send))
 
     def get(self, name: str, visibility_timeout: float) -> Message | None:
         async def get() -> list[Message]:

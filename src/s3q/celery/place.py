@@ -31,7 +31,6 @@ OPTIONS: dict[str, Any] = {
     "unlimited_prefetch": 10_000,  # the prefetch when Celery asks for none (0)
     "reject_without_requeue": "fail",  # or "complete": a reject(requeue=False) drops it
     "queue_options": {},  # embedded: options of s3q.open for every queue (max_attempts, ...)
-    "polling_interval": None,  # (kombu's; unused: messages are pushed, or long-polled)
 }
 
 

@@ -238,8 +238,14 @@ class Transport(virtual.Transport):
         batch_publish=True,
         exchange_type=frozenset(["direct", "topic"]),
     )
+    # a broker that cannot be reached, or whose store failed (StoreError: BrokerUnreachable,
+    # OutcomeUnknown, ...): kombu reconnects and, with a retry policy (Celery's publish
+    # retries), sends again; every other s3q error (bad input, a wrong token, a full queue)
+    # is the caller's at once
     connection_errors = (*virtual.Transport.connection_errors, StoreError, OSError)  # type: ignore[assignment]
+    recoverable_connection_errors = connection_errors
     channel_errors = (*virtual.Transport.channel_errors, S3QError)  # type: ignore[assignment]
+    recoverable_channel_errors = ()
 
     def __init__(self, client: Any, **kwargs: Any) -> None:
         super().__init__(client, **kwargs)
