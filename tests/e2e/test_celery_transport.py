@@ -1,7 +1,9 @@
 """Celery on s3q's own kombu transport (``s3q.celery``, ``broker="s3q://host:port/"``): real
 ``celery worker`` processes against ``s3q serve`` in a child process, configured as
 docs/celery.md says. Every task runs exactly once; retries with a countdown come back; countdown
-and ETA tasks wait in s3q (delayed), not in the worker; priorities order delivery; results
+and ETA tasks wait in s3q (delayed), not in the worker; priorities order delivery; the
+prefetch is Celery's (``worker_prefetch_multiplier``); a warm shutdown finishes and acknowledges
+a running ``acks_late`` task; results
 round-trip through Celery's file-system result backend; an ``acks_late`` task whose worker is
 killed with SIGKILL is finished once by another worker, at once (the broker gives the dead
 subscription's leases back); a task running longer than the visibility timeout is not
@@ -211,6 +213,41 @@ def test_priorities_order_delivery(env: dict[str, str], tasks: Any) -> None:
         ran = [label for _, label, _ in events(env, "ordered")]
         assert ran == ["high"] * 5 + ["low"] * 5
         assert {int(p) for _, label, p in events(env, "ordered") if label == "high"} == {9}
+    finally:
+        worker.stop()
+
+
+def test_the_prefetch_is_celerys(broker: Broker, env: dict[str, str], tasks: Any) -> None:
+    for _ in range(12):
+        tasks.nap.delay(0.3)
+    worker = Worker(env, "-P", "solo", "-c", "1", "--prefetch-multiplier", "3")  # 1 times 3
+    leased: list[int] = []
+    try:
+        with connect(broker.url) as client:
+            queue = client.queue(QUEUE)
+            while len(events(env, "nap")) < 12:
+                leased.append(queue.stats().processing)  # the worker's unacked: reserved
+                time.sleep(0.05)  # (sampling what another process holds)
+    finally:
+        worker.stop()
+    assert max(leased) == 3, leased  # each task acked as it starts: 3 reserved behind it
+
+
+@pytest.mark.parametrize("pool", ["threads", "prefork"])
+def test_a_warm_shutdown_finishes_and_acknowledges_a_running_acks_late_task(
+    broker: Broker, env: dict[str, str], tasks: Any, pool: str
+) -> None:
+    worker = Worker(env, "-P", pool, "-c", "2")
+    try:
+        result = tasks.long.delay(3.0)
+        until(lambda: bool(events(env, "long-started")))
+        worker.proc.send_signal(signal.SIGTERM)  # warm: running tasks finish first
+        assert worker.proc.wait(60) == 0
+        assert result.get(timeout=10) == "ok"
+        with connect(broker.url) as client:
+            stats = client.queue(QUEUE).stats()
+        assert (stats.completed, stats.pending, stats.processing) == (1, 0, 0)
+        assert len(events(env, "long-started")) == len(events(env, "long-done")) == 1
     finally:
         worker.stop()
 

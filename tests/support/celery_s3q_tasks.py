@@ -86,6 +86,13 @@ def slow(self: Any, marker: str) -> str:
     return "ok"
 
 
+@app.task(bind=True)
+def nap(self: Any, seconds: float) -> None:
+    """Sleeps ``seconds`` (acknowledged as it starts, as every task by default)."""
+    time.sleep(seconds)
+    record("nap", self.request.id)
+
+
 @app.task(bind=True, acks_late=True)
 def long(self: Any, seconds: float) -> str:
     """Runs for ``seconds``, longer than the transport's visibility timeout."""

@@ -237,11 +237,13 @@ class Pump:
             with contextlib.suppress(BlockingIOError):
                 os.write(self._w, b"!")
 
-    def consume(self, key: str, name: str, prefetch: int) -> Feed:
-        """Start consuming s3q queue ``name`` (kombu's ``key``), holding up to ``prefetch``."""
+    def consume(self, key: str, name: str, prefetch: int, owner: Any) -> Feed:
+        """Start consuming s3q queue ``name`` (kombu's ``key``) for ``owner`` (a channel),
+        holding up to ``prefetch``."""
 
         async def start() -> Feed:
             feed = Feed(self, key, name, prefetch)
+            feed.owner = owner
             self._feeds.add(feed)
             feed.task = asyncio.create_task(feed.run(), name=f"s3q-celery-feed-{name}")
             return feed

@@ -19,6 +19,7 @@ The transport is asynchronous for Celery's event loop: the pump's pipe is one of
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import logging
 import select
@@ -167,9 +168,8 @@ class Channel(virtual.Channel):
         if no_ack:
             self._no_ack.add(queue)
         if queue not in self._feeds:
-            feed = self.connection.pump.consume(queue, self._name(queue), self._window())
-            feed.owner = self
-            self._feeds[queue] = feed
+            pump = self.connection.pump
+            self._feeds[queue] = pump.consume(queue, self._name(queue), self._window(), self)
         return answer
 
     def basic_cancel(self, consumer_tag: str) -> Any:
@@ -259,6 +259,7 @@ class Transport(virtual.Transport):
         self.place = place_of(str(client.hostname or ""), self.options)
         self._pump: Pump | None = None
         self._queues: Queues | None = None
+        self._hub: Any = None  # Celery's event loop, reading the pump's pipe
 
     @property
     def queues(self) -> Queues:
@@ -298,6 +299,10 @@ class Transport(virtual.Transport):
             super().close_connection(connection)
         finally:
             if self._pump is not None:
+                if self._hub is not None:
+                    with contextlib.suppress(Exception):
+                        self._hub.remove_reader(self._pump.fileno)
+                    self._hub = None
                 self._pump.close()
                 self._pump = None
             if self._queues is not None:
@@ -319,11 +324,13 @@ class Transport(virtual.Transport):
     # -- delivering ----------------------------------------------------------------------------
 
     def register_with_event_loop(self, connection: Any, loop: Any) -> None:
+        self._hub = loop
         loop.add_reader(self.pump.fileno, self.on_readable, connection, loop)
 
     def unregister_from_event_loop(self, connection: Any, loop: Any) -> None:
         if self._pump is not None:
             loop.remove_reader(self._pump.fileno)
+        self._hub = None
 
     def on_readable(self, connection: Any, loop: Any) -> None:
         self._deliver_inbox()
