@@ -206,6 +206,8 @@ class Pump:
         self._feeds: set[Feed] = set()
         self._inflight: dict[Source, set[asyncio.Future[Any]]] = {}
         self._extending: set[str] = set()  # receipts whose renewal is under way
+        self._settles: collections.deque[tuple[str, Settle, str | None]] = collections.deque()
+        self._settles_due = False  # the loop has been asked to take them
         self._thread = shared_loop()
         self.loop = self._thread.loop
         self._keeper = self.call(self._start_keeper())
@@ -260,8 +262,12 @@ class Pump:
         self.loop.call_soon_threadsafe(self._spawn, feed.set_prefetch(prefetch))
 
     def settle(self, receipt: str, op: Settle, error: str | None = None) -> None:
-        """Settle a lease a feed handed out (an ack: ``complete``), without waiting."""
-        self.loop.call_soon_threadsafe(self._settle, receipt, op, error)
+        """Settle a lease a feed handed out (an ack: ``complete``), without waiting. The
+        settles asked for before the loop gets to them are taken by one wake-up of it."""
+        self._settles.append((receipt, op, error))
+        if not self._settles_due:
+            self._settles_due = True
+            self.loop.call_soon_threadsafe(self._take_settles)
 
     def give_back(self, receipts: Iterable[str], timeout: float = GIVE_BACK_WITHIN) -> None:
         """Release these leases and wait for it (kombu's restore of unacked messages)."""
@@ -305,6 +311,12 @@ class Pump:
             return
         self.inbox.extend((feed, msg) for msg in msgs)
         self.poke()
+
+    def _take_settles(self) -> None:
+        self._settles_due = False  # (before taking them: one asked for from now on wakes again)
+        settles = self._settles
+        while settles:
+            self._settle(*settles.popleft())
 
     def _settle(self, receipt: str, op: Settle, error: str | None) -> None:
         held = self._held.pop(receipt, None)
@@ -367,6 +379,7 @@ class Pump:
             self._settle(receipt, "release", None)
 
     async def _give_back(self, receipts: list[str]) -> None:
+        self._take_settles()  # (an ack asked for before stays an ack)
         by_source: dict[Source, list[str]] = {}
         names: dict[Source, str] = {}
         for receipt in receipts:
