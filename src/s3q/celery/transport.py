@@ -107,7 +107,8 @@ class Channel(virtual.Channel):
 
     QoS = QoS
     connection: Transport
-    body_encoding = None  # type: ignore[assignment]  # (the envelope keeps a text body as text, others in base64)
+    # the body as kombu's serializer made it: the envelope keeps text as text, bytes in base64
+    body_encoding = None  # type: ignore[assignment]
     min_priority, max_priority = 0, envelope.MAX_PRIORITY
     supports_batch_publish = True
 
@@ -211,6 +212,9 @@ class Channel(virtual.Channel):
             except S3QError as exc:
                 log.warning("%s of a message of %s refused: %s", op, name, exc)
             return
+        if not self.connection.has_pump:
+            log.debug("a %s after the connection closed: its leases were given back", op)
+            return
         pump = self.connection.pump
         pump.settle(tag, op, error)
         if pump.inbox:
@@ -284,8 +288,8 @@ class Transport(virtual.Transport):
 
     @property
     def pump(self) -> Pump:
-        """The loop thread of this connection, started on first need (a consumer, or an
-        embedded queue)."""
+        """This connection's consumers (on the process's loop thread), started on first
+        need."""
         if self._pump is None:
             self._pump = Pump(self.queues, self.visibility_timeout)
         return self._pump
@@ -356,7 +360,7 @@ class Transport(virtual.Transport):
         inbox, delivered = pump.inbox, 0
         while inbox:
             feed, msg = inbox[0]
-            channel: Channel | None = getattr(feed, "owner", None)
+            channel: Channel | None = feed.owner
             if feed.cancelled or channel is None or channel.closed:
                 inbox.popleft()
                 pump.settle(msg.receipt or "", "release")
