@@ -1,5 +1,6 @@
 """The Celery app of benchmarks/celery_bench.py: one trivial task, and the broker named by
-``$BENCH_BROKER_URL`` (s3q's SQS endpoint through kombu's SQS transport, or Redis)."""
+``$BENCH_BROKER_URL`` (s3q through its own kombu transport, ``s3q://…``; s3q's SQS endpoint
+through kombu's SQS transport; or Redis)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import os
 from celery import Celery
 
 OUT = os.environ["BENCH_OUT"]
+
+if os.environ["BENCH_BROKER_URL"].startswith("s3q"):
+    import s3q.celery  # noqa: F401  (registers the s3q:// transport with kombu)
 
 app = Celery("celery_app", broker=os.environ["BENCH_BROKER_URL"])
 if app.conf.broker_url.startswith("sqs://"):

@@ -3,12 +3,15 @@ processes and run by one Celery worker of concurrency C, timed from the first se
 task run.
 
     python benchmarks/celery_bench.py [--tasks 10000] [--producers 4] [--concurrency 8]
+        [--brokers s3q,sqs,redis,redis-fsync]
 
 Brokers, each started fresh: ``s3q serve`` on a temporary file:// store (every send and every
-acknowledgement is a durable group commit: fsync before the answer), through kombu's SQS
-transport; Redis with its defaults (no fsync: a crash loses recent tasks), and Redis with
-``appendfsync always`` (durable like s3q). Needs ``redis-server`` (apt-get install
-redis-server) and ``celery[sqs,redis]``. Prints tasks/s and the producers' send rate per broker.
+acknowledgement is a durable group commit: fsync before the answer), through s3q's own kombu
+transport (``s3q.celery``: ``broker="s3q://…"``, a subscription per consumer) and through
+kombu's SQS transport (the broker's SQS endpoint); Redis with its defaults (no fsync: a crash
+loses recent tasks), and Redis with ``appendfsync always`` (durable like s3q). Needs
+``redis-server`` (apt-get install redis-server) and ``celery[sqs,redis]``. Prints, per broker,
+tasks/s and the producers' send rate, and the command that ran the benchmark.
 """
 
 from __future__ import annotations
@@ -21,9 +24,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -68,6 +71,17 @@ def s3q_broker(workdir: Path) -> Iterator[str]:
     serve = [sys.executable, "-m", "s3q.cli", "serve", "--port", str(port), "--store", store]
     with service([*serve, "--sqs-credentials", str(keys)], port):
         yield f"sqs://{KEY}:{SECRET}@127.0.0.1:{port}"
+
+
+@contextmanager
+def s3q_native_broker(workdir: Path) -> Iterator[str]:
+    """``s3q serve`` for s3q's own kombu transport: its native API (no token on loopback)."""
+    port = free_port()
+    store = f"file://{workdir}/store"
+    with service(
+        [sys.executable, "-m", "s3q.cli", "serve", "--port", str(port), "--store", store], port
+    ):
+        yield f"s3q://127.0.0.1:{port}/"
 
 
 @contextmanager
@@ -156,20 +170,34 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=10_000)
     parser.add_argument("--producers", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument(
+        "--brokers",
+        default=",".join(BROKERS),
+        help=f"which, comma-separated, of {', '.join(BROKERS)}",
+    )
     args = parser.parse_args()
+    chosen = [b.strip() for b in args.brokers.split(",") if b.strip()]
+    unknown = set(chosen) - set(BROKERS)
+    if unknown:
+        parser.error(f"unknown brokers {sorted(unknown)}: choose among {', '.join(BROKERS)}")
     print(f"command: python {' '.join(sys.argv)}")
     print(
         f"{args.tasks:,} tasks, {args.producers} producer processes, one worker of "
         f"concurrency {args.concurrency} (prefork)"
     )
-    brokers = (
-        ("s3q (SQS endpoint)", lambda d: s3q_broker(d)),
-        ("redis (no fsync)", lambda d: redis_broker(d, fsync=False)),
-        ("redis (fsync always)", lambda d: redis_broker(d, fsync=True)),
-    )
-    for name, start in brokers:
+    for key in chosen:
+        name, start = BROKERS[key]
         with tempfile.TemporaryDirectory(prefix="celery-bench-") as tmp, start(Path(tmp)) as url:
             run(name, url, Path(tmp), args)
+
+
+#: the brokers the benchmark runs, by the name ``--brokers`` takes: (row name, start)
+BROKERS: dict[str, tuple[str, Callable[[Path], AbstractContextManager[str]]]] = {
+    "s3q": ("s3q (own transport)", s3q_native_broker),
+    "sqs": ("s3q (SQS endpoint)", s3q_broker),
+    "redis": ("redis (no fsync)", lambda d: redis_broker(d, fsync=False)),
+    "redis-fsync": ("redis (fsync always)", lambda d: redis_broker(d, fsync=True)),
+}
 
 
 if __name__ == "__main__":

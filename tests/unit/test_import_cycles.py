@@ -41,7 +41,7 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
         frozenset({"s3q.writer", "s3q.history", "s3q.partitions", "s3q.client"}),
     ),
     ("the embedded queue", frozenset({"s3q.api"})),
-    ("front ends", frozenset({"s3q.broker", "s3q.worker", "s3q.spark"})),
+    ("front ends", frozenset({"s3q.broker", "s3q.worker", "s3q.spark", "s3q.celery"})),
     ("the package", frozenset({"s3q"})),
     ("the command line", frozenset({"s3q.cli"})),
 ]
