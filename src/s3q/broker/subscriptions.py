@@ -248,12 +248,22 @@ class Subscription:
     async def _poll(self, room: int) -> tuple[Queue, pages.Pages] | None:
         """Lease up to ``room`` messages, waiting up to POLL for them; None if none came."""
         started = time.perf_counter()
-        self._still()
-        queue = await self._registry.get(self._name, create=False)
-        found = await queue.dequeue_pages(room, self._vt, POLL, per_group=self._per_group)
+        queue, found = await self._lease(room, POLL)
         if not found.messages and not found.pages:
             return None
         self._metrics.observe(self._name, "push", "ok", time.perf_counter() - started)
+        return queue, found
+
+    async def _lease(
+        self, room: int, wait: float, complete: list[str] | None = None
+    ) -> tuple[Queue, pages.Pages]:
+        """The dequeue a consumer would send for ``room`` messages (``complete``: settled in
+        its commit), while the consumer may still receive from the queue."""
+        self._still()
+        queue = await self._registry.get(self._name, create=False)
+        found = await queue.dequeue_pages(
+            room, self._vt, wait, per_group=self._per_group, complete=complete or ()
+        )
         return queue, found
 
     async def _ride(self, riding: list[frames.Settle], room: int) -> bool:
@@ -262,20 +272,12 @@ class Subscription:
         leased; False if the channel closed. If the dequeue refuses them (a receipt stale: it
         did nothing), each frame is settled on its own, as without riding."""
         receipts = [r for frame in riding for r in frame.receipts]
-        room += sum(r in self._held for r in set(receipts))
+        room = min(room + sum(r in self._held for r in set(receipts)), self._max_batch)
         started = time.perf_counter()
         try:
-            if room <= 0:
-                raise InvalidArgument("no room")  # (the prefetch was lowered meanwhile)
-            self._still()
-            queue = await self._registry.get(self._name, create=False)
-            found = await queue.dequeue_pages(
-                min(room, self._max_batch),
-                self._vt,
-                0.0,
-                per_group=self._per_group,
-                complete=receipts,
-            )
+            if room <= 0:  # (the prefetch was lowered meanwhile: nothing to lease with them)
+                raise InvalidArgument("no room")
+            queue, found = await self._lease(room, 0.0, receipts)
         except S3QError:
             for frame in riding:
                 self._spawn(frame)

@@ -237,15 +237,18 @@ class AsyncSubscription:
 
     async def _coalesced(self, op: frames.SettleOp, receipts: list[str]) -> None:
         """Settle ``receipts`` in the frame of this loop turn's settles of the kind."""
-        pending = self._pending.get(op)
-        if pending is None:
-            pending = self._pending[op] = _Pending()
-            asyncio.get_running_loop().call_soon(self._flush, op)
+        pending = self._pending.get(op) or self._gathering(op)
         first = len(pending.receipts)
         pending.receipts += receipts
         settled = await asyncio.shield(pending.answer)
         for i in range(first, first + len(receipts)):
             _outcome(settled, i)
+
+    def _gathering(self, op: frames.SettleOp) -> _Pending:
+        """A new frame of ``op`` settles, sent at the end of this loop turn."""
+        pending = self._pending[op] = _Pending()
+        asyncio.get_running_loop().call_soon(self._flush, op)
+        return pending
 
     def _flush(self, op: frames.SettleOp) -> None:
         pending = self._pending.pop(op)
@@ -278,8 +281,7 @@ class AsyncSubscription:
         receipt = target.receipt if type(target) is Message else None
         pending = self._pending.get("complete")
         if pending is None:
-            pending = self._pending["complete"] = _Pending()
-            asyncio.get_running_loop().call_soon(self._flush, "complete")
+            pending = self._gathering("complete")
             self._acks.append(pending)
         pending.receipts.append(receipt or receipt_of(target))  # (a message pushed: its own)
 
